@@ -1,0 +1,1 @@
+"""analyst role of noisyanchor."""

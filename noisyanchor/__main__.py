@@ -1,0 +1,3 @@
+from noisyanchor.cli import main
+
+raise SystemExit(main())

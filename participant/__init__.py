@@ -1,0 +1,1 @@
+"""participant role of noisyanchor."""

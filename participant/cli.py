@@ -1,0 +1,9 @@
+"""Subcommands of the participant role."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add this role's subcommands to the top-level parser."""

@@ -1,0 +1,1 @@
+"""Wire contract (protobuf) of the analyst service."""
