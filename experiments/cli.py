@@ -1,9 +1,23 @@
-"""Subcommands of the experiments role."""
+"""Subcommands of the evaluation bench: ``simulate`` and ``experiment {sweep,report,scores}``.
+
+Each ``experiment`` subcommand lives in its own module with ``register(sub)``, listed in
+``EXPERIMENT_MODULES``; this keeps the modules independent of one another.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+
+#: Modules contributing ``noisyanchor experiment <name>`` subcommands.
+EXPERIMENT_MODULES: tuple[str, ...] = ()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add this role's subcommands to the top-level parser."""
+    """Add ``simulate`` and the ``experiment`` group to the top-level parser."""
+    importlib.import_module("experiments.simulate_cli").register(sub)
+    if EXPERIMENT_MODULES:
+        group = sub.add_parser("experiment", help="sweeps, reports and evaluations")
+        inner = group.add_subparsers(dest="experiment_command", required=True, metavar="EXPERIMENT")
+        for name in EXPERIMENT_MODULES:
+            importlib.import_module(name).register(inner)

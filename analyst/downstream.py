@@ -1,0 +1,76 @@
+"""The analyst's downstream model, trained on the aligned training rows of ``Z``.
+
+Preprocessing is rotation-equivariant on purpose (center by the training mean, divide by one
+global scale): a classifier must not be able to undo or exploit a rotation per feature, so the
+methods are compared on what their alignment preserves. The default model (L2 logistic regression)
+is itself rotation invariant. Model selection, when validation rows exist, picks the
+regularisation on validation balanced accuracy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.errors import InvalidInputError
+from common.splits import TEST, TRAIN, VALIDATION
+
+#: Regularisation grid searched on validation rows (inverse strength ``C``).
+C_GRID = (0.01, 0.1, 1.0, 10.0)
+
+
+@dataclass(frozen=True)
+class Utility:
+    """Held-out balanced accuracy of the downstream classifier and the chosen ``C``."""
+
+    balanced_accuracy: float
+    validation_balanced_accuracy: float | None
+    c: float
+    n_train: int
+    n_test: int
+
+
+def _fit_predict(x_tr, y_tr, x_ev, c: float) -> np.ndarray:
+    from sklearn.linear_model import LogisticRegression
+
+    model = LogisticRegression(C=c, max_iter=2000, random_state=0)
+    return model.fit(x_tr, y_tr).predict(x_ev)
+
+
+def evaluate_utility(z: np.ndarray, labels: np.ndarray, tags: np.ndarray) -> Utility:
+    """Train on TRAIN rows, select ``C`` on VALIDATION rows (if any), score on TEST rows.
+
+    Parameters
+    ----------
+    z : (n, d) ndarray
+        Collaboration matrix ``Z``.
+    labels : (n,) ndarray
+    tags : (n,) ndarray of {0: train, 1: validation, 2: test}
+    """
+    try:
+        from sklearn.metrics import balanced_accuracy_score
+    except ImportError as err:  # pragma: no cover - depends on the install
+        raise InvalidInputError("utility needs scikit-learn: pip install 'noisyanchor[eval]'") \
+            from err
+    z = np.asarray(z, dtype=float)
+    labels = np.asarray(labels)
+    tags = np.asarray(tags)
+    if not (len(z) == len(labels) == len(tags)):
+        raise InvalidInputError(f"Z ({len(z)} rows), labels ({len(labels)}) and tags "
+                                f"({len(tags)}) must have the same length")
+    tr, va, te = (tags == TRAIN), (tags == VALIDATION), (tags == TEST)
+    if not tr.any() or not te.any():
+        raise InvalidInputError("utility needs both training and test rows")
+    mean = z[tr].mean(axis=0)
+    scale = float(np.sqrt(((z[tr] - mean) ** 2).mean())) or 1.0
+    x = (z - mean) / scale
+    best_c, val_score = 1.0, None
+    if va.any():
+        scores = [balanced_accuracy_score(labels[va], _fit_predict(x[tr], labels[tr], x[va], c))
+                  for c in C_GRID]
+        best = int(np.argmax(scores))
+        best_c, val_score = C_GRID[best], float(scores[best])
+    pred = _fit_predict(x[tr], labels[tr], x[te], best_c)
+    return Utility(float(balanced_accuracy_score(labels[te], pred)), val_score, best_c,
+                   int(tr.sum()), int(te.sum()))

@@ -1,0 +1,244 @@
+"""The whole protocol in one process: participants, analyst, colluder and attacker.
+
+Seeds: one root seed (OS entropy when omitted) drives everything through :class:`SeedPlan`, which
+names a separate stream per purpose. The multi-process demo derives every participant's seed and
+the dealer's shared seed from the same plan, so its collaboration matrix can be checked against
+this simulator's.
+
+References: SPEC.md sections 1-3.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from common.alignment import Alignment, align
+from common.attacks import Disclosure, relative_error, run_attacks
+from common.errors import InvalidInputError
+from common.gdp import (
+    DEFAULT_TRANSLATION_SCALE,
+    anchor_from_seed,
+    gaussian_projection,
+    key_from_seed,
+    sample_key,
+)
+from common.gopp import rotational_error
+from common.methods import Method, SecretState, Upload, make_upload
+from common.theory import phase_transition_v
+from common.validation import check_count, check_nonnegative
+from experiments.datasets import load_dataset
+from experiments.partition import split_tags, stratified_iid
+
+#: Stream identifiers of :class:`SeedPlan` (stable: changing them changes every result).
+_PURPOSES = {"data": 0, "partition": 1, "projection": 2, "shared": 3, "participant": 4,
+             "split": 5}
+
+
+class SeedPlan:
+    """Independent named random streams derived from one root seed."""
+
+    def __init__(self, seed: int | None) -> None:
+        self.root = np.random.SeedSequence(seed)
+
+    def _child(self, purpose: str, index: int = 0) -> np.random.SeedSequence:
+        return np.random.SeedSequence(self.root.entropy, spawn_key=(_PURPOSES[purpose], index))
+
+    def rng(self, purpose: str, index: int = 0) -> np.random.Generator:
+        """Generator for ``purpose`` (and ``index``, e.g. a participant)."""
+        return np.random.default_rng(self._child(purpose, index))
+
+    def int_seed(self, purpose: str, index: int = 0) -> int:
+        """A 64-bit integer seed for ``purpose``, for handing to another process's config."""
+        return int(self._child(purpose, index).generate_state(1, np.uint64)[0])
+
+    def shared_seed(self) -> bytes:
+        """The 256-bit seed the dealer shares (anchor and common C-GDP key derive from it)."""
+        return self._child("shared").generate_state(8, np.uint32).astype("<u4").tobytes()
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """Parameters of one in-process run (``noisyanchor simulate``)."""
+
+    dataset: str = "digits"
+    method: str = "aa-igdp-an"
+    participants: int = 10
+    anchors: int | None = None
+    dim: int | None = None
+    sigma: float = 0.0
+    v: float = 0.0
+    colluder: int | None = 0
+    seed: int | None = None
+    max_iter: int = 500
+    tol: float = 1e-7
+    test_fraction: float = 0.2
+    validation_fraction: float = 0.0
+    translation_scale: float = DEFAULT_TRANSLATION_SCALE
+    utility: bool = True
+
+
+@dataclass(frozen=True)
+class Federation:
+    """The prepared inputs of a run: each participant's records, labels, tags and seeds.
+
+    Attributes
+    ----------
+    x : list of (n_i, d_in) ndarrays
+        Participants' records in input space.
+    labels, tags : lists of (n_i,) ndarrays
+    projection : (d_in, h) ndarray or None
+        Public ``F``.
+    projection_seed : int
+        Public seed that generated ``F``.
+    shared_seed : bytes
+        Dealer's 256-bit seed (anchor, common key).
+    participant_seeds : list of int
+        Each participant's secret seed (keys and noise).
+    """
+
+    config: SimulationConfig
+    x: list[np.ndarray]
+    labels: list[np.ndarray]
+    tags: list[np.ndarray]
+    projection: np.ndarray | None
+    projection_seed: int
+    shared_seed: bytes
+    participant_seeds: list[int]
+
+    @property
+    def d(self) -> int:
+        """Working dimension ``d`` (``h`` with a projection)."""
+        return self.x[0].shape[1] if self.projection is None else self.projection.shape[1]
+
+    @property
+    def r(self) -> int:
+        """Anchor rows ``r`` (default ``4 d``, the paper's ratio)."""
+        return self.config.anchors or 4 * self.d
+
+    def working(self, i: int) -> np.ndarray:
+        """``X_i F`` (``X_i`` without a projection)."""
+        return self.x[i] if self.projection is None else self.x[i] @ self.projection
+
+
+def prepare(config: SimulationConfig) -> Federation:
+    """Load the data set, partition it and derive every seed of the run."""
+    method = Method.parse(config.method)
+    p = check_count(config.participants, "participants", minimum=2)
+    check_nonnegative(config.sigma, "sigma")
+    check_nonnegative(config.v, "v")
+    if config.colluder is not None and not 0 <= config.colluder < p:
+        raise InvalidInputError(f"colluder must be a participant index in [0, {p})")
+    plan = SeedPlan(config.seed)
+    data = load_dataset(config.dataset, plan.rng("data"))
+    projection_seed = plan.int_seed("projection")
+    projection = None
+    if config.dim is not None:
+        h = check_count(config.dim, "dim", minimum=1)
+        projection = gaussian_projection(data.x.shape[1], h,
+                                         np.random.default_rng(projection_seed))
+    parts = stratified_iid(data.y, p, plan.rng("partition"))
+    tags = split_tags(data.y, plan.rng("split"), test_fraction=config.test_fraction,
+                      validation_fraction=config.validation_fraction)
+    fed = Federation(config, [data.x[ix] for ix in parts], [data.y[ix] for ix in parts],
+                     [tags[ix] for ix in parts], projection, projection_seed, plan.shared_seed(),
+                     [plan.int_seed("participant", i) for i in range(p)])
+    if method.uses_anchor and fed.r < fed.d + 1:
+        raise InvalidInputError(f"anchors r={fed.r} must be >= d + 1 = {fed.d + 1}")
+    return fed
+
+
+def participant_upload(fed: Federation, i: int) -> tuple[Upload, SecretState]:
+    """Participant ``i``'s side of the protocol: keys from its own seed, then its one upload.
+
+    The same function runs inside a participant process, so both paths produce identical bytes.
+    """
+    cfg = fed.config
+    method = Method.parse(cfg.method)
+    rng = np.random.default_rng(fed.participant_seeds[i])
+    d = fed.d
+    if method.shared_key:
+        key = key_from_seed(fed.shared_seed, d, translation_scale=cfg.translation_scale)
+    else:
+        key = sample_key(d, rng, translation_scale=cfg.translation_scale)
+    anchor = anchor_from_seed(fed.shared_seed, fed.r, d) if method.uses_anchor else None
+    return make_upload(method, fed.working(i), key, anchor=anchor, sigma=cfg.sigma, v=cfg.v,
+                       rng=rng)
+
+
+@dataclass
+class SimulationResult:
+    """Everything a run produced; :meth:`summary` gives the JSON of ``simulate --json``."""
+
+    federation: Federation
+    uploads: list[Upload]
+    states: list[SecretState]
+    alignment: Alignment
+    reconstructions: dict[str, dict[int, np.ndarray]]
+    summary_data: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready summary (keys pinned by the issue)."""
+        return self.summary_data
+
+
+def simulate(config: SimulationConfig) -> SimulationResult:
+    """Run the whole protocol in-process and measure alignment, leakage and utility."""
+    start = time.perf_counter()
+    method = Method.parse(config.method)
+    fed = prepare(config)
+    p, d, r = config.participants, fed.d, fed.r
+    pairs = [participant_upload(fed, i) for i in range(p)]
+    uploads = [u for u, _ in pairs]
+    states = [s for _, s in pairs]
+    alignment = align(method, [u.data for u in uploads],
+                      [u.anchor for u in uploads] if method.uses_anchor else None,
+                      max_iter=config.max_iter, tol=config.tol)
+
+    solver = {"iterations": 0, "converged": True, "certified": None, "certificate_min_eig": None,
+              "seconds": 0.0, **alignment.solver}
+    solver["rotational_error"] = rotational_error(
+        np.stack([s.key.rotation for s in states]), alignment.rotations)
+
+    reconstructions: dict[str, dict[int, np.ndarray]] = {}
+    attacks: dict[str, dict[str, Any]] = {}
+    if config.colluder is not None and method.attacks:
+        c = config.colluder
+        anchor = anchor_from_seed(fed.shared_seed, r, d) if method.uses_anchor else None
+        disclosure = Disclosure(c, fed.working(c), states[c].key, anchor)
+        reconstructions = run_attacks(method, disclosure, [u.data for u in uploads],
+                                      [u.anchor for u in uploads], alignment.rotations)
+        for name, per_target in reconstructions.items():
+            errors = {i: relative_error(x_hat, fed.working(i)) for i, x_hat in per_target.items()}
+            attacks[name] = {"relative_error": float(np.mean(list(errors.values()))),
+                             "per_target": {str(i): e for i, e in errors.items()}}
+
+    utility: dict[str, Any] | None = None
+    if config.utility:
+        from analyst.downstream import evaluate_utility
+
+        util = evaluate_utility(alignment.z, np.concatenate(fed.labels), np.concatenate(fed.tags))
+        utility = asdict(util)
+
+    summary = {
+        "method": method.value,
+        "dataset": config.dataset,
+        "participants": p,
+        "records": int(sum(len(x) for x in fed.x)),
+        "dim": d,
+        "projected": fed.projection is not None,
+        "anchors": r if method.uses_anchor else None,
+        "sigma": config.sigma,
+        "v": config.v,
+        "v_pt": phase_transition_v(p, d, r) if r >= d + 1 else None,
+        "colluder": config.colluder,
+        "seed": config.seed,
+        "solver": solver,
+        "attacks": attacks,
+        "utility": utility,
+        "seconds": time.perf_counter() - start,
+    }
+    return SimulationResult(fed, uploads, states, alignment, reconstructions, summary)
