@@ -10,7 +10,7 @@ import argparse
 import importlib
 
 #: Modules contributing ``noisyanchor experiment <name>`` subcommands.
-EXPERIMENT_MODULES: tuple[str, ...] = ()
+EXPERIMENT_MODULES: tuple[str, ...] = ("experiments.sweep", "experiments.report")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

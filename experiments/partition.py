@@ -45,3 +45,68 @@ def split_tags(
         tags[idx[:n_test]] = TEST
         tags[idx[n_test:n_test + n_val]] = VALIDATION
     return tags
+
+
+def label_skewed(
+    y: np.ndarray, p: int, rng: np.random.Generator, *, alpha: float = 0.5, min_records: int = 2,
+    max_tries: int = 100,
+) -> list[np.ndarray]:
+    """Label-skewed non-IID partition: each class is split across participants in proportions
+    drawn from ``Dirichlet(alpha 1_p)`` (small ``alpha``: strong skew).
+
+    Draws again (at most ``max_tries`` times) until every participant holds ``min_records``.
+    Returns ``p`` sorted index arrays covering ``range(len(y))`` exactly once.
+    """
+    p = check_count(p, "participants", minimum=2)
+    if not alpha > 0:
+        raise InvalidInputError(f"alpha must be > 0, got {alpha}")
+    y = np.asarray(y)
+    if len(y) < min_records * p:
+        raise InvalidInputError(f"{len(y)} records are too few for {p} participants")
+    for _ in range(max_tries):
+        parts: list[list[int]] = [[] for _ in range(p)]
+        for label in np.unique(y):
+            idx = rng.permutation(np.flatnonzero(y == label))
+            cuts = (np.cumsum(rng.dirichlet(np.full(p, alpha)))[:-1] * len(idx)).astype(int)
+            for k, chunk in enumerate(np.split(idx, cuts)):
+                parts[k].extend(int(j) for j in chunk)
+        if min(len(part) for part in parts) >= min_records:
+            return [np.sort(np.asarray(part, dtype=np.int64)) for part in parts]
+    raise InvalidInputError(f"no Dirichlet({alpha}) draw in {max_tries} gave every participant "
+                            f"{min_records} records; raise alpha")
+
+
+def identity_disjoint(
+    ids: np.ndarray, rng: np.random.Generator, *, test_fraction: float = 0.2,
+    validation_fraction: float = 0.1,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Identity-disjoint split (the paper's CelebA protocol).
+
+    Identities, not records, are dealt to TRAIN / VALIDATION / TEST, so no identity spans two
+    splits; one record of every identity with at least two records is set aside as its held-out
+    reference, kept out of every upload (the clean gallery of cross-record identity linkage).
+
+    Returns
+    -------
+    tags : (n,) int8 ndarray
+        TRAIN / VALIDATION / TEST per record (by its identity).
+    reference : (n,) bool ndarray
+        True for the one held-out reference record per identity.
+    """
+    if not 0 < test_fraction < 1 or not 0 <= validation_fraction < 1 - test_fraction:
+        raise InvalidInputError("need 0 < test_fraction < 1 and "
+                                "0 <= validation_fraction < 1 - test_fraction")
+    ids = np.asarray(ids)
+    people = rng.permutation(np.unique(ids))
+    n_test = round(test_fraction * len(people))
+    n_val = round(validation_fraction * len(people))
+    split_of = dict.fromkeys(people[n_test + n_val:].tolist(), TRAIN)
+    split_of.update(dict.fromkeys(people[:n_test].tolist(), TEST))
+    split_of.update(dict.fromkeys(people[n_test:n_test + n_val].tolist(), VALIDATION))
+    tags = np.asarray([split_of[k] for k in ids.tolist()], dtype=np.int8)
+    reference = np.zeros(len(ids), dtype=bool)
+    for person in people:
+        rows = np.flatnonzero(ids == person)
+        if len(rows) >= 2:
+            reference[rng.choice(rows)] = True
+    return tags, reference

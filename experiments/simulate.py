@@ -23,15 +23,14 @@ from common.gdp import (
     DEFAULT_TRANSLATION_SCALE,
     anchor_from_seed,
     gaussian_projection,
-    key_from_seed,
-    sample_key,
 )
 from common.gopp import rotational_error
-from common.methods import Method, SecretState, Upload, make_upload
+from common.methods import Method, SecretState, Upload
 from common.theory import phase_transition_v
 from common.validation import check_count, check_nonnegative
 from experiments.datasets import load_dataset
 from experiments.partition import split_tags, stratified_iid
+from participant.compute import compute_upload
 
 #: Stream identifiers of :class:`SeedPlan` (stable: changing them changes every result).
 _PURPOSES = {"data": 0, "partition": 1, "projection": 2, "shared": 3, "participant": 4,
@@ -154,19 +153,14 @@ def prepare(config: SimulationConfig) -> Federation:
 def participant_upload(fed: Federation, i: int) -> tuple[Upload, SecretState]:
     """Participant ``i``'s side of the protocol: keys from its own seed, then its one upload.
 
-    The same function runs inside a participant process, so both paths produce identical bytes.
+    The participant process calls the same :func:`participant.compute.compute_upload`, so both
+    paths produce identical bytes.
     """
     cfg = fed.config
-    method = Method.parse(cfg.method)
-    rng = np.random.default_rng(fed.participant_seeds[i])
-    d = fed.d
-    if method.shared_key:
-        key = key_from_seed(fed.shared_seed, d, translation_scale=cfg.translation_scale)
-    else:
-        key = sample_key(d, rng, translation_scale=cfg.translation_scale)
-    anchor = anchor_from_seed(fed.shared_seed, fed.r, d) if method.uses_anchor else None
-    return make_upload(method, fed.working(i), key, anchor=anchor, sigma=cfg.sigma, v=cfg.v,
-                       rng=rng)
+    return compute_upload(cfg.method, fed.working(i),
+                          np.random.default_rng(fed.participant_seeds[i]),
+                          shared_seed=fed.shared_seed, anchors=fed.r, sigma=cfg.sigma, v=cfg.v,
+                          translation_scale=cfg.translation_scale)
 
 
 @dataclass
@@ -185,11 +179,17 @@ class SimulationResult:
         return self.summary_data
 
 
-def simulate(config: SimulationConfig) -> SimulationResult:
-    """Run the whole protocol in-process and measure alignment, leakage and utility."""
+def simulate(config: SimulationConfig, federation: Federation | None = None) -> SimulationResult:
+    """Run the whole protocol in-process and measure alignment, leakage and utility.
+
+    ``federation`` runs on already prepared inputs (the sweep's public-pool-held-out split);
+    its own ``config`` is then used and ``config`` must be that same object.
+    """
     start = time.perf_counter()
+    if federation is not None and federation.config is not config:
+        raise InvalidInputError("simulate(config, federation) needs config is federation.config")
     method = Method.parse(config.method)
-    fed = prepare(config)
+    fed = prepare(config) if federation is None else federation
     p, d, r = config.participants, fed.d, fed.r
     pairs = [participant_upload(fed, i) for i in range(p)]
     uploads = [u for u, _ in pairs]

@@ -1,0 +1,326 @@
+"""``noisyanchor experiment sweep``: noise draws per method on a fixed deployment, measuring
+honest-setting utility, every attack's linkage and error, and solver diagnostics.
+
+Design:
+* The deployment (data, pool, partition, ``F``, anchor, auditor, galleries) is fixed per ``p``
+  (:mod:`experiments.bench`); each draw varies the participants' keys and noise only.
+* Noise levels are drawn uniformly from a seeded stream: ``sigma`` in ``sigma_range`` for
+  AA-I-GDP (private-data noise), ``v`` in ``v_range`` for AA-I-GDP (anchor noise). Every
+  AA-I-GDP-pn draw is paired with the C-GDP-pn run coupled to it (SPEC.md section 2, Corollary
+  3.3 of the paper): common key ``(O_s, Psi_s)`` and noise ``W'_i = W_i O_i^T O_s``.
+* Noiseless controls (C-GDP, AA-I-GDP, I-GDP) are separate rows with ``control: true``.
+* Rows are appended to ``rows.jsonl`` as they finish, keyed by ``(p, method, draw)``: a killed
+  sweep restarted with the same arguments skips the keys already written.
+* Draws run in a process pool (default 2 workers, one BLAS thread each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from common.alignment import align
+from common.attacks import Disclosure, relative_error, run_attacks
+from common.errors import InvalidInputError
+from common.methods import Method, make_upload
+from common.theory import phase_transition_v
+from experiments.bench import Bench, BenchConfig, prepare_bench
+from experiments.linkage import linkage_accuracy
+from experiments.simulate import simulate
+
+#: Controls run once per ``p`` without noise.
+CONTROLS = (Method.C_GDP, Method.AA_IGDP, Method.I_GDP)
+#: Swept methods (C-GDP-pn rows come paired with AA-I-GDP-pn draws).
+SWEPT = (Method.AA_IGDP_PN, Method.AA_IGDP_AN)
+#: Stable stream codes per method (changing them changes every result).
+_CODES = {m: k for k, m in enumerate(Method)}
+#: Draw index of control rows.
+CONTROL_DRAW = -1
+ROWS_FILE, META_FILE = "rows.jsonl", "meta.json"
+
+
+def noise_levels(cfg: BenchConfig, p: int, method: Method) -> np.ndarray:
+    """The ``cfg.draws`` noise levels of ``method`` (uniform over its range, seeded)."""
+    lo, hi = cfg.v_range if method.anchor_noise else cfg.sigma_range
+    rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(3, p, _CODES[method])))
+    return rng.uniform(lo, hi, cfg.draws)
+
+
+def _participant_seeds(cfg: BenchConfig, p: int, method: Method, draw: int) -> list[int]:
+    seq = np.random.SeedSequence(cfg.seed, spawn_key=(2, p, _CODES[method], draw + 1))
+    return [int(s) for s in seq.generate_state(p, np.uint64)]
+
+
+def tasks(cfg: BenchConfig) -> Iterator[tuple[int, str, int, float]]:
+    """``(p, method, draw, level)`` in run order: controls first, then draws interleaved."""
+    for p in cfg.participants:
+        for m in CONTROLS:
+            yield p, m.value, CONTROL_DRAW, 0.0
+        levels = {m: noise_levels(cfg, p, m) for m in SWEPT}
+        for draw in range(cfg.draws):
+            for m in SWEPT:
+                yield p, m.value, draw, float(levels[m][draw])
+
+
+def task_keys(task: tuple[int, str, int, float]) -> list[tuple[int, str, int]]:
+    """Row keys one task writes (an AA-I-GDP-pn task also writes its coupled C-GDP-pn row)."""
+    p, method, draw, _ = task
+    keys = [(p, method, draw)]
+    if method == Method.AA_IGDP_PN.value:
+        keys.append((p, Method.C_GDP_PN.value, draw))
+    return keys
+
+
+class _Replay:
+    """A generator stand-in whose one normal draw is a given array: it hands the coupled noise
+    ``W'_i`` to :func:`common.methods.make_upload` so the C-GDP-pn upload runs the engine's code.
+    """
+
+    def __init__(self, w: np.ndarray) -> None:
+        self._w = w
+
+    def standard_normal(self, shape: tuple[int, ...]) -> np.ndarray:
+        if tuple(shape) != self._w.shape:
+            raise InvalidInputError(f"coupled noise has shape {self._w.shape}, not {shape}")
+        return self._w
+
+
+class _Decoder:
+    """Per-bench lookups: where each bank record sits, and ``F^+``."""
+
+    def __init__(self, bench: Bench) -> None:
+        n = len(bench.bank)
+        self.owner = np.full(n, -1)
+        self.position = np.full(n, -1)
+        for i, rows in enumerate(bench.rows):
+            self.owner[rows] = i
+            self.position[rows] = np.arange(len(rows))
+        f = bench.federation.projection
+        self.f_pinv = None if f is None else np.linalg.pinv(f)
+
+    def decode(self, x_hat: np.ndarray) -> np.ndarray:
+        """Working-space estimate to input space: ``X^ F^+``."""
+        return x_hat if self.f_pinv is None else x_hat @ self.f_pinv
+
+    def gather(self, per_target: dict[int, np.ndarray], queries: np.ndarray) -> np.ndarray:
+        """Decoded reconstructions of the bank records ``queries``."""
+        rows = np.stack([per_target[int(self.owner[q])][self.position[q]] for q in queries])
+        return self.decode(rows)
+
+
+def measure(
+    bench: Bench, decoder: _Decoder, reconstructions: dict[str, dict[int, np.ndarray]],
+    with_grid: bool,
+) -> dict[str, Any]:
+    """Linkage (exact-source and, with ids, identity), relative error and grid per attack."""
+    fed = bench.federation
+    out: dict[str, Any] = {"linkage": {}, "identity_linkage": None, "relative_error": {},
+                           "relative_error_per_target": {}, "grid": None}
+    if bench.identity is not None:
+        out["identity_linkage"] = {}
+    if with_grid and reconstructions:
+        out["grid"] = {}
+    for name, per_target in reconstructions.items():
+        errors = {i: relative_error(x_hat, fed.working(i)) for i, x_hat in per_target.items()}
+        out["relative_error"][name] = float(np.mean(list(errors.values())))
+        out["relative_error_per_target"][name] = {str(i): e for i, e in errors.items()}
+        q = bench.auditor.embed(decoder.gather(per_target, bench.exact.queries))
+        out["linkage"][name] = linkage_accuracy(q, bench.bank_embeddings, bench.exact)
+        if bench.identity is not None:
+            q = bench.auditor.embed(decoder.gather(per_target, bench.identity.queries))
+            out["identity_linkage"][name] = linkage_accuracy(q, bench.bank_embeddings,
+                                                             bench.identity)
+        if out["grid"] is not None:
+            out["grid"][name] = np.round(decoder.gather(per_target, bench.grid), 4).tolist()
+    return out
+
+
+def _solver(diag: dict[str, Any]) -> dict[str, Any]:
+    keys = ("name", "iterations", "converged", "certified", "certificate_min_eig",
+            "fixed_point_residual", "gopp_residual", "seconds", "rotational_error")
+    return {k: diag.get(k) for k in keys}
+
+
+def run_task(bench: Bench, decoder: _Decoder, task: tuple[int, str, int, float]) -> list[dict]:
+    """Run one draw (or control) and return its row(s)."""
+    start = time.perf_counter()
+    p, method_name, draw, level = task
+    method = Method.parse(method_name)
+    cfg = bench.config
+    fed0 = bench.federation
+    sim = dataclasses.replace(fed0.config, method=method.value,
+                              sigma=level if method.data_noise else 0.0,
+                              v=level if method.anchor_noise else 0.0)
+    fed = dataclasses.replace(fed0, config=sim,
+                              participant_seeds=_participant_seeds(cfg, p, method, draw))
+    res = simulate(sim, federation=fed)
+    summary = res.summary()
+    with_grid = draw == CONTROL_DRAW or draw % cfg.grid_every == 0
+    base = {"p": p, "draw": draw, "control": draw == CONTROL_DRAW, "sigma": sim.sigma,
+            "v": sim.v, "noise": level, "d": fed.d, "r": fed.r,
+            "v_pt": summary["v_pt"]}
+    row = {**base, "method": method.value,
+           "utility": summary["utility"]["balanced_accuracy"],
+           "validation_utility": summary["utility"]["validation_balanced_accuracy"],
+           "solver": _solver(summary["solver"]),
+           **measure(bench, decoder, res.reconstructions, with_grid)}
+    rows = [row]
+    if method is Method.AA_IGDP_PN:
+        rows.append({**base, "method": Method.C_GDP_PN.value,
+                     **_coupled_c_gdp_pn(bench, decoder, res, with_grid)})
+        row["pair_z_rel_diff"] = rows[1]["pair_z_rel_diff"]
+    seconds = time.perf_counter() - start
+    for r in rows:
+        r["seconds"] = seconds
+    return rows
+
+
+def _coupled_c_gdp_pn(bench: Bench, decoder: _Decoder, aa, with_grid: bool) -> dict[str, Any]:
+    """C-GDP-pn coupled to an AA-I-GDP-pn run: ``(O, Psi) = (O_s, Psi_s)``,
+    ``W'_i = W_i O_i^T O_s`` (SPEC.md section 2); returns its row fields and
+    ``||Z_aa - Z_c||_F / ||Z_aa||_F``."""
+    from analyst.downstream import evaluate_utility
+
+    fed = aa.federation
+    sigma = fed.config.sigma
+    s = int(aa.alignment.solver.get("reference", 0))
+    common = aa.states[s].key
+    blocks = []
+    for i, state in enumerate(aa.states):
+        w = (state.data_noise @ state.key.rotation.T @ common.rotation / sigma if sigma
+             else np.zeros_like(state.data_noise))
+        up, _ = make_upload(Method.C_GDP_PN, fed.working(i), common, sigma=sigma, rng=_Replay(w))
+        blocks.append(up.data)
+    t0 = time.perf_counter()
+    alignment = align(Method.C_GDP_PN, blocks)
+    c = fed.config.colluder
+    recon = run_attacks(Method.C_GDP_PN, Disclosure(c, fed.working(c), common), blocks)
+    util = evaluate_utility(alignment.z, np.concatenate(fed.labels), np.concatenate(fed.tags))
+    z_aa = aa.alignment.z
+    return {"utility": util.balanced_accuracy,
+            "validation_utility": util.validation_balanced_accuracy,
+            "solver": {**_solver(alignment.solver), "seconds": time.perf_counter() - t0},
+            "pair_z_rel_diff": float(np.linalg.norm(z_aa - alignment.z) / np.linalg.norm(z_aa)),
+            **measure(bench, decoder, recon, with_grid)}
+
+
+# Worker state: one prepared bench per p, built once per process from the config.
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(cfg_dict: dict[str, Any]) -> None:
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)  # one BLAS thread per worker: both cores, no oversubscription
+    _WORKER["cfg"] = BenchConfig.from_dict(cfg_dict)
+    _WORKER["benches"] = {}
+
+
+def _worker_run(task: tuple[int, str, int, float]) -> list[dict]:
+    benches = _WORKER["benches"]
+    p = task[0]
+    if p not in benches:
+        bench = prepare_bench(_WORKER["cfg"], p)
+        benches[p] = (bench, _Decoder(bench))
+    return run_task(*benches[p], task)
+
+
+def done_keys(path: Path) -> set[tuple[int, str, int]]:
+    """Keys of the rows already in ``rows.jsonl`` (a torn last line is ignored)."""
+    keys = set()
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            keys.add((row["p"], row["method"], row["draw"]))
+    return keys
+
+
+def bench_meta(bench: Bench) -> dict[str, Any]:
+    """Per-``p`` facts the report needs without reloading data: sizes, ``v_PT``, grid originals
+    and their projection-only control ``X F F^+``."""
+    fed = bench.federation
+    d, r, p = fed.d, fed.r, len(fed.x)
+    grid = bench.bank[bench.grid]
+    f = fed.projection
+    floor = grid if f is None else grid @ f @ np.linalg.pinv(f)
+    return {"p": p, "d": d, "r": r, "v_pt": phase_transition_v(p, d, r),
+            "records": int(sum(len(x) for x in fed.x)), "public_records": int(bench.public.sum()),
+            "input_dim": int(bench.bank.shape[1]), "image_shape": bench.data.image_shape,
+            "has_identities": bench.identity is not None,
+            "grid_labels": bench.data.y[bench.grid].tolist(),
+            "grid_original": np.round(grid, 4).tolist(),
+            "grid_projection_floor": np.round(floor, 4).tolist()}
+
+
+def run_sweep(cfg: BenchConfig, out: Path, *, progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) the sweep into ``out/rows.jsonl``; returns counts and wall time."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows_path = out / ROWS_FILE
+    meta_path = out / META_FILE
+    meta = {"config": cfg.to_dict(),
+            "benches": {str(p): bench_meta(prepare_bench(cfg, p)) for p in cfg.participants}}
+    if meta_path.exists():
+        old = json.loads(meta_path.read_text())
+        if old["config"] != json.loads(json.dumps(meta["config"])):
+            raise InvalidInputError(f"{out} holds a sweep with another config; use a new --out")
+    meta_path.write_text(json.dumps(meta))
+    done = done_keys(rows_path)
+    todo = [t for t in tasks(cfg) if not all(k in done for k in task_keys(t))]
+    total = sum(1 for _ in tasks(cfg))
+    start = time.perf_counter()
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, initial=total - len(todo), unit="draw", disable=not progress,
+               desc="sweep")
+    ctx = multiprocessing.get_context("fork")  # workers inherit the imported modules
+    written = 0
+    with open(rows_path, "a") as fh, ctx.Pool(cfg.workers, _init_worker,
+                                              (cfg.to_dict(),)) as pool:
+        for rows in pool.imap_unordered(_worker_run, todo):
+            for row in rows:
+                if (row["p"], row["method"], row["draw"]) not in done:
+                    fh.write(json.dumps(row) + "\n")
+                    written += 1
+            fh.flush()
+            bar.update(1)
+    bar.close()
+    return {"out": str(out), "tasks": total, "ran": len(todo), "rows_written": written,
+            "seconds": time.perf_counter() - start, "workers": cfg.workers}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``experiment sweep``."""
+    ps = sub.add_parser("sweep", help="noise draws per method: utility, leakage, solver "
+                        "diagnostics (resumable)")
+    ps.add_argument("--config", required=True, help="experiment TOML (experiments/configs/)")
+    ps.add_argument("--out", required=True, help="results folder (rows.jsonl, meta.json)")
+    ps.add_argument("--draws", type=int, default=None, help="override draws per method")
+    ps.add_argument("--workers", type=int, default=None, help="override worker processes")
+    ps.add_argument("--seed", type=int, default=None, help="override the root seed")
+    ps.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    ps.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    ps.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    cfg = BenchConfig.from_toml(args.config, draws=args.draws, workers=args.workers,
+                                seed=args.seed)
+    result = run_sweep(cfg, Path(args.out), progress=not args.no_progress)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"sweep {cfg.name}: {result['ran']} of {result['tasks']} tasks run, "
+              f"{result['rows_written']} rows written to {result['out']}/{ROWS_FILE} in "
+              f"{result['seconds']:.1f} s on {result['workers']} workers")
+    return 0
