@@ -1,0 +1,167 @@
+"""Noise calibration of the Gaussian mechanism: analytic (Balle and Wang, 2018) and classic.
+
+References
+----------
+SPEC.md section 5 ("Calibration"); ScoreShield paper, Lemma 2.6 (classic) and Theorem C.12
+(analytic Gaussian calibration); B. Balle and Y.-X. Wang, "Improving the Gaussian mechanism for
+differential privacy: analytical calibration and optimal denoising", ICML 2018, Theorem 8.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.optimize import brentq
+from scipy.special import log_ndtr
+
+from common.errors import InvalidInputError
+from common.validation import check_positive
+
+#: Calibration methods accepted by :func:`calibrate_sigma`.
+CALIBRATION_METHODS = ("analytic", "classic")
+
+
+def check_epsilon_delta(epsilon: float, delta: float) -> tuple[float, float]:
+    """Return ``(epsilon, delta)`` as floats, checking ``epsilon > 0`` and ``0 < delta < 1``."""
+    eps = check_positive(epsilon, "epsilon")
+    try:
+        dlt = float(delta)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"delta must be a number in (0, 1), got {delta!r}") from None
+    if not (math.isfinite(dlt) and 0.0 < dlt < 1.0):
+        raise InvalidInputError(f"delta must be a number in (0, 1), got {delta!r}")
+    return eps, dlt
+
+
+def _log_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
+    """``ln delta(sigma)`` of the Gaussian mechanism, computed in log space.
+
+    ``delta = Phi(a) - e^eps Phi(b)`` with ``a = Delta/(2 sigma) - eps sigma/Delta`` and
+    ``b = -Delta/(2 sigma) - eps sigma/Delta``. Both terms underflow double precision for large
+    ``eps`` (``e^eps`` overflows beyond eps ~ 709), so we combine their logarithms from
+    ``scipy.special.log_ndtr``: ``ln delta = la + log1p(-exp(lb - la))``.
+    """
+    ratio = sensitivity / sigma
+    a = 0.5 * ratio - epsilon / ratio
+    b = -0.5 * ratio - epsilon / ratio
+    la = float(log_ndtr(a))
+    lb = epsilon + float(log_ndtr(b))
+    if lb >= la:  # only through rounding: the true delta is > 0 for every finite sigma
+        return -math.inf
+    return la + math.log1p(-math.exp(lb - la))
+
+
+def gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
+    """The smallest ``delta`` for which ``N(0, sigma^2)`` noise gives (epsilon, delta)-DP.
+
+    Balle and Wang's exact characterisation (paper Theorem C.12, eq. (26)):
+    ``delta(sigma) = Phi(Delta/(2 sigma) - eps sigma/Delta) - e^eps Phi(-Delta/(2 sigma) -
+    eps sigma/Delta)``, evaluated in log space so it stays accurate for large epsilon.
+
+    Parameters
+    ----------
+    sigma : float
+        Noise standard deviation ``sigma > 0``.
+    epsilon : float
+        Privacy parameter ``epsilon > 0``.
+    sensitivity : float
+        L2 (Frobenius) sensitivity ``Delta > 0`` of the released statistic.
+
+    Returns
+    -------
+    delta : float
+        In ``[0, 1)``.
+    """
+    sig = check_positive(sigma, "sigma")
+    eps = check_positive(epsilon, "epsilon")
+    sens = check_positive(sensitivity, "sensitivity")
+    return math.exp(_log_gaussian_delta(sig, eps, sens))
+
+
+def classic_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """Classic Gaussian calibration ``sigma = Delta sqrt(2 ln(1.25/delta)) / epsilon``.
+
+    Valid only for ``epsilon < 1`` (paper Lemma 2.6; Dwork and Roth, Theorem A.1).
+
+    Raises
+    ------
+    InvalidInputError
+        When ``epsilon >= 1``: the classic bound does not hold there; use ``method="analytic"``.
+    """
+    eps, dlt = check_epsilon_delta(epsilon, delta)
+    sens = check_positive(sensitivity, "sensitivity")
+    if eps >= 1.0:
+        raise InvalidInputError(
+            f"epsilon must be < 1 for the classic Gaussian calibration, got {epsilon!r}; "
+            "use method='analytic' (valid for every epsilon > 0)")
+    return sens * math.sqrt(2.0 * math.log(1.25 / dlt)) / eps
+
+
+def analytic_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """Smallest ``sigma`` with ``gaussian_delta(sigma, epsilon, sensitivity) <= delta``.
+
+    ``delta(sigma)`` is strictly decreasing in ``sigma`` (Balle and Wang, Lemma 7), so the root
+    of ``ln delta(sigma) - ln delta`` is unique; it is bracketed on ``t = ln(sigma/Delta)`` and
+    found by :func:`scipy.optimize.brentq`. The returned value is nudged up by a few ulps if
+    needed so that the target is met, never missed.
+    """
+    eps, dlt = check_epsilon_delta(epsilon, delta)
+    sens = check_positive(sensitivity, "sensitivity")
+    log_target = math.log(dlt)
+
+    def excess(t: float) -> float:
+        return _log_gaussian_delta(sens * math.exp(t), eps, sens) - log_target
+
+    # Bracket: delta -> 1/2 or more as sigma -> 0 and -> 0 as sigma -> inf; widen geometrically.
+    lo, hi = -1.0, 1.0
+    while excess(lo) <= 0.0:
+        lo -= 2.0
+        if lo < -60.0:  # sigma < 1e-26 Delta already meets delta: degenerate request
+            break
+    while excess(hi) > 0.0:
+        hi += 2.0
+        if hi > 60.0:
+            raise InvalidInputError(
+                f"no finite sigma meets delta={delta!r} at epsilon={epsilon!r}")
+    t = brentq(excess, lo, hi, xtol=1e-14, rtol=4 * np.finfo(float).eps, maxiter=500)
+    sigma = sens * math.exp(t)
+    for _ in range(64):  # brentq returns a point within xtol of the root, possibly below it
+        # compare in the same (linear) units gaussian_delta reports, so the promise holds there
+        if math.exp(_log_gaussian_delta(sigma, eps, sens)) <= dlt:
+            break
+        sigma = math.nextafter(sigma, math.inf) * (1.0 + 1e-15)
+    return sigma
+
+
+def calibrate_sigma(
+    epsilon: float, delta: float, sensitivity: float, method: str = "analytic"
+) -> float:
+    """Noise standard deviation ``sigma`` of the Gaussian mechanism for (epsilon, delta)-DP.
+
+    Parameters
+    ----------
+    epsilon : float
+        ``epsilon > 0``. The classic method additionally requires ``epsilon < 1``.
+    delta : float
+        ``0 < delta < 1``.
+    sensitivity : float
+        L2 / Frobenius sensitivity ``Delta > 0`` of the released statistic under the chosen
+        adjacency (see :mod:`common.scoreshield.sensitivity`).
+    method : {"analytic", "classic"}
+        ``"analytic"``: Balle-Wang, the smallest ``sigma`` meeting ``delta`` (Theorem C.12);
+        ``"classic"``: ``Delta sqrt(2 ln(1.25/delta)) / epsilon`` (Lemma 2.6).
+
+    Returns
+    -------
+    sigma : float
+
+    References
+    ----------
+    SPEC.md section 5 (Calibration); ScoreShield paper Lemma 2.6 and Theorem C.12.
+    """
+    if method == "analytic":
+        return analytic_sigma(epsilon, delta, sensitivity)
+    if method == "classic":
+        return classic_sigma(epsilon, delta, sensitivity)
+    raise InvalidInputError(f"method must be one of {CALIBRATION_METHODS}, got {method!r}")

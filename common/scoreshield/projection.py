@@ -1,0 +1,274 @@
+"""Projection of a symmetric matrix onto the correlation matrices (the elliptope).
+
+The feasible set of cosine Gram matrices is ``C = C_psd ∩ C_box`` with ``C_psd = {S ⪰ 0}`` and
+``C_box = {diag(S) = 1, |S_ij| <= 1}`` (paper eq. (8) / (352)). Two solvers share the two
+closed-form projectors:
+
+- ``"aap"``: averaged alternating projections ``S <- (P_psd(S) + P_box(S)) / 2`` (paper eq. (9),
+  Algorithm 6), a feasibility method: its limit is feasible but in general not the nearest point.
+- ``"dykstra"``: Dykstra's algorithm with the same two projectors (paper Algorithm 7,
+  Theorem J.18), which converges to the Frobenius metric projection ``P_C(M)``. Since
+  ``C_psd ∩ {diag = 1}`` already implies ``|S_ij| <= 1`` (paper Lemma C.22), this is the same
+  point as Higham's nearest correlation matrix.
+
+Both end with the same normalisation so the output is feasible to rounding error whatever the
+iteration count: one PSD projection, the congruence ``D^{-1/2} X D^{-1/2}`` (``D = diag(X)``), which
+keeps ``X`` PSD and makes the diagonal 1, then a clip of the off-diagonal entries to ``[-1, 1]``
+(a no-op up to rounding, by Cauchy-Schwarz for PSD matrices with unit diagonal). The extracted
+paper text lost Algorithm 6's body, so this final step follows SPEC.md section 5 and the issue.
+Post-processing of a DP release, so none of this changes the privacy guarantee (Lemma 2.8).
+
+References
+----------
+SPEC.md section 5; ScoreShield paper Section 3.2 ("Fast Projection via Averaged Alternating
+Projections"), Appendix J.4 (eqs. (352)-(355)), J.7 (Dykstra, Theorem J.18), K.1 (stopping rule:
+relative Frobenius change below a tolerance).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+from common.errors import InvalidInputError
+from common.validation import as_matrix, check_count, check_positive
+
+#: Solvers accepted by :func:`project_correlation`.
+PROJECTION_METHODS = ("aap", "dykstra")
+
+#: Diagonal entries at or below this after the final PSD step are treated as zero: that row and
+#: column are replaced by the unit vector (still PSD, unit diagonal).
+_DIAG_FLOOR = 1e-12
+
+
+@dataclass(frozen=True)
+class ProjectionResult:
+    """Output of :func:`project_correlation`.
+
+    Attributes
+    ----------
+    matrix : (n, n) ndarray
+        The released correlation matrix ``S_hat``: symmetric, PSD, unit diagonal, ``|S_ij| <= 1``.
+    method : str
+        ``"aap"`` or ``"dykstra"``.
+    iterations : int
+        Iterations run (each one PSD projection and one box projection).
+    converged : bool
+        Whether the stopping rule was met before ``max_iter``.
+    relative_change : float
+        ``||S_{k+1} - S_k||_F / max(||S_k||_F, 1)`` at the last iteration (the paper's rule).
+    residual : float
+        Feasibility gap at the last iteration before normalisation,
+        ``||P_psd(.) - P_box(.)||_F`` of the two half-steps (absolute). The box half-step has unit
+        diagonal, bounded entries and ``lambda_min >= -residual``.
+    normalization_shift : float
+        ``||S_hat - X||_F`` where ``X`` is the last iterate before the final normalisation.
+    distance_to_input : float
+        ``||S_hat - M||_F`` to the symmetrised input ``M``.
+    min_eigenvalue : float
+        ``lambda_min(S_hat)`` (>= -1e-8 up to rounding).
+    max_diag_error : float
+        ``max_i |S_hat_ii - 1|``.
+    max_abs_entry : float
+        ``max_ij |S_hat_ij|``.
+    seconds : float
+        Wall time of the projection including the final normalisation.
+    """
+
+    matrix: np.ndarray
+    method: str
+    iterations: int
+    converged: bool
+    relative_change: float
+    residual: float
+    normalization_shift: float
+    distance_to_input: float
+    min_eigenvalue: float
+    max_diag_error: float
+    max_abs_entry: float
+    seconds: float
+
+
+def symmetrize(matrix: np.ndarray) -> np.ndarray:
+    """``(M + M^T) / 2`` (paper eq. (23)); a DP post-processing step."""
+    return 0.5 * (matrix + matrix.T)
+
+
+def project_psd(matrix: np.ndarray) -> np.ndarray:
+    """``P_psd(S) = V max(Lambda, 0) V^T`` for symmetric ``S = V Lambda V^T`` (paper eq. (10)).
+
+    Uses ``scipy.linalg.eigh`` (LAPACK ``syevd``). The product is formed from whichever of the
+    positive or negative eigenpairs is the smaller set: ``S - V_- Lambda_- V_-^T`` when few
+    eigenvalues are negative, which is the common case near convergence.
+    """
+    w, v = scipy.linalg.eigh(matrix, driver="evd", check_finite=False)
+    neg = w < 0.0
+    n_neg = int(neg.sum())
+    if n_neg == 0:
+        return symmetrize(matrix)
+    if n_neg <= w.size // 2:
+        vn = v[:, neg]
+        out = matrix - (vn * w[neg]) @ vn.T
+    else:
+        vp = v[:, ~neg]
+        out = (vp * w[~neg]) @ vp.T
+    return symmetrize(out)
+
+
+def project_box(matrix: np.ndarray) -> np.ndarray:
+    """``P_box(S)``: unit diagonal, off-diagonal entries clipped to ``[-1, 1]`` (paper eq. (11))."""
+    out = np.clip(matrix, -1.0, 1.0)
+    np.fill_diagonal(out, 1.0)
+    return out
+
+
+def _normalize(matrix: np.ndarray) -> np.ndarray:
+    """Final step: PSD projection, ``D^{-1/2} X D^{-1/2}``, unit diagonal, clip to ``[-1, 1]``."""
+    x = project_psd(matrix)
+    d = np.diag(x).copy()
+    dead = d <= _DIAG_FLOOR
+    scale = np.zeros_like(d)
+    scale[~dead] = 1.0 / np.sqrt(d[~dead])
+    x = x * scale[:, None] * scale[None, :]  # congruence: stays PSD
+    # rows with a (numerically) zero diagonal were zeroed by scale 0; the unit diagonal put back by
+    # fill_diagonal adds a PSD diagonal matrix, so the result stays PSD.
+    x = symmetrize(x)
+    np.fill_diagonal(x, 1.0)
+    return np.clip(x, -1.0, 1.0)
+
+
+def _min_eigenvalue(matrix: np.ndarray) -> float:
+    """Smallest eigenvalue only (LAPACK ``syevr`` with an index subset)."""
+    w = scipy.linalg.eigh(matrix, eigvals_only=True, subset_by_index=[0, 0], driver="evr",
+                         check_finite=False)
+    return float(w[0])
+
+
+def _fro(x: np.ndarray) -> float:
+    return float(np.linalg.norm(x, "fro"))
+
+
+def project_correlation(
+    matrix: object,
+    *,
+    method: str = "aap",
+    tol: float = 1e-6,
+    max_iter: int = 500,
+    residual_tol: float | None = None,
+) -> ProjectionResult:
+    """Project a (noisy) symmetric matrix onto the correlation matrices.
+
+    Parameters
+    ----------
+    matrix : (n, n) array_like
+        Noisy Gram ``M`` (finite, square). It is symmetrised first, ``(M + M^T)/2``.
+    method : {"aap", "dykstra"}
+        ``"aap"``: averaged alternating projections ``S <- (P_psd(S) + P_box(S))/2`` (paper eq.
+        (9)); stops when the relative change ``||S_{k+1} - S_k||_F / max(||S_k||_F, 1) < tol``
+        (paper App. K.1). ``"dykstra"``: Dykstra's algorithm with the same projectors and
+        correction terms, converging to the metric projection (paper Theorem J.18); stops when
+        both the relative change of the box iterate and the relative gap
+        ``||X_k - Y_k||_F / max(||X_k||_F, 1)`` are below ``tol``.
+    tol : float
+        Stopping tolerance, > 0.
+    max_iter : int
+        Iteration cap (>= 1). A capped run is still normalised to a feasible output and reports
+        ``converged=False`` and its ``residual``.
+    residual_tol : float, optional
+        If given, additionally require the absolute feasibility gap ``residual <= residual_tol``
+        before stopping (used by the benchmark to time runs to a common feasibility level).
+
+    Returns
+    -------
+    ProjectionResult
+        Output matrix and diagnostics.
+
+    Raises
+    ------
+    InvalidInputError
+        Non-square, empty or non-finite ``matrix``; bad ``method``, ``tol`` or ``max_iter``.
+
+    References
+    ----------
+    SPEC.md section 5; ScoreShield paper Section 3.2, Appendix J.4 and J.7.
+    """
+    m = as_matrix(matrix, "matrix")
+    if m.shape[0] != m.shape[1]:
+        raise InvalidInputError(f"matrix must be square, got shape {m.shape}")
+    if method not in PROJECTION_METHODS:
+        raise InvalidInputError(f"method must be one of {PROJECTION_METHODS}, got {method!r}")
+    tol = check_positive(tol, "tol")
+    max_iter = check_count(max_iter, "max_iter", minimum=1)
+    if residual_tol is not None:
+        residual_tol = check_positive(residual_tol, "residual_tol")
+
+    t0 = time.perf_counter()
+    m = symmetrize(m)
+    if method == "aap":
+        last, it, converged, change, gap = _aap(m, tol, max_iter, residual_tol)
+    else:
+        last, it, converged, change, gap = _dykstra(m, tol, max_iter, residual_tol)
+    out = _normalize(last)
+    seconds = time.perf_counter() - t0
+    return ProjectionResult(
+        matrix=out,
+        method=method,
+        iterations=it,
+        converged=converged,
+        relative_change=change,
+        residual=gap,
+        normalization_shift=_fro(out - last),
+        distance_to_input=_fro(out - m),
+        min_eigenvalue=_min_eigenvalue(out),
+        max_diag_error=float(np.abs(np.diag(out) - 1.0).max()),
+        max_abs_entry=float(np.abs(out).max()),
+        seconds=seconds,
+    )
+
+
+def _aap(
+    m: np.ndarray, tol: float, max_iter: int, residual_tol: float | None
+) -> tuple[np.ndarray, int, bool, float, float]:
+    """Averaged alternating projections (paper eq. (9)); returns the last iterate and stats."""
+    s = m
+    change = gap = float("inf")
+    for it in range(1, max_iter + 1):
+        a = project_psd(s)
+        b = project_box(s)
+        gap = _fro(a - b)
+        new = 0.5 * (a + b)
+        change = _fro(new - s) / max(_fro(s), 1.0)
+        s = new
+        if change < tol and (residual_tol is None or gap <= residual_tol):
+            return s, it, True, change, gap
+    return s, max_iter, False, change, gap
+
+
+def _dykstra(
+    m: np.ndarray, tol: float, max_iter: int, residual_tol: float | None
+) -> tuple[np.ndarray, int, bool, float, float]:
+    """Dykstra's algorithm for ``P_{C_psd ∩ C_box}(m)`` (paper Algorithm 7).
+
+    ``Y_k = P_psd(X_{k-1} + P_{k-1})``, ``P_k = X_{k-1} + P_{k-1} - Y_k``,
+    ``X_k = P_box(Y_k + Q_{k-1})``, ``Q_k = Y_k + Q_{k-1} - X_k``; ``X_k -> P_C(m)``.
+    Both corrections are kept because ``C_box`` is not an affine set.
+    """
+    x = m
+    p = np.zeros_like(m)
+    q = np.zeros_like(m)
+    change = gap = float("inf")
+    for it in range(1, max_iter + 1):
+        y = project_psd(x + p)
+        p = x + p - y
+        x_new = project_box(y + q)
+        q = y + q - x_new
+        gap = _fro(x_new - y)
+        scale = max(_fro(x), 1.0)
+        change = _fro(x_new - x) / scale
+        x = x_new
+        if max(change, gap / scale) < tol and (residual_tol is None or gap <= residual_tol):
+            return x, it, True, change, gap
+    return x, max_iter, False, change, gap
