@@ -26,9 +26,16 @@ from experiments.sweep import META_FILE, ROWS_FILE
 
 CHANCE = 1.0 / GALLERY_SIZE
 #: Linkage levels at which methods' fitted utilities are compared (paper: 12.4% and chance).
-MATCHED_LEVELS = (0.124, 0.20, 0.30)
+MATCHED_LEVELS = (0.124, 0.15, 0.20, 0.30)
+#: Levels at which "anchor noise keeps more utility at matched low linkage" is judged.
+LOW_LEVELS = (0.124, 0.15, 0.20)
 #: The paper's three attacks on AA-I-GDP (anchor noise); ``known_anchor`` is reported beside.
 PAPER_ANCHOR_ATTACKS = ("mp", "op", "am")
+#: The attacks the paper evaluates against each noisy method (Section 5.2).
+PAPER_ATTACKS = {"c-gdp-pn": ("known_secret",), "aa-igdp-pn": ("known_anchor",),
+                 "aa-igdp-an": PAPER_ANCHOR_ATTACKS}
+#: Attack sets of the "strongest attack" curves: the paper's, and every attack of the engine.
+ATTACK_SETS = ("paper", "all")
 NOISY = (Method.C_GDP_PN.value, Method.AA_IGDP_PN.value, Method.AA_IGDP_AN.value)
 
 
@@ -43,9 +50,13 @@ def load_rows(results: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return meta, rows
 
 
-def strongest(row: dict[str, Any]) -> float | None:
-    """Linkage of the strongest attack on this row (pointwise maximum over its attacks)."""
-    return max(row["linkage"].values()) if row["linkage"] else None
+def strongest(row: dict[str, Any], attack_set: str = "all") -> float | None:
+    """Linkage of the strongest attack on this row (pointwise maximum over its attacks, or over
+    the paper's attacks for this method with ``attack_set="paper"``)."""
+    link = row["linkage"]
+    if attack_set == "paper" and row["method"] in PAPER_ATTACKS:
+        link = {a: link[a] for a in PAPER_ATTACKS[row["method"]]}
+    return max(link.values()) if link else None
 
 
 class Study:
@@ -67,16 +78,18 @@ class Study:
             x = np.array([r["noise"] for r in rs])
             self.fits[f"{m}/utility"] = fit_spline(x, [r["utility"] for r in rs], rng,
                                                    resamples=resamples)
-            self.fits[f"{m}/strongest"] = fit_spline(x, [strongest(r) for r in rs], rng,
-                                                     resamples=resamples)
+            for attack_set in ATTACK_SETS:
+                self.fits[f"{m}/strongest-{attack_set}"] = fit_spline(
+                    x, [strongest(r, attack_set) for r in rs], rng, resamples=resamples)
             for attack in rs[0]["linkage"]:
                 self.fits[f"{m}/{attack}"] = fit_spline(
                     x, [r["linkage"][attack] for r in rs], rng, resamples=resamples)
 
-    def matched_utility(self, method: str, level: float) -> dict[str, float | None]:
+    def matched_utility(self, method: str, level: float, attack_set: str) -> dict[str, Any]:
         """Noise where ``method``'s strongest-attack fit first reaches ``level``, and the fitted
         utility there."""
-        link, util = self.fits.get(f"{method}/strongest"), self.fits.get(f"{method}/utility")
+        link = self.fits.get(f"{method}/strongest-{attack_set}")
+        util = self.fits.get(f"{method}/utility")
         if link is None or util is None:
             return {"noise": None, "utility": None}
         noise = link.first_crossing(level)
@@ -135,8 +148,8 @@ def summarize(study: Study) -> dict[str, Any]:
     ctrl = study.controls
     controls = {m: {"utility": r["utility"], "linkage": r["linkage"],
                     "relative_error": r["relative_error"]} for m, r in ctrl.items()}
-    matched = {f"{lvl:.3f}": {m: study.matched_utility(m, lvl) for m in NOISY}
-               for lvl in (*MATCHED_LEVELS, CHANCE)}
+    matched = {aset: {f"{lvl:.3f}": {m: study.matched_utility(m, lvl, aset) for m in NOISY}
+                      for lvl in (*MATCHED_LEVELS, CHANCE)} for aset in ATTACK_SETS}
     crossings = {name: fit.first_crossing(CHANCE) for name, fit in study.fits.items()
                  if not name.endswith("/utility")}
     pairs = _pairs(study)
@@ -150,13 +163,15 @@ def summarize(study: Study) -> dict[str, Any]:
     if len(u) == 3:
         claims["noiseless_c_eq_aa_gt_i"] = bool(abs(u["c-gdp"] - u["aa-igdp"]) < 1e-9
                                                 and u["aa-igdp"] > u["i-gdp"])
-    low = []
-    for lvl in MATCHED_LEVELS[:2]:
-        an = matched[f"{lvl:.3f}"][Method.AA_IGDP_AN.value]["utility"]
-        pn = matched[f"{lvl:.3f}"][Method.AA_IGDP_PN.value]["utility"]
-        if an is not None and pn is not None:
-            low.append(an > pn)
-    claims["anchor_noise_beats_data_noise_at_low_linkage"] = bool(all(low)) if low else None
+    for aset in ATTACK_SETS:
+        low = []
+        for lvl in LOW_LEVELS:
+            an = matched[aset][f"{lvl:.3f}"][Method.AA_IGDP_AN.value]["utility"]
+            pn = matched[aset][f"{lvl:.3f}"][Method.AA_IGDP_PN.value]["utility"]
+            if an is not None and pn is not None:
+                low.append(an > pn)
+        claims[f"anchor_noise_beats_data_noise_at_low_linkage_{aset}_attacks"] = (
+            bool(all(low)) if low else None)
     if ranking:
         claims["op_strongest_of_three"] = ranking["strongest_of_paper_three"] == "op"
     return {"p": study.meta["p"], "bench": {k: v for k, v in study.meta.items()
@@ -220,18 +235,20 @@ def markdown(main: dict[str, Any], config: dict[str, Any], others: list[dict[str
             f"{_verdict(cl['noiseless_c_eq_aa_gt_i'])} "
             f"({_pct(c['c-gdp']['utility'])} = {_pct(c['aa-igdp']['utility'])} vs "
             f"{_pct(c['i-gdp']['utility'])}).")
-    if "anchor_noise_beats_data_noise_at_low_linkage" in cl:
+    for aset, what in (("paper", "the paper's attacks: known-secret / known-anchor on "
+                                 "private-data noise, strongest of MP/OP/AM on anchor noise"),
+                       ("all", "every attack of the engine, incl. known-anchor on anchor noise")):
         parts = []
-        for lvl in MATCHED_LEVELS[:2]:
-            mm = main["matched_linkage"][f"{lvl:.3f}"]
+        for lvl in LOW_LEVELS:
+            mm = main["matched_linkage"][aset][f"{lvl:.3f}"]
             an, pn = mm["aa-igdp-an"], mm["aa-igdp-pn"]
             parts.append(f"at {_pct(lvl)} linkage anchor noise "
                          f"{_pct(an['utility']) if an['noise'] is not None else 'not reached'}"
                          f" vs private-data noise "
                          f"{_pct(pn['utility']) if pn['noise'] is not None else 'not reached'}")
-        lines.append(f"- At matched low linkage (strongest attack), anchor noise keeps more "
-                     f"utility: {_verdict(cl['anchor_noise_beats_data_noise_at_low_linkage'])} "
-                     f"({'; '.join(parts)}).")
+        verdict = _verdict(cl[f"anchor_noise_beats_data_noise_at_low_linkage_{aset}_attacks"])
+        lines.append(f"- At matched low linkage ({what}), anchor noise keeps more utility: "
+                     f"{verdict} ({'; '.join(parts)}; judged on the levels both reach).")
     if rk:
         means = ", ".join(f"{a} {_pct(v)}" for a, v in rk["mean_linkage"].items())
         lines.append(
@@ -239,17 +256,20 @@ def markdown(main: dict[str, Any], config: dict[str, Any], others: list[dict[str
             f"(mean linkage over the anchor-noise draws: {means}; OP is the pointwise maximum of "
             f"the three in {rk['op_pointwise_max_draws']}/{rk['draws']} draws, ties included). "
             f"Strongest of every engine attack: {rk['strongest_of_all']}.")
-    lines += ["", "## Fitted utility at matched linkage (strongest attack per draw)", "",
-              "| linkage level | " + " | ".join(NOISY) + " |",
-              "|---|" + "---|" * len(NOISY)]
-    for lvl, mm in main["matched_linkage"].items():
-        name = f"{100 * float(lvl):.1f}%" + (" (chance)" if float(lvl) == CHANCE else "")
-        lines.append(f"| {name} | " + " | ".join(
-            "not reached" if mm[m]["noise"] is None
-            else f"{_pct(mm[m]['utility'])} at noise {_num(mm[m]['noise'])}" for m in NOISY) + " |")
-    lines += ["", "(noise = sigma for *-pn, v for aa-igdp-an; the first noise level where the "
-              "fitted strongest-attack linkage is at or below the level; 'n/a' when the fit never "
-              "gets there in the swept range.)", "", "## Noise level where each fit crosses "
+    for aset, title in (("paper", "the paper's attacks"), ("all", "every engine attack")):
+        lines += ["", f"## Fitted utility at matched linkage (strongest of {title} per draw)",
+                  "", "| linkage level | " + " | ".join(NOISY) + " |",
+                  "|---|" + "---|" * len(NOISY)]
+        for lvl, mm in main["matched_linkage"][aset].items():
+            name = f"{100 * float(lvl):.1f}%" + (" (chance)" if float(lvl) == CHANCE else "")
+            lines.append(f"| {name} | " + " | ".join(
+                "not reached" if mm[m]["noise"] is None
+                else f"{_pct(mm[m]['utility'])} at noise {_num(mm[m]['noise'])}"
+                for m in NOISY) + " |")
+    lines += ["", "(noise = sigma for *-pn, v for aa-igdp-an: the first noise level where the "
+              "fitted strongest-attack linkage is at or below the level; 'not reached' when the "
+              "fit never gets there in the swept range.)", "", "## Noise level where each fit "
+              "crosses "
               "chance (10%)", "", "| method / attack | crossing |", "|---|---|"]
     for name, x in main["chance_crossings"].items():
         lines.append(f"| {name} | {_num(x)} |")
@@ -262,11 +282,11 @@ def markdown(main: dict[str, Any], config: dict[str, Any], others: list[dict[str
         lines.append(f"| {side} | {q['draws']} | {q['converged']} | {q['certified']} | "
                      f"{_num(q['median_iterations'])} | {_num(q['median_seconds'])} |")
     if others:
-        lines += ["", "## Participant-count study", "", "| p | draws per method | noiseless "
-                  "C-GDP | I-GDP | aa-igdp-an at 20% linkage | aa-igdp-pn at 20% linkage |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["", "## Participant-count study (paper's attacks)", "",
+                  "| p | draws per method | noiseless C-GDP | I-GDP | aa-igdp-an at 20% linkage "
+                  "| aa-igdp-pn at 20% linkage |", "|---|---|---|---|---|---|"]
         for o in others:
-            mm = o["matched_linkage"]["0.200"]
+            mm = o["matched_linkage"]["paper"]["0.200"]
             n = max(o["draws"].values()) if o["draws"] else 0
             lines.append(f"| {o['p']} | {n} | {_pct(o['controls'].get('c-gdp', {}).get('utility'))}"
                          f" | {_pct(o['controls'].get('i-gdp', {}).get('utility'))} | "

@@ -34,7 +34,7 @@ from common.methods import Method, make_upload
 from common.theory import phase_transition_v
 from experiments.bench import Bench, BenchConfig, prepare_bench
 from experiments.linkage import linkage_accuracy
-from experiments.simulate import simulate
+from experiments.simulate import Federation, simulate
 
 #: Controls run once per ``p`` without noise.
 CONTROLS = (Method.C_GDP, Method.AA_IGDP, Method.I_GDP)
@@ -149,18 +149,24 @@ def _solver(diag: dict[str, Any]) -> dict[str, Any]:
     return {k: diag.get(k) for k in keys}
 
 
+def draw_federation(bench: Bench, method: Method, draw: int, level: float) -> Federation:
+    """The bench's deployment with this draw's method, noise level and participant seeds."""
+    fed0 = bench.federation
+    sim = dataclasses.replace(fed0.config, method=method.value,
+                              sigma=level if method.data_noise else 0.0,
+                              v=level if method.anchor_noise else 0.0)
+    seeds = _participant_seeds(bench.config, len(fed0.x), method, draw)
+    return dataclasses.replace(fed0, config=sim, participant_seeds=seeds)
+
+
 def run_task(bench: Bench, decoder: _Decoder, task: tuple[int, str, int, float]) -> list[dict]:
     """Run one draw (or control) and return its row(s)."""
     start = time.perf_counter()
     p, method_name, draw, level = task
     method = Method.parse(method_name)
     cfg = bench.config
-    fed0 = bench.federation
-    sim = dataclasses.replace(fed0.config, method=method.value,
-                              sigma=level if method.data_noise else 0.0,
-                              v=level if method.anchor_noise else 0.0)
-    fed = dataclasses.replace(fed0, config=sim,
-                              participant_seeds=_participant_seeds(cfg, p, method, draw))
+    fed = draw_federation(bench, method, draw, level)
+    sim = fed.config
     res = simulate(sim, federation=fed)
     summary = res.summary()
     with_grid = draw == CONTROL_DRAW or draw % cfg.grid_every == 0
@@ -246,6 +252,15 @@ def done_keys(path: Path) -> set[tuple[int, str, int]]:
     return keys
 
 
+def _drop_torn_line(path: Path) -> None:
+    """Cut a last line left half-written by a killed sweep, so appended rows start clean."""
+    if not path.exists():
+        return
+    raw = path.read_bytes()
+    if raw and not raw.endswith(b"\n"):
+        path.write_bytes(raw[: raw.rfind(b"\n") + 1])
+
+
 def bench_meta(bench: Bench) -> dict[str, Any]:
     """Per-``p`` facts the report needs without reloading data: sizes, ``v_PT``, grid originals
     and their projection-only control ``X F F^+``."""
@@ -275,6 +290,7 @@ def run_sweep(cfg: BenchConfig, out: Path, *, progress: bool = True) -> dict[str
         if old["config"] != json.loads(json.dumps(meta["config"])):
             raise InvalidInputError(f"{out} holds a sweep with another config; use a new --out")
     meta_path.write_text(json.dumps(meta))
+    _drop_torn_line(rows_path)
     done = done_keys(rows_path)
     todo = [t for t in tasks(cfg) if not all(k in done for k in task_keys(t))]
     total = sum(1 for _ in tasks(cfg))

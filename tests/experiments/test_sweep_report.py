@@ -1,0 +1,145 @@
+"""A tiny sweep and its report end to end: files, numbers, resumption, identity linkage."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from common.methods import Method
+from experiments.bench import BenchConfig, prepare_bench
+from experiments.report import make_report
+from experiments.simulate import simulate
+from experiments.sweep import CONTROL_DRAW, ROWS_FILE, draw_federation, run_sweep
+
+TINY = """
+name = "tiny"
+dataset = "digits"
+max_records = 700
+participants = 3
+dim = 8
+draws = 10
+sigma_range = [0.0, 10.0]
+v_range = [0.0, 1.0]
+episodes = 200
+workers = 2
+grid_every = 3
+bootstrap = 40
+seed = 11
+"""
+FIGURES = ("fig_linkage.png", "fig_utility.png", "fig_frontier.png", "fig_solver.png",
+           "fig_grid.png")
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "noisyanchor", "experiment", *args],
+                          capture_output=True, text=True, timeout=300, check=True)
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / ROWS_FILE).read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sweep")
+    (tmp / "tiny.toml").write_text(TINY)
+    out = tmp / "res"
+    _cli("sweep", "--config", str(tmp / "tiny.toml"), "--out", str(out), "--no-progress")
+    _cli("report", "--results", str(out), "--command", "tiny test")
+    return tmp / "tiny.toml", out
+
+
+def test_sweep_writes_one_row_per_method_and_draw(tiny):
+    _, out = tiny
+    rows = _rows(out)
+    keys = {(r["method"], r["draw"]) for r in rows}
+    assert len(keys) == len(rows) == 3 + 10 * 3
+    for m in ("c-gdp-pn", "aa-igdp-pn", "aa-igdp-an"):
+        assert {d for mm, d in keys if mm == m} == set(range(10))
+    for r in rows:
+        assert set(r["linkage"]) == set(Method(r["method"]).attacks)
+        assert {"iterations", "converged", "certified", "seconds"} <= set(r["solver"])
+
+
+def test_report_files_exist_and_controls_equal_the_simulator(tiny):
+    cfg_path, out = tiny
+    for name in (*FIGURES, "summary.md", "summary.json", "fits.json"):
+        assert (out / name).stat().st_size > 0, name
+    summary = json.loads((out / "summary.json").read_text())["studies"]["3"]
+    bench = prepare_bench(BenchConfig.from_toml(cfg_path), 3)
+    for m in ("c-gdp", "aa-igdp", "i-gdp"):
+        fed = draw_federation(bench, Method(m), CONTROL_DRAW, 0.0)
+        sim = simulate(fed.config, federation=fed).summary()
+        assert summary["controls"][m]["utility"] == sim["utility"]["balanced_accuracy"]
+        for attack, res in sim["attacks"].items():
+            assert summary["controls"][m]["relative_error"][attack] == pytest.approx(
+                res["relative_error"], rel=1e-12)
+    # Noiseless C-GDP and AA-I-GDP give the same Z up to a rotation: same utility and linkage.
+    c, aa = summary["controls"]["c-gdp"], summary["controls"]["aa-igdp"]
+    assert c["utility"] == pytest.approx(aa["utility"], abs=1e-12)
+    assert c["linkage"]["known_secret"] == aa["linkage"]["known_anchor"]
+
+
+def test_paired_private_data_noise_runs_coincide(tiny):
+    _, out = tiny
+    pairs = json.loads((out / "summary.json").read_text())["studies"]["3"]["pairs"]
+    assert pairs["pairs"] == 10 and pairs["identical_linkage_pairs"] == 10
+    assert pairs["max_relative_z_difference"] < 1e-12  # Corollary 3.3 coupling, fp rounding
+    assert pairs["max_relative_error_difference"] < 1e-9
+
+
+def test_summary_quotes_the_fitted_numbers(tiny):
+    _, out = tiny
+    text = (out / "summary.md").read_text()
+    summary = json.loads((out / "summary.json").read_text())["studies"]["3"]
+    assert "tiny test" in text
+    assert f"{100 * summary['controls']['c-gdp']['utility']:.1f}%" in text
+    fits = json.loads((out / "fits.json").read_text())["3"]
+    util = fits["aa-igdp-an/utility"]
+    assert len(util["grid"]) == len(util["fit"]) == len(util["low"]) == len(util["high"])
+    counts = summary["solver"]
+    assert counts["below_v_pt"]["draws"] + counts["above_v_pt"]["draws"] == 10
+
+
+def test_killed_sweep_resumes_only_the_missing_rows(tiny, tmp_path):
+    cfg_path, out = tiny
+    lines = (out / ROWS_FILE).read_text().splitlines()
+    resumed = tmp_path / "resumed"
+    resumed.mkdir()
+    (resumed / "meta.json").write_text((out / "meta.json").read_text())
+    (resumed / ROWS_FILE).write_text("\n".join(lines[:-5]) + "\n" + lines[-5][:20])  # torn line
+    result = run_sweep(BenchConfig.from_toml(cfg_path), resumed, progress=False)
+    assert 0 < result["ran"] < 10
+    rows = _rows_tolerant(resumed)
+    assert len({(r["method"], r["draw"]) for r in rows}) == len(lines)
+    again = run_sweep(BenchConfig.from_toml(cfg_path), resumed, progress=False)
+    assert again["ran"] == 0 and again["rows_written"] == 0
+
+
+def _rows_tolerant(out: Path) -> list[dict]:
+    rows = []
+    for line in (out / ROWS_FILE).read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def test_identity_data_gets_cross_record_identity_linkage(tmp_path):
+    cfg = BenchConfig.from_dict({
+        "name": "ids", "dataset": "synthetic", "synthetic_identities": 120, "participants": [3],
+        "split": "identity", "projection": "svd", "dim": 12, "draws": 9, "episodes": 300,
+        "workers": 2, "grid_every": 100, "bootstrap": 20, "sigma_range": [0.0, 3.0],
+        "v_range": [0.0, 0.5], "auditor_components": 12})
+    run_sweep(cfg, tmp_path, progress=False)
+    rows = _rows(tmp_path)
+    ctrl = next(r for r in rows if r["method"] == "c-gdp")
+    assert ctrl["identity_linkage"]["known_secret"] > 0.5  # well above chance 0.1
+    noisy = [r["identity_linkage"]["known_secret"] for r in rows if r["method"] == "c-gdp-pn"]
+    assert np.isfinite(noisy).all()
+    res = make_report(tmp_path, resamples=10)
+    assert "fig_grid.png" not in res["figures"]  # tabular rows: no image grid
