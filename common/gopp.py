@@ -13,6 +13,7 @@ References: SPEC.md section 2; noisy-anchor GDP paper, Algorithm 4 and Section 4
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,11 +23,28 @@ import scipy.linalg
 import scipy.sparse.linalg
 
 from common.errors import InvalidInputError
-from common.linalg import center_rows, polar_factor, polar_factor_fast
+from common.linalg import (
+    BlockWorkers,
+    available_cpus,
+    can_limit_blas_threads,
+    center_rows,
+    polar_factor,
+    polar_factor_fast,
+    single_threaded_blas,
+)
 from common.validation import check_count, check_positive, stack_blocks
 
-#: Largest ``pd`` for which the certificate uses a dense eigensolver rather than Lanczos.
+#: Largest ``pd`` for which the certificate uses a dense ``pd x pd`` eigensolver.
 DENSE_CERTIFICATE_MAX = 1500
+
+#: Newton steps allowed on the certificate's secular equation before falling back to Lanczos.
+SECULAR_MAX_STEPS = 50
+
+#: Newton step (relative to ``max |Lambda|``) below which the secular root counts as found.
+SECULAR_ATOL = 1e-13
+
+#: Smallest estimated flop count of one GPM step that is split across worker threads.
+PARALLEL_MIN_FLOPS = 5e7
 
 #: Relative tolerance (times ``||G||_2``) of the certificate ``lambda_min(Lambda - G) >= -tol``.
 CERTIFICATE_RTOL = 1e-6
@@ -61,6 +79,11 @@ class GoppResult:
         Wall time of initialisation, iterations and certificate.
     objective_trace : (iterations + 1,) ndarray
         Objective at the spectral start and after every GPM step.
+    rejected_extrapolations : int
+        Extrapolated steps replaced by the plain GPM step (``accelerate=True`` only; each cost
+        one extra product with ``G``).
+    certificate_seconds : float
+        Wall time of the certificate alone (included in ``seconds``; 0 when not computed).
     """
 
     rotations: np.ndarray
@@ -75,6 +98,8 @@ class GoppResult:
     certified: bool
     seconds: float
     objective_trace: np.ndarray
+    rejected_extrapolations: int = 0
+    certificate_seconds: float = 0.0
 
     def template(self, anchors: Sequence[np.ndarray]) -> np.ndarray:
         """Consensus template ``C = (1/p) sum_i Bc_i R_i`` (``r x d``)."""
@@ -113,51 +138,146 @@ def _objective(r_blocks: np.ndarray, gr: np.ndarray) -> float:
     return float(np.vdot(r_blocks, gr))
 
 
+def _symmetric_multipliers(r_blocks: np.ndarray, gr: np.ndarray) -> np.ndarray:
+    """``Lambda_ii = sym((G R)_i R_i^T)`` as a ``(p, d, d)`` stack."""
+    lam = gr @ np.swapaxes(r_blocks, 1, 2)
+    return 0.5 * (lam + np.swapaxes(lam, 1, 2))
+
+
 def certificate_min_eig(op: _GramOperator, r_blocks: np.ndarray, gr: np.ndarray) -> float:
     """``lambda_min(Lambda - G)`` with ``Lambda_ii = sym((G R)_i R_i^T)`` (block diagonal).
 
     At a stationary point ``R`` spans a null space of ``Lambda - G``. For ``pd`` up to
-    ``DENSE_CERTIFICATE_MAX`` a dense solver is used; above, Lanczos (ARPACK) runs on
-    ``Lambda - G`` restricted to the orthogonal complement of ``span(R)``, and the result is
-    combined with the ``d x d`` compression ``R^T (Lambda - G) R / p`` on ``span(R)``.
+    ``DENSE_CERTIFICATE_MAX`` a dense solver is used. Above, the ``pd x pd`` problem is reduced to
+    ``m x m`` ones (``m`` = rows of ``K``) by the secular equation of ``Lambda - K^T K`` (see
+    :func:`_secular_min_eig`), started at the Rayleigh quotient on ``span(R)``; when that start is
+    outside the equation's domain, Lanczos (ARPACK) runs on the complement of ``span(R)``.
     """
     p, d, _ = r_blocks.shape
-    lam = gr @ np.swapaxes(r_blocks, 1, 2)
-    lam = 0.5 * (lam + np.swapaxes(lam, 1, 2))
+    lam = _symmetric_multipliers(r_blocks, gr)
     n = p * d
     if n <= DENSE_CERTIFICATE_MAX:
         g = op.k.T @ op.k
         return float(scipy.linalg.eigvalsh(scipy.linalg.block_diag(*lam) - g,
                                            subset_by_index=[0, 0], check_finite=False)[0])
-
     basis = r_blocks.reshape(n, d) / np.sqrt(p)  # orthonormal columns spanning span(R)
+    on_span = basis.T @ _lam_minus_g(op, lam, basis)
+    span_min = float(np.linalg.eigvalsh(0.5 * (on_span + on_span.T))[0])
+    secular = _secular_min_eig(op.k, lam, span_min)
+    if secular is not None:
+        return secular
+    return min(span_min, _lanczos_complement_min_eig(op, lam, basis))
 
-    def lam_minus_g(x: np.ndarray) -> np.ndarray:
-        x = x.reshape(n, -1)
-        lx = np.einsum("pij,pjk->pik", lam, x.reshape(p, d, -1)).reshape(n, -1)
-        return lx - op.k.T @ (op.k @ x)
+
+def _lam_minus_g(op: _GramOperator, lam: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``(Lambda - G) X`` for ``X`` of shape ``(pd, k)``."""
+    p, d, _ = lam.shape
+    lx = np.matmul(lam, x.reshape(p, d, -1)).reshape(p * d, -1)
+    return lx - op.k.T @ (op.k @ x)
+
+
+def _secular_min_eig(k: np.ndarray, lam: np.ndarray, start: float) -> float | None:
+    """``lambda_min(Lambda - K^T K)`` by Newton's method on ``h(s) = 1``, or None off its domain.
+
+    With ``Lambda = Q diag(D) Q^T`` blockwise and ``L = K Q``, for ``s < min(D)``
+    ``h(s) = lambda_max(L diag(1/(D - s)) L^T)`` (an ``m x m`` problem) is increasing and convex,
+    and ``Lambda - s I - K^T K`` is PSD exactly when ``h(s) <= 1`` (Sylvester's law of inertia on
+    the Schur complement). So ``lambda_min`` is the root of ``h(s) = 1``; Newton's method started
+    to its right (``start`` is a Rayleigh quotient, hence ``>= lambda_min``) decreases
+    monotonically to it and stays an upper bound. Hand-written because no library solves this
+    secular equation for a block-diagonal plus low-rank matrix.
+    """
+    p, d, _ = lam.shape
+    m = k.shape[0]
+    dvals, q = np.linalg.eigh(lam)
+    dvals = dvals.reshape(p * d)
+    scale = max(1.0, float(np.abs(dvals).max()))
+    if not start < dvals.min() - 1e-9 * scale:
+        return None
+    l_mat = np.ascontiguousarray(
+        np.matmul(k.reshape(m, p, d).transpose(1, 0, 2), q).transpose(1, 0, 2)).reshape(m, p * d)
+    s = start
+    for _ in range(SECULAR_MAX_STEPS):
+        inv = 1.0 / (dvals - s)
+        w = l_mat * np.sqrt(inv)
+        mu, u = scipy.linalg.eigh(w @ w.T, subset_by_index=[m - 1, m - 1], check_finite=False)
+        z = (l_mat.T @ u[:, 0]) * inv
+        newton = (float(mu[0]) - 1.0) / max(float(z @ z), np.finfo(float).tiny)
+        s -= max(newton, 0.0)
+        if newton <= SECULAR_ATOL * scale:
+            return float(s)
+    return None
+
+
+def _lanczos_complement_min_eig(op: _GramOperator, lam: np.ndarray, basis: np.ndarray) -> float:
+    """``lambda_min`` of ``Lambda - G`` restricted to the orthogonal complement of ``span(R)``
+    (ARPACK Lanczos on the deflated operator)."""
+    n = basis.shape[0]
 
     def deflate(x: np.ndarray) -> np.ndarray:
         return x - basis @ (basis.T @ x)
 
     def matvec(x: np.ndarray) -> np.ndarray:
-        return deflate(lam_minus_g(deflate(x.reshape(n, -1)))).reshape(x.shape)
+        return deflate(_lam_minus_g(op, lam, deflate(x.reshape(n, -1)))).reshape(x.shape)
 
-    on_span = basis.T @ lam_minus_g(basis)
-    span_min = float(np.linalg.eigvalsh(0.5 * (on_span + on_span.T))[0])
     linop = scipy.sparse.linalg.LinearOperator((n, n), matvec=matvec, matmat=matvec,
                                                dtype=np.float64)
     # A deterministic start vector keeps the certificate reproducible; it is deflated first.
     v0 = deflate(np.random.default_rng(0).standard_normal((n, 1)))[:, 0]
     try:
-        comp_min = scipy.sparse.linalg.eigsh(linop, k=1, which="SA", v0=v0, tol=1e-10,
-                                             ncv=min(n - 1, 64), maxiter=20 * n,
-                                             return_eigenvectors=False)[0]
+        return float(scipy.sparse.linalg.eigsh(linop, k=1, which="SA", v0=v0, tol=1e-10,
+                                               ncv=min(n - 1, 64), maxiter=20 * n,
+                                               return_eigenvectors=False)[0])
     except scipy.sparse.linalg.ArpackNoConvergence as err:
         if not len(err.eigenvalues):
             raise
-        comp_min = float(np.min(err.eigenvalues))
-    return float(min(span_min, comp_min))
+        return float(np.min(err.eigenvalues))
+
+
+def _worker_count(p: int, d: int, m: int) -> int:
+    """Threads for one GPM step: one per core (at most ``p``) when the step is large enough and
+    BLAS can be held to one thread per worker, else 1."""
+    flops = 4.0 * m * p * d * d + 12.0 * p * d**3
+    if flops < PARALLEL_MIN_FLOPS or not can_limit_blas_threads():
+        return 1
+    return min(available_cpus(), p)
+
+
+class _GpmStep:
+    """One generalized power step ``R' = Pi(M)`` blockwise, then ``G R'`` and ``tr(R'^T G R')``.
+
+    The ``p`` blocks are split in contiguous groups, one per worker thread: each worker takes
+    the polar factors of its blocks and its share ``K_g R'_g`` of ``S = K R'``; after the partial
+    sums are added in a fixed order, each worker computes ``(G R')_g = K_g^T S``.
+    """
+
+    def __init__(self, op: _GramOperator, workers: BlockWorkers) -> None:
+        self.op = op
+        self.workers = workers
+
+    def __call__(self, m: np.ndarray, rot: np.ndarray) -> tuple[np.ndarray, np.ndarray, float,
+                                                                 float]:
+        """Return ``R' = Pi(M)``, ``G R'``, ``||R' - R||_F`` and ``tr(R'^T G R')``."""
+        d, k = self.op.d, self.op.k
+        new = np.empty_like(m)
+        gr = np.empty_like(m)
+
+        def polar_part(g: slice) -> tuple[np.ndarray, float]:
+            new[g] = polar_factor_fast(m[g])
+            share = k[:, g.start * d:g.stop * d] @ new[g].reshape(-1, d)
+            return share, float(np.sum((new[g] - rot[g]) ** 2))
+
+        parts = self.workers.map(polar_part)
+        s = parts[0][0]
+        for share, _ in parts[1:]:
+            s = s + share
+
+        def gram_part(g: slice) -> float:
+            np.matmul(k[:, g.start * d:g.stop * d].T, s, out=gr[g].reshape(-1, d))
+            return float(np.vdot(new[g], gr[g]))
+
+        objective = float(sum(self.workers.map(gram_part)))
+        return new, gr, float(np.sqrt(sum(sq for _, sq in parts))), objective
 
 
 def solve_gopp(
@@ -166,6 +286,7 @@ def solve_gopp(
     max_iter: int = 500,
     tol: float = 1e-7,
     certify: bool = True,
+    accelerate: bool = False,
 ) -> GoppResult:
     """Solve the centered GOPP by spectral initialisation and the generalized power method.
 
@@ -179,6 +300,13 @@ def solve_gopp(
         ``eps`` of the stopping rule ``||R^(t+1) - R^(t)||_F <= eps`` (paper: 1e-7).
     certify : bool
         Compute the certificate of global optimality ``lambda_min(Lambda - G)``.
+    accelerate : bool
+        Opt-in extrapolated GPM: step ``R^(t+1) = Pi(G Y)`` from
+        ``Y = R^(t) + beta_t (R^(t) - R^(t-1))`` with Nesterov's ``beta_t = k / (k + 3)``
+        (``k`` steps since the last restart). A step that lowers the objective is replaced by the
+        plain GPM step and the momentum restarts, so the objective never decreases; convergence is
+        declared only on a plain step, so the stopping rule and fixed points are the paper's.
+        Off (default): exactly the paper's iteration.
 
     Returns
     -------
@@ -201,25 +329,45 @@ def solve_gopp(
     u, lambda_1 = op.top_eigvecs()
     rot = polar_factor(u.reshape(p, d, d))
     gr = op.apply(rot)
-    trace = [_objective(rot, gr)]
+    objective = _objective(rot, gr)
+    trace = [objective]
     step = np.inf
-    iterations = 0
-    while iterations < max_iter and step > tol:
-        new = polar_factor_fast(gr)
-        step = float(np.linalg.norm(new - rot))
-        rot = new
-        gr = op.apply(rot)
-        trace.append(_objective(rot, gr))
-        iterations += 1
+    converged = False
+    iterations = rejected = since_restart = 0
+    gr_prev = gr
+    workers = BlockWorkers(p, _worker_count(p, d, op.k.shape[0]))
+    blas_limit = single_threaded_blas() if len(workers.groups) > 1 else contextlib.nullcontext()
+    with blas_limit, workers:
+        gpm_step = _GpmStep(op, workers)
+        while iterations < max_iter:
+            beta = since_restart / (since_restart + 3.0) if accelerate else 0.0
+            overshot = False
+            if beta > 0.0:
+                new, gr_new, step, obj_new = gpm_step(gr + beta * (gr - gr_prev), rot)
+                overshot = obj_new < objective
+            if beta == 0.0 or overshot:  # the plain step, also replacing an overshooting one
+                rejected += overshot
+                beta = 0.0
+                new, gr_new, step, obj_new = gpm_step(gr, rot)
+            rot, gr_prev, gr, objective = new, gr, gr_new, obj_new
+            trace.append(objective)
+            iterations += 1
+            if step <= tol and beta == 0.0:
+                converged = True
+                break
+            # Momentum restarts after an overshoot; a small extrapolated step is confirmed by a
+            # plain one before convergence is declared.
+            since_restart = 0 if step <= tol else 1 if overshot else since_restart + 1
 
-    objective = trace[-1]
     cert_tol = CERTIFICATE_RTOL * max(lambda_1, 1.0)
+    cert_start = time.perf_counter()
     min_eig = certificate_min_eig(op, rot, gr) if certify else None
+    cert_seconds = time.perf_counter() - cert_start if certify else 0.0
     return GoppResult(
         rotations=rot,
         means=means,
         iterations=iterations,
-        converged=bool(step <= tol),
+        converged=converged,
         objective=objective,
         fixed_point_residual=float(step),
         gopp_residual=float((bc**2).sum() - objective / p),
@@ -228,6 +376,8 @@ def solve_gopp(
         certified=bool(min_eig is not None and min_eig >= -cert_tol),
         seconds=time.perf_counter() - start,
         objective_trace=np.asarray(trace),
+        rejected_extrapolations=rejected,
+        certificate_seconds=cert_seconds,
     )
 
 

@@ -1,11 +1,22 @@
-"""Small linear-algebra kernels: batched polar factors and centering.
+"""Small linear-algebra kernels: batched polar factors, centering, and the worker threads that
+split a stack of blocks across cores.
 
 References: SPEC.md section 2 (``Pi(M) = U V^T``).
 """
 
 from __future__ import annotations
 
+import itertools
+import os
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import TypeVar
+
 import numpy as np
+
+T = TypeVar("T")
 
 
 def polar_factor(m: np.ndarray) -> np.ndarray:
@@ -38,16 +49,16 @@ def polar_factor_fast(m: np.ndarray, *, rcond: float = 1e-6) -> np.ndarray:
     rcond : float
         Relative singular-value threshold below which the SVD is used instead.
     """
-    mtm = np.swapaxes(m, -1, -2) @ m
-    w, v = np.linalg.eigh(mtm)
+    w, v = np.linalg.eigh(np.swapaxes(m, -1, -2) @ m)
     s = np.sqrt(np.clip(w, 0.0, None))
     ok = s[..., 0] > rcond * s[..., -1]
+    if ok.all():  # the usual case: no boolean-mask copies of the stack
+        return (m @ (v / s[..., None, :])) @ np.swapaxes(v, -1, -2)
     out = np.empty_like(m)
     if ok.any():
         vs = v[ok] / s[ok][:, None, :]
         out[ok] = m[ok] @ vs @ np.swapaxes(v[ok], -1, -2)
-    if (~ok).any():
-        out[~ok] = polar_factor(m[~ok])
+    out[~ok] = polar_factor(m[~ok])
     return out
 
 
@@ -58,3 +69,100 @@ def center_rows(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     mean = b.mean(axis=-2)
     return mean, b - mean[..., None, :]
+
+
+def available_cpus() -> int:
+    """Number of CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not every platform has sched_getaffinity
+        return os.cpu_count() or 1
+
+
+_BLAS_LIMIT_LOCK = threading.Lock()
+_blas_limit_depth = 0
+_blas_limiter = None
+
+
+def _blas_single_threaded_env() -> bool:
+    """True when the environment already pins OpenBLAS/OpenMP to one thread."""
+    return any(os.environ.get(name) == "1"
+               for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"))
+
+
+def can_limit_blas_threads() -> bool:
+    """Whether worker threads can run without oversubscribing a multithreaded BLAS: either the
+    environment pins BLAS to one thread, or threadpoolctl (optional) can pin it at run time."""
+    if _blas_single_threaded_env():
+        return True
+    try:
+        import threadpoolctl  # noqa: F401  (optional: shipped with scikit-learn)
+    except ImportError:
+        return False
+    return True
+
+
+@contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """Limit BLAS to one thread while worker threads share the cores (no-op when the environment
+    already does, or when threadpoolctl is missing).
+
+    The limit is process-wide, so nested and concurrent users share one reference-counted limit
+    that is lifted when the last of them leaves.
+    """
+    global _blas_limit_depth, _blas_limiter
+    with _BLAS_LIMIT_LOCK:
+        if _blas_limit_depth == 0 and not _blas_single_threaded_env():
+            try:
+                from threadpoolctl import threadpool_limits
+            except ImportError:
+                _blas_limiter = None
+            else:
+                _blas_limiter = threadpool_limits(limits=1, user_api="blas")
+        _blas_limit_depth += 1
+    try:
+        yield
+    finally:
+        with _BLAS_LIMIT_LOCK:
+            _blas_limit_depth -= 1
+            if _blas_limit_depth == 0 and _blas_limiter is not None:
+                _blas_limiter.restore_original_limits()
+                _blas_limiter = None
+
+
+class BlockWorkers:
+    """Runs one function per contiguous group of blocks, each group on its own thread.
+
+    numpy and LAPACK release the GIL, so ``w`` single-threaded BLAS calls on ``w`` groups use
+    ``w`` cores; with ``workers=1`` everything runs inline on the calling thread.
+
+    Parameters
+    ----------
+    n_blocks : int
+        ``p``, the number of blocks in the stack.
+    workers : int
+        Number of groups (and threads), at most ``n_blocks``.
+    """
+
+    def __init__(self, n_blocks: int, workers: int) -> None:
+        workers = max(1, min(int(workers), int(n_blocks)))
+        bounds = np.linspace(0, n_blocks, workers + 1).round().astype(int)
+        self.groups = [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> BlockWorkers:
+        if len(self.groups) > 1:
+            self._pool = ThreadPoolExecutor(max_workers=len(self.groups),
+                                            thread_name_prefix="gopp-block")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def map(self, fn: Callable[[slice], T]) -> list[T]:
+        """``[fn(group) for group in groups]``, run concurrently; results in group order."""
+        if self._pool is None:
+            return [fn(g) for g in self.groups]
+        return list(self._pool.map(fn, self.groups))

@@ -1,0 +1,1 @@
+"""Benchmarks: speed measured against straightforward baselines in the same process."""

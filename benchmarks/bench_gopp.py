@@ -1,0 +1,286 @@
+"""GOPP solver benchmark: ``common.gopp.solve_gopp`` against a straightforward implementation run
+in the same process on the same inputs (issue 2, performance part).
+
+The straightforward baseline forms the dense ``pd x pd`` matrix ``G``, takes the full
+eigendecomposition of ``G`` for the spectral start and one SVD per block per iteration.
+
+Three measurements per size, anchors ``B_i = A O_i + 1 Psi_i^T + v W_i`` at ``v = factor v_PT``:
+
+(a) the same number of iterations, initialisation included (``v = 0.5 v_PT``): wall time and
+    objective of both; the objectives must agree to 1e-7 relative;
+(b) below ``v_PT`` (``0.5 v_PT``): time to the stopping rule ``||R^(t+1) - R^(t)||_F <= 1e-7``
+    including the certificate, plain GPM and the opt-in extrapolated GPM (and the baseline);
+(c) above ``v_PT`` (``1.5 v_PT``), capped at 500 iterations: objective reached and time.
+
+Peak memory is the tracemalloc peak of a short run (spectral start, 3 iterations, and for ours the
+certificate), so it counts numpy's arrays (the baseline's dense ``G`` included) but not BLAS
+threads' private buffers.
+
+Run: ``python -m benchmarks.bench_gopp [--quick] [--out PATH]``. BLAS threads are whatever the
+environment gives (the machine's default unless ``OPENBLAS_NUM_THREADS`` is set); they are
+recorded with the load average in the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy
+
+from common.gdp import make_anchor, sample_key
+from common.gopp import solve_gopp
+from common.theory import phase_transition_v
+
+RESULTS = Path(__file__).resolve().parent / "results" / "gopp.json"
+
+#: ``(p, d, r)``: the paper's CelebA size and the many-participants size of the issue.
+FULL_SIZES = ((10, 400, 1600), (50, 100, 400))
+QUICK_SIZES = ((4, 20, 80), (8, 10, 40))
+
+#: A tolerance no step reaches: runs a fixed number of iterations.
+NEVER = 1e-300
+
+
+@dataclass(frozen=True)
+class BaselineRun:
+    """Result of :func:`straightforward_gopp`."""
+
+    rotations: np.ndarray
+    iterations: int
+    converged: bool
+    objective: float
+    init_seconds: float
+    seconds: float
+
+
+def straightforward_gopp(anchors: np.ndarray, *, max_iter: int, tol: float) -> BaselineRun:
+    """The straightforward GOPP solver the issue compares against (SPEC.md section 2).
+
+    Dense ``G = K^T K`` (``K = [Bc_1, ..., Bc_p]``), full ``eigh(G)`` for the spectral start,
+    and per iteration one dense product ``G R`` and one SVD per block.
+
+    Parameters
+    ----------
+    anchors : (p, r, d) ndarray
+        ``B_i``.
+    max_iter, tol : int, float
+        ``T_max`` and ``eps`` of the stopping rule ``||R^(t+1) - R^(t)||_F <= eps``.
+    """
+    start = time.perf_counter()
+    p, r, d = anchors.shape
+    bc = anchors - anchors.mean(axis=1, keepdims=True)
+    k = bc.transpose(1, 0, 2).reshape(r, p * d)
+    g = k.T @ k
+    _, vecs = np.linalg.eigh(g)
+    u = vecs[:, -d:].reshape(p, d, d)
+
+    def polar(m: np.ndarray) -> np.ndarray:
+        out = np.empty_like(m)
+        for i in range(p):  # one SVD per block, as in the paper's description
+            uu, _, vt = np.linalg.svd(m[i])
+            out[i] = uu @ vt
+        return out
+
+    rot = polar(u)
+    gr = (g @ rot.reshape(p * d, d)).reshape(p, d, d)
+    init_seconds = time.perf_counter() - start
+    step, iterations = np.inf, 0
+    while iterations < max_iter and step > tol:
+        new = polar(gr)
+        step = float(np.linalg.norm(new - rot))
+        rot = new
+        gr = (g @ rot.reshape(p * d, d)).reshape(p, d, d)
+        iterations += 1
+    return BaselineRun(rotations=rot, iterations=iterations, converged=bool(step <= tol),
+                       objective=float(np.vdot(rot, gr)), init_seconds=init_seconds,
+                       seconds=time.perf_counter() - start)
+
+
+def make_anchors(p: int, d: int, r: int, factor: float, seed: int) -> np.ndarray:
+    """``B_i = A O_i + 1 Psi_i^T + v W_i`` with ``v = factor * v_PT(p, d, r)``, as ``(p, r, d)``."""
+    rng = np.random.default_rng(seed)
+    anchor = make_anchor(r, d, rng)
+    v = factor * phase_transition_v(p, d, r)
+    return np.stack([anchor @ key.rotation + key.translation + v * rng.standard_normal((r, d))
+                     for key in (sample_key(d, rng, translation_scale=10.0) for _ in range(p))])
+
+
+def peak_megabytes(run: Callable[[], object]) -> float:
+    """tracemalloc peak (MB) of the allocations made while ``run()`` executes."""
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def _ours_init_seconds(anchors: np.ndarray) -> float:
+    return solve_gopp(list(anchors), max_iter=0, certify=False).seconds
+
+
+def _row(label: str, seconds: float, init: float, iterations: int, objective: float,
+         **extra: object) -> dict:
+    per_iter = (seconds - init) / iterations if iterations else float("nan")
+    return {"variant": label, "seconds": seconds, "init_seconds": init, "iterations": iterations,
+            "seconds_per_iteration": per_iter,
+            "iterations_per_second": 1.0 / per_iter if iterations else float("nan"),
+            "objective": objective, **extra}
+
+
+def fixed_iterations(anchors: np.ndarray, counts: tuple[int, ...]) -> list[dict]:
+    """(a) Same number of iterations, initialisation included, certificate off."""
+    rows = []
+    for n in counts:
+        base = straightforward_gopp(anchors, max_iter=n, tol=NEVER)
+        ours_init = _ours_init_seconds(anchors)
+        ours = solve_gopp(list(anchors), max_iter=n, tol=NEVER, certify=False)
+        rel = abs(ours.objective - base.objective) / abs(base.objective)
+        rows.append({
+            "iterations": n,
+            "baseline": _row("baseline", base.seconds, base.init_seconds, base.iterations,
+                             base.objective),
+            "ours": _row("ours", ours.seconds, ours_init, ours.iterations, ours.objective),
+            "speedup": base.seconds / ours.seconds,
+            "objective_rel_diff": rel,
+            "objective_agrees": bool(rel <= 1e-7),
+        })
+    return rows
+
+
+def to_tolerance(anchors: np.ndarray, max_iter: int, *, with_baseline: bool) -> list[dict]:
+    """(b)/(c) Plain and extrapolated GPM to the stopping rule or the cap, certificate included."""
+    init = _ours_init_seconds(anchors)
+    rows = []
+    for label, accelerate in (("ours", False), ("ours-accelerated", True)):
+        res = solve_gopp(list(anchors), max_iter=max_iter, accelerate=accelerate)
+        rows.append(_row(label, res.seconds - res.certificate_seconds, init, res.iterations,
+                         res.objective, seconds_with_certificate=res.seconds,
+                         certificate_seconds=res.certificate_seconds, converged=res.converged,
+                         fixed_point_residual=res.fixed_point_residual,
+                         rejected_extrapolations=res.rejected_extrapolations,
+                         certificate_min_eig=res.certificate_min_eig,
+                         certificate_tol=res.certificate_tol, certified=res.certified))
+    if with_baseline:
+        base = straightforward_gopp(anchors, max_iter=max_iter, tol=1e-7)
+        rows.append(_row("baseline", base.seconds, base.init_seconds, base.iterations,
+                         base.objective, converged=base.converged))
+    return rows
+
+
+def peak_memory(anchors: np.ndarray) -> dict:
+    """tracemalloc peaks (MB) of a 3-iteration run of each solver."""
+    listed = list(anchors)
+    return {
+        "baseline": peak_megabytes(lambda: straightforward_gopp(anchors, max_iter=3, tol=NEVER)),
+        "ours": peak_megabytes(lambda: solve_gopp(listed, max_iter=3, tol=NEVER, certify=False)),
+        "ours_with_certificate": peak_megabytes(
+            lambda: solve_gopp(listed, max_iter=3, tol=NEVER, certify=True)),
+    }
+
+
+def blas_info() -> list[dict]:
+    """BLAS libraries and their thread counts (threadpoolctl, when installed)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
+    return [{key: info.get(key) for key in ("internal_api", "version", "num_threads")}
+            for info in threadpool_info()]
+
+
+def run(quick: bool) -> dict:
+    sizes = QUICK_SIZES if quick else FULL_SIZES
+    counts = (5, 20) if quick else (20, 100)
+    cap = 100 if quick else 500
+    report = {
+        "meta": {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "loadavg_start": os.getloadavg(), "cpus": os.cpu_count(),
+                 "python": platform.python_version(), "numpy": np.__version__,
+                 "scipy": scipy.__version__, "blas": blas_info(),
+                 "env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS",
+                                                        "OMP_NUM_THREADS")},
+                 "quick": quick},
+        "sizes": [],
+    }
+    for p, d, r in sizes:
+        below = make_anchors(p, d, r, 0.5, seed=1)
+        above = make_anchors(p, d, r, 1.5, seed=2)
+        entry = {"p": p, "d": d, "r": r, "v_pt": phase_transition_v(p, d, r)}
+        print(f"p={p} d={d} r={r}: fixed iterations", file=sys.stderr, flush=True)
+        entry["fixed_iterations"] = fixed_iterations(below, counts)
+        print("  to tolerance below v_PT", file=sys.stderr, flush=True)
+        entry["below_v_pt"] = {"factor": 0.5, "tol": 1e-7,
+                               "runs": to_tolerance(below, cap, with_baseline=True)}
+        print("  capped above v_PT", file=sys.stderr, flush=True)
+        entry["above_v_pt"] = {"factor": 1.5, "max_iter": cap,
+                               "runs": to_tolerance(above, cap, with_baseline=False)}
+        entry["peak_memory_mb"] = peak_memory(below)
+        report["sizes"].append(entry)
+    report["meta"]["loadavg_end"] = os.getloadavg()
+    report["meta"]["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return report
+
+
+def table(report: dict) -> str:
+    """Human-readable summary of :func:`run`'s report."""
+    lines = []
+    for e in report["sizes"]:
+        mem = e["peak_memory_mb"]
+        lines.append(f"p={e['p']} d={e['d']} r={e['r']}  (v_PT={e['v_pt']:.5f}; peak MB baseline "
+                     f"{mem['baseline']:.0f}, ours {mem['ours']:.0f}, ours+certificate "
+                     f"{mem['ours_with_certificate']:.0f})")
+        lines.append("  (a) same iterations, 0.5 v_PT: iters | init s base/ours | s/iter "
+                     "base/ours | it/s base/ours | total s base/ours | ratio | rel obj diff")
+        for f in e["fixed_iterations"]:
+            b, o = f["baseline"], f["ours"]
+            lines.append(f"      {f['iterations']:4d} | {b['init_seconds']:7.2f} / "
+                         f"{o['init_seconds']:5.2f} | {b['seconds_per_iteration']:.4f} / "
+                         f"{o['seconds_per_iteration']:.4f} | {b['iterations_per_second']:6.2f} / "
+                         f"{o['iterations_per_second']:6.2f} | {b['seconds']:7.2f} / "
+                         f"{o['seconds']:6.2f} | {f['speedup']:5.2f}x | "
+                         f"{f['objective_rel_diff']:.1e}")
+        for key, title in (("below_v_pt", "(b) 0.5 v_PT to tol 1e-7"),
+                           ("above_v_pt", "(c) 1.5 v_PT, cap")):
+            lines.append(f"  {title}: variant | iters | solve s (+certificate s) | it/s | "
+                         "objective | converged | certified (min eig)")
+            for x in e[key]["runs"]:
+                cert = (f"{x['certified']} ({x['certificate_min_eig']:.2e})"
+                        if "certified" in x else "-")
+                cs = f"(+{x['certificate_seconds']:.2f})" if "certificate_seconds" in x else ""
+                lines.append(f"      {x['variant']:16s} | {x['iterations']:4d} | "
+                             f"{x['seconds']:7.2f} {cs:8s} | {x['iterations_per_second']:6.2f} | "
+                             f"{x['objective']:.10g} | {x.get('converged')} | {cert}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"JSON path (default {RESULTS}; --quick writes nothing unless set)")
+    args = parser.parse_args(argv)
+    report = run(args.quick)
+    out = args.out if args.out is not None else (None if args.quick else RESULTS)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+    print(table(report))
+    agree = all(f["objective_agrees"] for e in report["sizes"] for f in e["fixed_iterations"])
+    if not agree:
+        print("objective disagreement above 1e-7 relative", file=sys.stderr)
+    return 0 if agree else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
