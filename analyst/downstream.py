@@ -5,11 +5,18 @@ global scale): a classifier must not be able to undo or exploit a rotation per f
 methods are compared on what their alignment preserves. The default model (L2 logistic regression)
 is itself rotation invariant. Model selection, when validation rows exist, picks the
 regularisation on validation balanced accuracy.
+
+The model is pluggable: a name from :data:`MODELS` or any callable ``c -> estimator`` returning an
+unfitted scikit-learn-style classifier (``fit``/``predict``) for regularisation ``c``. Every
+built-in model fixes its random state, so every method and noise draw gets the same
+initialisation and data order (as in the paper).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -31,14 +38,32 @@ class Utility:
     n_test: int
 
 
-def _fit_predict(x_tr, y_tr, x_ev, c: float) -> np.ndarray:
+def _logistic(c: float) -> Any:
     from sklearn.linear_model import LogisticRegression
 
-    model = LogisticRegression(C=c, max_iter=2000, random_state=0)
-    return model.fit(x_tr, y_tr).predict(x_ev)
+    return LogisticRegression(C=c, max_iter=2000, random_state=0)
 
 
-def evaluate_utility(z: np.ndarray, labels: np.ndarray, tags: np.ndarray) -> Utility:
+def _mlp(c: float) -> Any:
+    """One hidden layer of 64 units; ``c`` maps to the L2 penalty ``alpha = 1 / c``."""
+    from sklearn.neural_network import MLPClassifier
+
+    return MLPClassifier(hidden_layer_sizes=(64,), alpha=1.0 / c, max_iter=300,
+                         random_state=0)
+
+
+#: Built-in downstream models by name: ``c -> unfitted estimator``.
+MODELS: dict[str, Callable[[float], Any]] = {"logistic": _logistic, "mlp": _mlp}
+
+
+def _fit_predict(x_tr, y_tr, x_ev, c: float, model: Callable[[float], Any]) -> np.ndarray:
+    return model(c).fit(x_tr, y_tr).predict(x_ev)
+
+
+def evaluate_utility(
+    z: np.ndarray, labels: np.ndarray, tags: np.ndarray, *,
+    model: str | Callable[[float], Any] = "logistic",
+) -> Utility:
     """Train on TRAIN rows, select ``C`` on VALIDATION rows (if any), score on TEST rows.
 
     Parameters
@@ -47,7 +72,14 @@ def evaluate_utility(z: np.ndarray, labels: np.ndarray, tags: np.ndarray) -> Uti
         Collaboration matrix ``Z``.
     labels : (n,) ndarray
     tags : (n,) ndarray of {0: train, 1: validation, 2: test}
+    model : str or callable
+        A name from :data:`MODELS` or ``c -> unfitted estimator``.
     """
+    if isinstance(model, str):
+        if model not in MODELS:
+            raise InvalidInputError(f"unknown downstream model {model!r}; expected one of "
+                                    f"{', '.join(MODELS)}")
+        model = MODELS[model]
     try:
         from sklearn.metrics import balanced_accuracy_score
     except ImportError as err:  # pragma: no cover - depends on the install
@@ -67,10 +99,11 @@ def evaluate_utility(z: np.ndarray, labels: np.ndarray, tags: np.ndarray) -> Uti
     x = (z - mean) / scale
     best_c, val_score = 1.0, None
     if va.any():
-        scores = [balanced_accuracy_score(labels[va], _fit_predict(x[tr], labels[tr], x[va], c))
+        scores = [balanced_accuracy_score(labels[va],
+                                          _fit_predict(x[tr], labels[tr], x[va], c, model))
                   for c in C_GRID]
         best = int(np.argmax(scores))
         best_c, val_score = C_GRID[best], float(scores[best])
-    pred = _fit_predict(x[tr], labels[tr], x[te], best_c)
+    pred = _fit_predict(x[tr], labels[tr], x[te], best_c, model)
     return Utility(float(balanced_accuracy_score(labels[te], pred)), val_score, best_c,
                    int(tr.sum()), int(te.sum()))

@@ -54,6 +54,8 @@ class BenchConfig:
         (``mnist-idx``). Relative paths are taken from the config file's folder.
     participants : list of int
         ``p`` values (one sweep per value; several for the participant-count study).
+    model : str
+        Downstream model, a name from :data:`analyst.downstream.MODELS`.
     dim : int or None
         Width ``h`` of ``F``; the anchor has ``r = anchors_per_dim * h`` rows (paper: 4).
     sigma_range, v_range : (low, high)
@@ -85,6 +87,7 @@ class BenchConfig:
     episodes: int = 1000
     auditor_components: int = 32
     colluder: int = 0
+    model: str = "logistic"
     max_iter: int = 500
     tol: float = 1e-7
     seed: int = 2026
@@ -106,6 +109,11 @@ class BenchConfig:
             lo, hi = getattr(self, key)
             if not 0 <= lo <= hi:
                 raise InvalidInputError(f"config key {key!r}: need 0 <= low <= high")
+        from analyst.downstream import MODELS
+
+        if self.model not in MODELS:
+            raise InvalidInputError(f"config key 'model': {self.model!r} is not one of "
+                                    f"{', '.join(MODELS)}")
         if self.draws < 1 or self.episodes < 1 or self.workers < 1:
             raise InvalidInputError("config keys 'draws', 'episodes', 'workers' must be >= 1")
         if not 0 < self.public_fraction < 1:
@@ -254,7 +262,8 @@ def prepare_bench(cfg: BenchConfig, p: int, data: Dataset | None = None) -> Benc
                            dim=cfg.dim if projection is not None else None,
                            colluder=cfg.colluder, seed=cfg.seed, max_iter=cfg.max_iter,
                            tol=cfg.tol, test_fraction=cfg.test_fraction,
-                           validation_fraction=cfg.validation_fraction)
+                           validation_fraction=cfg.validation_fraction,
+                           utility=False)  # the sweep scores Z with cfg.model itself
     shared = rng_shared.bytes(32)
     fed = Federation(sim, [data.x[r] for r in rows], [data.y[r] for r in rows],
                      [tags[r] for r in rows], projection, projection_seed, shared,

@@ -25,6 +25,12 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def _curve(ax, fit, color, label):
     ax.plot(fit.grid, fit.fit, color=color, label=label)
     ax.fill_between(fit.grid, fit.low, fit.high, color=color, alpha=0.2)
@@ -65,9 +71,7 @@ def linkage(study: Study, path: Path) -> None:
         ax.set_ylabel("exact-source linkage")
         ax.set_title(title)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def utility(study: Study, path: Path) -> None:
@@ -97,11 +101,11 @@ def utility(study: Study, path: Path) -> None:
         if "i-gdp" in study.controls:
             ax.axhline(study.controls["i-gdp"]["utility"], color="gray", ls="--",
                        label="noiseless I-GDP")
+        if study.meta.get("classes"):
+            ax.axhline(1.0 / study.meta["classes"], color="gray", ls=":", label="chance")
         ax.set_ylabel("test balanced accuracy")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def _frontier_axes(ax, study, methods, colors, attack_set, label_suffix=""):
@@ -135,9 +139,7 @@ def frontier(study: Study, path: Path) -> None:
         ax.set_ylabel("test balanced accuracy")
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def solver(study: Study, path: Path) -> None:
@@ -161,9 +163,7 @@ def solver(study: Study, path: Path) -> None:
         ax.set_xlabel("v")
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def grid(study: Study, path: Path) -> bool:
@@ -175,19 +175,18 @@ def grid(study: Study, path: Path) -> bool:
     plt = _plt()
     rows = [("original", study.meta["grid_original"]),
             ("projection only\nX F F+", study.meta["grid_projection_floor"])]
-    for method, attack in (("c-gdp-pn", "known_secret"), ("aa-igdp-an", "op")):
+    for method, attack in (("c-gdp-pn", "known_secret"), ("aa-igdp-an", "op"),
+                           ("aa-igdp-an", "known_anchor")):
         saved = [r for r in study.draws.get(method, []) if r.get("grid")]
         saved.sort(key=lambda r: -r["linkage"][attack])
         ctrl = study.controls.get("c-gdp" if method == "c-gdp-pn" else "aa-igdp")
         seq = ([ctrl] if ctrl and ctrl.get("grid") else []) + saved
         cols = len(rows[0][1])
         pick = [seq[round(k)] for k in np.linspace(0, len(seq) - 1, cols)] if seq else []
-        if pick:
-            recon_attack = attack if attack in pick[0]["grid"] else next(iter(pick[0]["grid"]))
-            rows.append((f"{method} ({recon_attack})",
-                         [r["grid"][recon_attack if recon_attack in r["grid"] else
-                                    next(iter(r["grid"]))][j] for j, r in enumerate(pick)],
-                         [r["linkage"].get(attack, max(r["linkage"].values())) for r in pick]))
+        if pick:  # the noiseless control's attack has the same name (known_secret / op / ...)
+            rows.append((f"{method} ({attack})",
+                         [r["grid"][attack][j] for j, r in enumerate(pick)],
+                         [r["linkage"][attack] for r in pick]))
     cols = len(rows[0][1])
     fig, axes = plt.subplots(len(rows), cols, figsize=(1.1 * cols + 1.2, 1.25 * len(rows)),
                              squeeze=False)
@@ -200,9 +199,7 @@ def grid(study: Study, path: Path) -> bool:
             if len(row) > 2:
                 ax.set_xlabel(f"{100 * row[2][j]:.1f}%", fontsize=6, labelpad=1)
         axes[i][0].set_ylabel(row[0], fontsize=6, rotation=0, ha="right", va="center")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, path)
     return True
 
 
@@ -220,9 +217,7 @@ def participants(studies: dict[int, Study], path: Path) -> None:
         ax.set_ylabel("test balanced accuracy")
         ax.set_title(title)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def draw_all(studies: dict[int, Study], main_p: int, out: Path) -> list[str]:

@@ -22,7 +22,7 @@ from common.errors import InvalidInputError
 from common.methods import Method
 from experiments.fits import SplineFit, fit_spline
 from experiments.linkage import GALLERY_SIZE
-from experiments.sweep import META_FILE, ROWS_FILE
+from experiments.sweep import META_FILE, ROWS_FILE, RUNS_FILE
 
 CHANCE = 1.0 / GALLERY_SIZE
 #: Linkage levels at which methods' fitted utilities are compared (paper: 12.4% and chance).
@@ -48,6 +48,22 @@ def load_rows(results: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     except (OSError, json.JSONDecodeError) as err:
         raise InvalidInputError(f"cannot read sweep results in {results}: {err}") from err
     return meta, rows
+
+
+def runtime_text(results: Path) -> str | None:
+    """The sweep's measured wall time and machine load, from ``runs.jsonl`` (None if absent)."""
+    path = results / RUNS_FILE
+    if not path.exists():
+        return None
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    total = sum(r["seconds"] for r in runs)
+    ran = sum(r["ran"] for r in runs)
+    last = runs[-1]
+    return (f"{total:.1f} s wall ({total / 60:.2f} min) for {ran} tasks in {len(runs)} run(s), "
+            f"{last['workers']} worker processes on a {last['cpu_count']}-core machine; load "
+            f"average (1/5/15 min) {'/'.join(f'{x:.1f}' for x in last['load_average_start'])} "
+            f"at the start and {'/'.join(f'{x:.1f}' for x in last['load_average_end'])} at the "
+            f"end of the last run (the machine is shared), finished {last['finished_utc']}")
 
 
 def strongest(row: dict[str, Any], attack_set: str = "all") -> float | None:
@@ -196,12 +212,13 @@ def _num(x: float | None, fmt: str = ".3g") -> str:
 
 
 def markdown(main: dict[str, Any], config: dict[str, Any], others: list[dict[str, Any]],
-             command: str, runtime: str | None) -> str:
+             command: str, runtime: str | None, resamples: int) -> str:
     """The summary page (numbers only from ``main``/``others``)."""
     b = main["bench"]
     lines = [f"# Sweep report: {config['name']}", "",
              f"Command: `{command}`" if command else "",
-             f"Measured sweep runtime: {runtime}" if runtime else "", "",
+             f"Measured sweep runtime: {runtime}." if runtime else "",
+             f"Spline bands: {resamples} bootstrap resamples.", "",
              f"Data {config['dataset']}: {b['records']} uploaded records, {b['public_records']} "
              f"public (auditor pool, never uploaded); p = {main['p']}, d_in = {b['input_dim']}, "
              f"h = d = {b['d']}, r = {b['r']}, v_PT = {b['v_pt']:.4f}. Draws: "
@@ -300,11 +317,12 @@ def markdown(main: dict[str, Any], config: dict[str, Any], others: list[dict[str
 
 
 def make_report(results: Path, out: Path | None = None, *, resamples: int | None = None,
-                command: str = "", runtime: str | None = None) -> dict[str, Any]:
+                command: str = "") -> dict[str, Any]:
     """Fit, plot and summarise the sweep in ``results`` into ``out`` (default: same folder)."""
     from experiments import figures
 
     meta, rows = load_rows(results)
+    runtime = runtime_text(results)
     config = meta["config"]
     out = results if out is None else out
     out.mkdir(parents=True, exist_ok=True)
@@ -330,7 +348,7 @@ def make_report(results: Path, out: Path | None = None, *, resamples: int | None
         {"main_p": main_p, "studies": {str(p): s for p, s in summaries.items()},
          "command": command, "runtime": runtime}, indent=1))
     (out / "summary.md").write_text(markdown(summaries[main_p], config, others, command,
-                                             runtime))
+                                             runtime, resamples))
     return {"out": str(out), "main_p": main_p, "figures": files,
             "claims": summaries[main_p]["claims"]}
 
@@ -343,14 +361,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     ps.add_argument("--bootstrap", type=int, default=None,
                     help="bootstrap resamples (default: the config's)")
     ps.add_argument("--command", default="", help="command line to quote in the summary")
-    ps.add_argument("--runtime", default=None, help="measured sweep runtime to quote")
     ps.add_argument("--json", action="store_true", help="print the result as JSON")
     ps.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     res = make_report(Path(args.results), None if args.out is None else Path(args.out),
-                      resamples=args.bootstrap, command=args.command, runtime=args.runtime)
+                      resamples=args.bootstrap, command=args.command)
     if args.json:
         print(json.dumps(res, indent=2))
     else:

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import multiprocessing
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,7 +46,7 @@ SWEPT = (Method.AA_IGDP_PN, Method.AA_IGDP_AN)
 _CODES = {m: k for k, m in enumerate(Method)}
 #: Draw index of control rows.
 CONTROL_DRAW = -1
-ROWS_FILE, META_FILE = "rows.jsonl", "meta.json"
+ROWS_FILE, META_FILE, RUNS_FILE = "rows.jsonl", "meta.json", "runs.jsonl"
 
 
 def noise_levels(cfg: BenchConfig, p: int, method: Method) -> np.ndarray:
@@ -173,9 +175,7 @@ def run_task(bench: Bench, decoder: _Decoder, task: tuple[int, str, int, float])
     base = {"p": p, "draw": draw, "control": draw == CONTROL_DRAW, "sigma": sim.sigma,
             "v": sim.v, "noise": level, "d": fed.d, "r": fed.r,
             "v_pt": summary["v_pt"]}
-    row = {**base, "method": method.value,
-           "utility": summary["utility"]["balanced_accuracy"],
-           "validation_utility": summary["utility"]["validation_balanced_accuracy"],
+    row = {**base, "method": method.value, **_utility(fed, res.alignment.z, cfg.model),
            "solver": _solver(summary["solver"]),
            **measure(bench, decoder, res.reconstructions, with_grid)}
     rows = [row]
@@ -189,12 +189,19 @@ def run_task(bench: Bench, decoder: _Decoder, task: tuple[int, str, int, float])
     return rows
 
 
+def _utility(fed: Federation, z: np.ndarray, model: str) -> dict[str, float | None]:
+    """Honest-setting utility: the analyst's model on the aligned training rows of ``Z``."""
+    from analyst.downstream import evaluate_utility
+
+    util = evaluate_utility(z, np.concatenate(fed.labels), np.concatenate(fed.tags), model=model)
+    return {"utility": util.balanced_accuracy,
+            "validation_utility": util.validation_balanced_accuracy}
+
+
 def _coupled_c_gdp_pn(bench: Bench, decoder: _Decoder, aa, with_grid: bool) -> dict[str, Any]:
     """C-GDP-pn coupled to an AA-I-GDP-pn run: ``(O, Psi) = (O_s, Psi_s)``,
     ``W'_i = W_i O_i^T O_s`` (SPEC.md section 2); returns its row fields and
     ``||Z_aa - Z_c||_F / ||Z_aa||_F``."""
-    from analyst.downstream import evaluate_utility
-
     fed = aa.federation
     sigma = fed.config.sigma
     s = int(aa.alignment.solver.get("reference", 0))
@@ -209,10 +216,8 @@ def _coupled_c_gdp_pn(bench: Bench, decoder: _Decoder, aa, with_grid: bool) -> d
     alignment = align(Method.C_GDP_PN, blocks)
     c = fed.config.colluder
     recon = run_attacks(Method.C_GDP_PN, Disclosure(c, fed.working(c), common), blocks)
-    util = evaluate_utility(alignment.z, np.concatenate(fed.labels), np.concatenate(fed.tags))
     z_aa = aa.alignment.z
-    return {"utility": util.balanced_accuracy,
-            "validation_utility": util.validation_balanced_accuracy,
+    return {**_utility(fed, alignment.z, bench.config.model),
             "solver": {**_solver(alignment.solver), "seconds": time.perf_counter() - t0},
             "pair_z_rel_diff": float(np.linalg.norm(z_aa - alignment.z) / np.linalg.norm(z_aa)),
             **measure(bench, decoder, recon, with_grid)}
@@ -272,6 +277,7 @@ def bench_meta(bench: Bench) -> dict[str, Any]:
     return {"p": p, "d": d, "r": r, "v_pt": phase_transition_v(p, d, r),
             "records": int(sum(len(x) for x in fed.x)), "public_records": int(bench.public.sum()),
             "input_dim": int(bench.bank.shape[1]), "image_shape": bench.data.image_shape,
+            "classes": len(np.unique(bench.data.y)),
             "has_identities": bench.identity is not None,
             "grid_labels": bench.data.y[bench.grid].tolist(),
             "grid_original": np.round(grid, 4).tolist(),
@@ -295,6 +301,7 @@ def run_sweep(cfg: BenchConfig, out: Path, *, progress: bool = True) -> dict[str
     todo = [t for t in tasks(cfg) if not all(k in done for k in task_keys(t))]
     total = sum(1 for _ in tasks(cfg))
     start = time.perf_counter()
+    load_start = os.getloadavg()
     from tqdm import tqdm
 
     bar = tqdm(total=total, initial=total - len(todo), unit="draw", disable=not progress,
@@ -311,8 +318,15 @@ def run_sweep(cfg: BenchConfig, out: Path, *, progress: bool = True) -> dict[str
             fh.flush()
             bar.update(1)
     bar.close()
-    return {"out": str(out), "tasks": total, "ran": len(todo), "rows_written": written,
-            "seconds": time.perf_counter() - start, "workers": cfg.workers}
+    now = datetime.datetime.now(datetime.timezone.utc)
+    run = {"finished_utc": now.isoformat(timespec="seconds"),
+           "tasks": total, "ran": len(todo), "rows_written": written,
+           "seconds": time.perf_counter() - start, "workers": cfg.workers,
+           "cpu_count": os.cpu_count(), "load_average_start": load_start,
+           "load_average_end": os.getloadavg()}
+    with open(out / RUNS_FILE, "a") as fh:  # the measured conditions, quoted by the report
+        fh.write(json.dumps(run) + "\n")
+    return {"out": str(out), **run}
 
 
 def register(sub: argparse._SubParsersAction) -> None:

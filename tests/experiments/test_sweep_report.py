@@ -1,5 +1,6 @@
 """A tiny sweep and its report end to end: files, numbers, resumption, identity linkage."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -72,6 +73,7 @@ def test_report_files_exist_and_controls_equal_the_simulator(tiny):
     bench = prepare_bench(BenchConfig.from_toml(cfg_path), 3)
     for m in ("c-gdp", "aa-igdp", "i-gdp"):
         fed = draw_federation(bench, Method(m), CONTROL_DRAW, 0.0)
+        fed = dataclasses.replace(fed, config=dataclasses.replace(fed.config, utility=True))
         sim = simulate(fed.config, federation=fed).summary()
         assert summary["controls"][m]["utility"] == sim["utility"]["balanced_accuracy"]
         for attack, res in sim["attacks"].items():
