@@ -10,7 +10,8 @@ import argparse
 import importlib
 
 #: Modules contributing ``noisyanchor experiment <name>`` subcommands.
-EXPERIMENT_MODULES: tuple[str, ...] = ("experiments.sweep", "experiments.report")
+EXPERIMENT_MODULES: tuple[str, ...] = ("experiments.sweep", "experiments.report",
+                                       "experiments.score_release")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
