@@ -34,7 +34,7 @@ import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 
 from common.errors import BudgetExceededError, InvalidInputError, PreconditionError
-from common.scoreshield.calibration import gaussian_delta
+from common.scoreshield.calibration import gaussian_delta, gaussian_epsilon
 from common.validation import check_positive
 
 #: Version of the ledger file layout.
@@ -148,17 +148,7 @@ class PrivacyLedger:
         z_eff = sum(z ** -2 for z in multipliers) ** -0.5
         if gaussian_delta(z_eff, self.epsilon_budget, 1.0) <= self.delta_budget:
             return 0.0  # within budget: no cheap verdict, let the PLD decide
-        # smallest epsilon with delta(z_eff, epsilon) <= delta_budget, > epsilon_budget here
-        lo, hi = self.epsilon_budget, 2.0 * self.epsilon_budget
-        while gaussian_delta(z_eff, hi, 1.0) > self.delta_budget:
-            lo, hi = hi, 2.0 * hi
-        for _ in range(60):
-            mid = 0.5 * (lo + hi)
-            if gaussian_delta(z_eff, mid, 1.0) > self.delta_budget:
-                lo = mid
-            else:
-                hi = mid
-        return hi
+        return gaussian_epsilon(z_eff, self.delta_budget, 1.0)
 
     def _check(self, dataset: str, z: float) -> tuple[float, float, float]:
         """``(spent, alone, after)`` epsilons for adding multiplier ``z`` to ``dataset``."""

@@ -42,6 +42,7 @@ from common.scoreshield import (
     calibrate_sigma,
     clean_threshold,
     eer,
+    gaussian_epsilon,
     gram_record_sensitivity,
     per_entry_sensitivity,
     project_correlation,
@@ -444,6 +445,14 @@ def markdown(summary: dict) -> str:
                   f"**Guarantee: {block['guarantee']}.**", "",
                   "| epsilon | sigma | release | 10-NN acc | Recall@1 | pair AUC | NMI | "
                   "sq. Frobenius error | iters / gap |", "|---|---|---|---|---|---|---|---|---|"]
+        if cal == "per_entry":
+            rec_sens = gram_record_sensitivity(cfg["n"])
+            pairs = ", ".join(
+                f"{r['epsilon']:g} -> {gaussian_epsilon(r['sigma'], cfg['delta'], rec_sens):.3g}"
+                for r in block["epsilons"])
+            lines += [f"Record-level epsilon actually provided by these per-entry releases "
+                      f"(same sigma, Delta_F = 2 sqrt(2 (n - 1)), delta = {cfg['delta']:g}): "
+                      f"{pairs}.", ""]
         for r in block["epsilons"]:
             for name in ("noisy", "aap", "dykstra"):
                 v = r[name]

@@ -16,6 +16,7 @@ from common.scoreshield.calibration import (
     calibrate_sigma,
     classic_sigma,
     gaussian_delta,
+    gaussian_epsilon,
 )
 from common.scoreshield.decision import (
     Recalibration,
@@ -69,6 +70,7 @@ __all__ = [
     "eer",
     "flip_probability",
     "gaussian_delta",
+    "gaussian_epsilon",
     "gram_identity_sensitivity",
     "gram_output_sensitivity",
     "gram_record_sensitivity",

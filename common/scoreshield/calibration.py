@@ -79,6 +79,47 @@ def gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
     return math.exp(_log_gaussian_delta(sig, eps, sens))
 
 
+def gaussian_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
+    """Smallest ``epsilon`` for which ``N(0, sigma^2)`` noise gives (epsilon, delta)-DP.
+
+    The inverse of :func:`gaussian_delta` in ``epsilon`` (``delta(epsilon)`` is strictly
+    decreasing), found by :func:`scipy.optimize.brentq`; 0 when ``sigma`` alone already gives
+    ``delta`` at epsilon = 0. Used to state what a release calibrated for one sensitivity
+    guarantees under another (e.g. a per-entry-calibrated Gram under record replacement).
+
+    Parameters
+    ----------
+    sigma : float
+        Noise standard deviation, > 0.
+    delta : float
+        ``0 < delta < 1``.
+    sensitivity : float
+        L2 sensitivity ``Delta > 0`` under the adjacency of interest.
+    """
+    sig = check_positive(sigma, "sigma")
+    sens = check_positive(sensitivity, "sensitivity")
+    _, dlt = check_epsilon_delta(1.0, delta)
+    log_target = math.log(dlt)
+
+    def excess(eps: float) -> float:
+        return _log_gaussian_delta(sig, eps, sens) - log_target
+
+    tiny = 1e-12
+    if excess(tiny) <= 0.0:
+        return 0.0
+    hi = 1.0
+    while excess(hi) > 0.0:
+        hi *= 2.0
+        if hi > 1e12:
+            raise InvalidInputError(f"no finite epsilon reaches delta={delta!r} at sigma={sigma!r}")
+    eps = float(brentq(excess, tiny, hi, xtol=1e-14, rtol=4 * np.finfo(float).eps, maxiter=500))
+    for _ in range(64):  # return a value that meets delta, never one just below the root
+        if math.exp(_log_gaussian_delta(sig, eps, sens)) <= dlt:
+            break
+        eps = math.nextafter(eps, math.inf) * (1.0 + 1e-15)
+    return eps
+
+
 def classic_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     """Classic Gaussian calibration ``sigma = Delta sqrt(2 ln(1.25/delta)) / epsilon``.
 

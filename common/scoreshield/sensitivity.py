@@ -64,8 +64,10 @@ def per_entry_sensitivity() -> float:
     from an l2-sensitivity bound for a single entry"). Noise at this scale protects a change of a
     single entry ``S_ij`` of the Gram; replacing one record changes ``2 (n - 1)`` entries, so a
     Gram released with this calibration is NOT (epsilon, delta)-DP with respect to record
-    replacement (it is ``(epsilon', delta')``-DP only for ``epsilon'`` roughly
-    ``sqrt(2 (n - 1))`` times larger). Report results under this calibration under their own name.
+    replacement: its record-level guarantee is that of noise multiplier
+    ``sigma / (2 sqrt(2 (n - 1)))``, e.g. epsilon = 1 per entry is epsilon ~ 122 per record at
+    n = 1000, delta = 1e-5 (:func:`common.scoreshield.gaussian_epsilon`). Report results under this
+    calibration under their own name.
     For the score vector of regime (i) the record-level sensitivity happens to equal this value
     (one coordinate changes); use :func:`score_vector_sensitivity` there.
     """

@@ -20,6 +20,7 @@ from common.scoreshield import (
     eer,
     flip_probability,
     gaussian_delta,
+    gaussian_epsilon,
     gram_identity_sensitivity,
     gram_output_sensitivity,
     gram_record_sensitivity,
@@ -83,6 +84,14 @@ def test_delta_at_analytic_sigma_meets_target(epsilon: float, delta: float) -> N
     sigma = analytic_sigma(epsilon, delta, 2.0)
     assert gaussian_delta(sigma, epsilon, 2.0) <= delta
     assert gaussian_delta(sigma * (1 - 1e-6), epsilon, 2.0) > delta  # smallest such sigma
+
+
+@pytest.mark.parametrize("epsilon", [0.05, 1.0, 30.0, 800.0])
+def test_gaussian_epsilon_inverts_the_calibration(epsilon: float) -> None:
+    sigma = analytic_sigma(epsilon, 1e-6, 2.0)
+    assert gaussian_epsilon(sigma, 1e-6, 2.0) == pytest.approx(epsilon, rel=1e-9)
+    # a per-entry calibrated Gram is a much weaker record-level release (n = 1000)
+    assert gaussian_epsilon(sigma, 1e-6, gram_record_sensitivity(1000)) > 10 * epsilon
 
 
 @pytest.mark.parametrize("epsilon", [50.0, 200.0, 1000.0])
