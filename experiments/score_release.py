@@ -517,6 +517,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="BLAS threads (1 is fastest on a shared machine)")
     p.add_argument("--out", default=d.out, help="output directory")
     p.add_argument("--json", action="store_true", help="print the summary JSON")
+    p.add_argument("--render", metavar="SUMMARY_JSON", default=None,
+                   help="only redraw figures and summary.md from an existing summary.json")
     p.set_defaults(handler=_run)
 
 
@@ -524,6 +526,13 @@ def _run(args: argparse.Namespace) -> int:
     import shlex
     import sys
 
+    if args.render:
+        src = Path(args.render)
+        summary = json.loads(src.read_text())
+        figures(summary, src.parent)
+        (src.parent / "summary.md").write_text(markdown(summary))
+        print(f"redrawn {src.parent}/ (summary.md, regime_i.png, regime_ii.png, scaling.png)")
+        return 0
     argv = " ".join(shlex.quote(a) for a in sys.argv[1:])
     config = ScoresConfig(
         n=args.n, queries=args.queries, epsilons=tuple(args.epsilons), delta=args.delta,
