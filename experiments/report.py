@@ -273,12 +273,18 @@ def markdown(main: dict[str, Any], config: dict[str, Any], others: list[dict[str
             f"(mean linkage over the anchor-noise draws: {means}; OP is the pointwise maximum of "
             f"the three in {rk['op_pointwise_max_draws']}/{rk['draws']} draws, ties included). "
             f"Strongest of every engine attack: {rk['strongest_of_all']}.")
+    floor = max((max(c["linkage"].values()) for c in main["controls"].values()
+                 if c["linkage"]), default=1.0)
     for aset, title in (("paper", "the paper's attacks"), ("all", "every engine attack")):
         lines += ["", f"## Fitted utility at matched linkage (strongest of {title} per draw)",
                   "", "| linkage level | " + " | ".join(NOISY) + " |",
                   "|---|" + "---|" * len(NOISY)]
         for lvl, mm in main["matched_linkage"][aset].items():
             name = f"{100 * float(lvl):.1f}%" + (" (chance)" if float(lvl) == CHANCE else "")
+            if float(lvl) >= floor:
+                lines.append(f"| {name} | at or above the noiseless controls' linkage "
+                             f"({_pct(floor)}): no noise needed |" + " |" * (len(NOISY) - 1))
+                continue
             lines.append(f"| {name} | " + " | ".join(
                 "not reached" if mm[m]["noise"] is None
                 else f"{_pct(mm[m]['utility'])} at noise {_num(mm[m]['noise'])}"

@@ -1,0 +1,49 @@
+"""The bench's fixed deployment: configs, public pool held out of every upload."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from common.errors import InvalidInputError
+from experiments.bench import BenchConfig, prepare_bench
+
+CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "configs"
+
+
+@pytest.mark.parametrize("name", ["digits", "digits_participants", "mnist", "celeba"])
+def test_shipped_configs_load(name):
+    cfg = BenchConfig.from_toml(CONFIGS / f"{name}.toml")
+    assert cfg.anchors_per_dim == 4 and cfg.max_iter == 500
+    if cfg.path is not None:
+        assert Path(cfg.path).is_absolute()  # resolved against the config's folder
+
+
+def test_digits_config_keeps_the_papers_protocol_numbers():
+    cfg = BenchConfig.from_toml(CONFIGS / "digits.toml")
+    assert cfg.participants == [10] and cfg.draws == 200 and cfg.episodes == 1000
+    assert cfg.partition == "stratified" and cfg.projection == "gaussian"
+
+
+def test_unknown_or_invalid_config_keys_are_named():
+    with pytest.raises(InvalidInputError, match="unknown config key"):
+        BenchConfig.from_dict({"participant": 3})
+    with pytest.raises(InvalidInputError, match="'partition'"):
+        BenchConfig.from_dict({"partition": "random"})
+    with pytest.raises(InvalidInputError, match="'model'"):
+        BenchConfig.from_dict({"model": "cnn"})
+
+
+def test_public_pool_is_never_uploaded_and_feeds_only_the_auditor():
+    cfg = BenchConfig.from_dict({"participants": [4], "partition": "label-skew", "alpha": 0.5,
+                                 "projection": "svd", "dim": 12, "episodes": 100})
+    bench = prepare_bench(cfg, 4)
+    uploaded = np.concatenate(bench.rows)
+    assert not bench.public[uploaded].any()
+    assert len(np.unique(uploaded)) == len(uploaded)
+    np.testing.assert_allclose(bench.auditor.mean, bench.bank[bench.public].mean(axis=0))
+    f = bench.federation.projection
+    np.testing.assert_allclose(f.T @ f, np.eye(12), atol=1e-10)  # SVD of the pool: F^T F = I
+    # Exact-source queries come from non-colluding participants only.
+    colluder_rows = set(bench.rows[cfg.colluder].tolist())
+    assert not colluder_rows & set(bench.exact.queries.tolist())
