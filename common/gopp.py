@@ -43,6 +43,12 @@ SECULAR_MAX_STEPS = 50
 #: Newton step (relative to ``max |Lambda|``) below which the secular root counts as found.
 SECULAR_ATOL = 1e-13
 
+#: Consecutive plain GPM steps whose last ratio estimates the contraction rate (accelerated GPM).
+MOMENTUM_WARMUP = 3
+
+#: Largest contraction rate the accelerated GPM assumes (``beta`` stays below about 0.98).
+MOMENTUM_MAX_RATE = 0.9999
+
 #: Smallest estimated flop count of one GPM step that is split across worker threads.
 PARALLEL_MIN_FLOPS = 5e7
 
@@ -280,6 +286,52 @@ class _GpmStep:
         return new, gr, float(np.sqrt(sum(sq for _, sq in parts))), objective
 
 
+class _Momentum:
+    """Extrapolation weight ``beta`` of the accelerated GPM (always 0 when disabled).
+
+    Near a fixed point the plain GPM contracts linearly at a rate ``rho``, first estimated as the
+    ratio of the last two of ``MOMENTUM_WARMUP`` consecutive plain steps. The extrapolated step
+    ``Pi(G (R + beta (R - R_prev)))`` uses the heavy-ball optimum
+    ``beta = (1 - sqrt(1 - rho))^2 / rho``, which on a linear map with spectrum in ``[0, rho]``
+    contracts at ``1 - sqrt(1 - rho)`` per step instead of ``rho``. While extrapolating, the
+    observed rate ``z`` (geometric mean over ``MOMENTUM_WARMUP`` steps) is the dominant root of
+    ``z^2 - (1 + beta) rho z + beta rho = 0``, so ``rho = z^2 / ((1 + beta) z - beta)``; a larger
+    ``rho`` than assumed raises ``beta``. A restart (an overshoot, or a step below the tolerance
+    that a plain step must confirm) returns to plain steps.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.beta = 0.0
+        self._rho = 0.0
+        self._steps: list[float] = []
+
+    def _set_rate(self, rho: float) -> None:
+        if rho > self._rho:
+            self._rho = min(rho, MOMENTUM_MAX_RATE)
+            self.beta = (1.0 - np.sqrt(1.0 - self._rho)) ** 2 / self._rho
+            self._steps = self._steps[-1:]
+
+    def record(self, step: float, *, extrapolated: bool, restart: bool) -> None:
+        """Update after a step of size ``||R^(t+1) - R^(t)||_F``."""
+        if not self.enabled:
+            return
+        if restart:
+            self.beta = self._rho = 0.0
+            self._steps = [] if extrapolated else [step]
+            return
+        self._steps.append(step)
+        if not extrapolated and len(self._steps) >= MOMENTUM_WARMUP:
+            rho = self._steps[-1] / self._steps[-2]
+            if 0.0 < rho < 1.0:
+                self._set_rate(rho)
+        elif extrapolated and len(self._steps) > MOMENTUM_WARMUP:
+            z = (self._steps[-1] / self._steps[-1 - MOMENTUM_WARMUP]) ** (1.0 / MOMENTUM_WARMUP)
+            denominator = (1.0 + self.beta) * z - self.beta
+            if 0.0 < z < 1.0 and denominator > 0.0:
+                self._set_rate(z * z / denominator)
+
+
 def solve_gopp(
     anchors: Sequence[np.ndarray],
     *,
@@ -302,11 +354,11 @@ def solve_gopp(
         Compute the certificate of global optimality ``lambda_min(Lambda - G)``.
     accelerate : bool
         Opt-in extrapolated GPM: step ``R^(t+1) = Pi(G Y)`` from
-        ``Y = R^(t) + beta_t (R^(t) - R^(t-1))`` with Nesterov's ``beta_t = k / (k + 3)``
-        (``k`` steps since the last restart). A step that lowers the objective is replaced by the
-        plain GPM step and the momentum restarts, so the objective never decreases; convergence is
-        declared only on a plain step, so the stopping rule and fixed points are the paper's.
-        Off (default): exactly the paper's iteration.
+        ``Y = R^(t) + beta (R^(t) - R^(t-1))``, with ``beta`` set from the observed contraction
+        rate (:class:`_Momentum`). A step that lowers the objective is replaced by the plain GPM
+        step, so the objective never decreases; convergence is declared only on a plain step, so
+        the stopping rule and the fixed points are the paper's. Off (default): exactly the
+        paper's iteration.
 
     Returns
     -------
@@ -333,14 +385,15 @@ def solve_gopp(
     trace = [objective]
     step = np.inf
     converged = False
-    iterations = rejected = since_restart = 0
+    iterations = rejected = 0
     gr_prev = gr
+    momentum = _Momentum(accelerate)
     workers = BlockWorkers(p, _worker_count(p, d, op.k.shape[0]))
     blas_limit = single_threaded_blas() if len(workers.groups) > 1 else contextlib.nullcontext()
     with blas_limit, workers:
         gpm_step = _GpmStep(op, workers)
         while iterations < max_iter:
-            beta = since_restart / (since_restart + 3.0) if accelerate else 0.0
+            beta = momentum.beta
             overshot = False
             if beta > 0.0:
                 new, gr_new, step, obj_new = gpm_step(gr + beta * (gr - gr_prev), rot)
@@ -355,9 +408,7 @@ def solve_gopp(
             if step <= tol and beta == 0.0:
                 converged = True
                 break
-            # Momentum restarts after an overshoot; a small extrapolated step is confirmed by a
-            # plain one before convergence is declared.
-            since_restart = 0 if step <= tol else 1 if overshot else since_restart + 1
+            momentum.record(step, extrapolated=beta > 0.0, restart=overshot or step <= tol)
 
     cert_tol = CERTIFICATE_RTOL * max(lambda_1, 1.0)
     cert_start = time.perf_counter()

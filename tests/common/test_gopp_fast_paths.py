@@ -1,0 +1,176 @@
+"""The GOPP solver's fast paths agree with the straightforward ones (SPEC.md section 2): the
+eigh-based polar factor, the threaded GPM step, the extrapolated GPM, the secular-equation and
+Lanczos certificates, and the benchmark's straightforward solver."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import bench_gopp
+from common import gopp as gopp_module
+from common.gdp import make_anchor, sample_key
+from common.gopp import solve_gopp
+from common.linalg import BlockWorkers, polar_factor, polar_factor_fast, single_threaded_blas
+from common.theory import phase_transition_v
+
+
+def _anchors(seed, p, d, r, factor):
+    """``B_i = A O_i + 1 Psi_i^T + v W_i`` with ``v = factor * v_PT``."""
+    rng = np.random.default_rng(seed)
+    anchor = make_anchor(r, d, rng)
+    v = factor * phase_transition_v(p, d, r)
+    return [anchor @ k.rotation + k.translation + v * rng.standard_normal((r, d))
+            for k in (sample_key(d, rng, translation_scale=5.0) for _ in range(p))]
+
+
+@pytest.fixture
+def threaded(monkeypatch):
+    """Force the threaded GPM step (two workers) whatever the problem size and core count."""
+    monkeypatch.setattr(gopp_module, "PARALLEL_MIN_FLOPS", 0.0)
+    monkeypatch.setattr(gopp_module, "available_cpus", lambda: 2)
+
+
+def test_eigh_polar_equals_svd_polar_including_the_ill_conditioned_fallback(rng):
+    m = rng.standard_normal((6, 7, 7))
+    m[2] = np.outer(rng.standard_normal(7), rng.standard_normal(7))  # rank 1: SVD fallback
+    m[4, :, 0] = 1e-9 * m[4, :, 1]  # nearly rank deficient: SVD fallback
+    fast, exact = polar_factor_fast(m), polar_factor(m)
+    well = [0, 1, 3, 5]
+    assert np.abs(fast[well] - exact[well]).max() < 1e-12  # entrywise, well conditioned blocks
+    assert np.abs(fast[[2, 4]] - exact[[2, 4]]).max() == 0.0  # the fallback is the SVD itself
+    orth = np.swapaxes(fast, 1, 2) @ fast
+    assert np.abs(orth - np.eye(7)).max() < 1e-12  # every block orthogonal to 1e-12
+
+
+def test_threaded_polar_stack_equals_one_batched_svd(rng):
+    # Condition numbers up to 10, as the GPM's blocks (G R)_i have near v_PT (5 to 11 measured).
+    u, v = polar_factor(rng.standard_normal((2, 9, 12, 12)))
+    m = u * rng.uniform(1.0, 10.0, (9, 1, 12)) @ v
+    out = np.empty_like(m)
+
+    def part(g):
+        out[g] = polar_factor_fast(m[g])
+
+    with single_threaded_blas(), BlockWorkers(9, 2) as workers:
+        workers.map(part)
+    assert np.abs(out - polar_factor(m)).max() < 1e-12
+
+
+@pytest.mark.parametrize(("n_blocks", "workers"), [(1, 2), (5, 2), (7, 3), (10, 10), (4, 9)])
+def test_block_workers_split_blocks_into_contiguous_covering_groups(n_blocks, workers):
+    groups = BlockWorkers(n_blocks, workers).groups
+    assert len(groups) == min(workers, n_blocks)
+    assert groups[0].start == 0 and groups[-1].stop == n_blocks
+    assert all(a.stop == b.start and a.start < a.stop for a, b in itertools.pairwise(groups))
+
+
+def test_single_threaded_blas_nests_and_restores_the_limit(monkeypatch):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+
+    def blas_threads():
+        return {i["num_threads"] for i in threadpoolctl.threadpool_info()
+                if i["user_api"] == "blas"}
+
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        outside = blas_threads()
+        with single_threaded_blas():
+            with single_threaded_blas():
+                assert blas_threads() == {1}
+            assert blas_threads() == {1}  # the outer user still holds the limit
+        assert blas_threads() == outside
+
+
+@pytest.mark.parametrize("factor", [0.5, 2.0])
+def test_threaded_gpm_step_equals_the_serial_one(threaded, factor):
+    b = _anchors(3, 5, 6, 30, factor)
+    fast = solve_gopp(b, max_iter=60, certify=False)
+    gopp_module.PARALLEL_MIN_FLOPS = np.inf  # monkeypatched: restored after the test
+    serial = solve_gopp(b, max_iter=60, certify=False)
+    assert fast.iterations == serial.iterations
+    # Only the order of the partial sums of K R differs: agreement to 1e-10 after 60 steps.
+    assert np.abs(fast.rotations - serial.rotations).max() < 1e-10
+    np.testing.assert_allclose(fast.objective_trace, serial.objective_trace, rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_accelerated_gpm_reaches_the_plain_certified_optimum_below_v_pt(threaded, seed):
+    b = _anchors(seed, 6, 8, 40, 0.5)
+    plain = solve_gopp(b)
+    fast = solve_gopp(b, accelerate=True)
+    assert plain.certified and fast.certified and fast.converged
+    assert fast.fixed_point_residual <= 1e-7  # confirmed on a plain GPM step
+    assert fast.objective == pytest.approx(plain.objective, rel=1e-12)
+    assert np.all(np.diff(fast.objective_trace) >= -1e-12 * abs(fast.objective))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_accelerated_gpm_above_v_pt_is_monotone_and_never_below_plain(seed):
+    b = _anchors(seed, 5, 10, 40, 1.5)
+    plain = solve_gopp(b, max_iter=150, certify=False)
+    fast = solve_gopp(b, max_iter=150, certify=False, accelerate=True)
+    # The objective never decreases (relative slack 1e-12) and ends no lower than plain GPM's.
+    assert np.all(np.diff(fast.objective_trace) >= -1e-12 * abs(fast.objective))
+    assert fast.objective >= plain.objective * (1 - 1e-12)
+    assert fast.iterations <= plain.iterations
+
+
+def test_plain_gpm_is_unchanged_by_the_acceleration_switch_default():
+    b = _anchors(4, 4, 5, 20, 0.8)
+    res = solve_gopp(b, max_iter=40)
+    assert res.rejected_extrapolations == 0
+    assert res.iterations == len(res.objective_trace) - 1
+
+
+@pytest.mark.parametrize(("p", "d", "r", "factor"),
+                         [(5, 12, 60, 0.5), (5, 12, 60, 3.0), (3, 6, 40, 3.0), (6, 20, 50, 2.0),
+                          (3, 6, 40, 0.5)])
+def test_secular_certificate_equals_the_dense_one(monkeypatch, p, d, r, factor):
+    """r < pd (K has r rows) and r > pd (QR triangle): lambda_min(Lambda - G) to 1e-10 * ||G||."""
+    b = _anchors(7, p, d, r, factor)
+    dense = solve_gopp(b, max_iter=50)
+    monkeypatch.setattr(gopp_module, "DENSE_CERTIFICATE_MAX", 0)
+    calls = []
+    secular = gopp_module._secular_min_eig
+
+    def spy(*args):
+        calls.append(secular(*args))
+        return calls[-1]
+
+    monkeypatch.setattr(gopp_module, "_secular_min_eig", spy)
+    reduced = solve_gopp(b, max_iter=50)
+    assert calls and calls[0] is not None  # the secular path answered
+    scale = dense.certificate_tol / gopp_module.CERTIFICATE_RTOL
+    assert abs(reduced.certificate_min_eig - dense.certificate_min_eig) <= 1e-10 * scale
+    assert reduced.certified == dense.certified
+    assert dense.certified or factor > 1  # below v_PT the converged runs certify
+
+
+def test_lanczos_fallback_equals_the_dense_certificate_at_a_stationary_point(monkeypatch):
+    b = _anchors(8, 5, 12, 60, 0.5)
+    dense = solve_gopp(b)
+    monkeypatch.setattr(gopp_module, "DENSE_CERTIFICATE_MAX", 0)
+    monkeypatch.setattr(gopp_module, "_secular_min_eig", lambda *args: None)
+    lanczos = solve_gopp(b)
+    scale = dense.certificate_tol / gopp_module.CERTIFICATE_RTOL
+    assert abs(lanczos.certificate_min_eig - dense.certificate_min_eig) <= 1e-8 * scale
+    assert lanczos.certified and dense.certified
+
+
+def test_straightforward_baseline_runs_the_same_iteration_as_solve_gopp():
+    b = np.stack(_anchors(9, 4, 6, 30, 0.7))
+    base = bench_gopp.straightforward_gopp(b, max_iter=25, tol=bench_gopp.NEVER)
+    ours = solve_gopp(list(b), max_iter=25, tol=bench_gopp.NEVER, certify=False)
+    assert base.iterations == ours.iterations == 25
+    assert ours.objective == pytest.approx(base.objective, rel=1e-12)
+
+
+def test_quick_benchmark_writes_its_report(tmp_path):
+    out = tmp_path / "gopp.json"
+    assert bench_gopp.main(["--quick", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {"loadavg_start", "loadavg_end", "blas"} <= set(report["meta"])
+    assert all(f["objective_agrees"] for s in report["sizes"] for f in s["fixed_iterations"])
