@@ -1,9 +1,58 @@
-"""Subcommands of the participant role."""
+"""Subcommands of the participant role: ``participant upload`` and ``participant collude``.
+
+Exit status 0 when the analyst accepted the bundle, 1 with the analyst's reason on any refusal.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this role's subcommands to the top-level parser."""
+    group = sub.add_parser("participant", help="a participant: upload once, or disclose as the "
+                           "colluder")
+    inner = group.add_subparsers(dest="participant_command", required=True, metavar="ACTION")
+    up = inner.add_parser("upload", help="agree on the anchor, compute and stream the one upload")
+    co = inner.add_parser("collude", help="disclose data, secrets and anchor to the analyst "
+                          "(threat-model testing; needs keep_secrets at upload)")
+    for p in (up, co):
+        p.add_argument("--config", type=Path, required=True, help="participant TOML file")
+        p.add_argument("--analyst", default=None, help="override [participant] analyst host:port")
+        p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    up.add_argument("--keep-secrets", action="store_true", default=None,
+                    help="keep the secret state in state_dir (the colluder needs it)")
+    up.set_defaults(handler=_upload)
+    co.set_defaults(handler=_collude)
+
+
+def _config(args: argparse.Namespace):
+    from participant.config import load_participant_config
+
+    return load_participant_config(args.config).with_overrides(
+        analyst=args.analyst, keep_secrets=getattr(args, "keep_secrets", None))
+
+
+def _print(sent, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(asdict(sent), indent=2))
+    else:
+        again = " (identical retry)" if sent.already_committed else ""
+        print(f"{sent.participant}: {sent.kind} of {sent.records} records ({sent.bytes} bytes) "
+              f"committed{again}; receipt {sent.receipt}")
+    return 0
+
+
+def _upload(args: argparse.Namespace) -> int:
+    from participant.run import run_upload
+
+    return _print(run_upload(_config(args)), args.json)
+
+
+def _collude(args: argparse.Namespace) -> int:
+    from participant.run import run_collude
+
+    return _print(run_collude(_config(args)), args.json)

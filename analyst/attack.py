@@ -1,0 +1,87 @@
+"""``noisyanchor attack --store DIR``: the colluder attacks of the engine, run from what an
+analyst store holds (uploads, alignment, a colluder's disclosure).
+
+Reconstructions are in the working space (``X_i F`` when a public projection is used) and are
+written as ``.npy`` files with a JSON summary; scoring them needs the true records, which the
+analyst does not have (the demo scores them).
+
+References: SPEC.md section 3.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analyst.storage import FEDERATION_FILE, Store, atomic_write, npy_bytes, read_bundle
+from common.attacks import Disclosure, run_attacks
+from common.errors import InvalidInputError, NotFoundError, PreconditionError
+from common.gdp import GdpKey
+from common.methods import Method
+
+
+def attack_store(store_dir: Path, out_dir: Path | None = None,
+                 colluder: str | None = None) -> dict[str, Any]:
+    """Run every attack of the federation's method against every non-colluding participant.
+
+    Parameters
+    ----------
+    store_dir : Path
+        The analyst's ``output_dir``.
+    out_dir : Path, optional
+        Destination of ``<attack>/<participant>.npy`` and ``summary.json`` (default
+        ``store_dir/attack``).
+    colluder : str, optional
+        Which disclosure to use when several participants disclosed.
+    """
+    store = Store(store_dir)
+    meta_path = store.root / FEDERATION_FILE
+    if not meta_path.is_file():
+        raise NotFoundError(f"{store.root} is not an analyst store (no {FEDERATION_FILE})")
+    meta = json.loads(meta_path.read_text())
+    method = Method(meta["method"])
+    participants = meta["participants"]
+    disclosed = store.committed(store.disclosures)
+    if colluder is None:
+        if len(disclosed) != 1:
+            raise PreconditionError(f"the store holds disclosures from {disclosed}; exactly one "
+                                    "is needed (or name the colluder)")
+        colluder = disclosed[0]
+    if colluder not in disclosed:
+        raise NotFoundError(f"no disclosure from {colluder!r} in {store.root}")
+    missing = sorted(set(participants) - set(store.committed(store.uploads)))
+    if missing:
+        raise PreconditionError(f"uploads of {missing} are missing from {store.root}")
+    rotations = None
+    if method.uses_anchor:
+        if not (store.result / "rotations.npy").is_file():
+            raise PreconditionError("the alignment has not finished (no result/rotations.npy)")
+        rotations = np.load(store.result / "rotations.npy", allow_pickle=False)
+    bundles = [read_bundle(store.upload_path(pid))[1] for pid in participants]
+    _, secrets_ = read_bundle(store.disclosure_path(colluder))
+    c = participants.index(colluder)
+    disclosure = Disclosure(c, secrets_["data"],
+                            GdpKey(secrets_["rotation"], secrets_["translation"]),
+                            secrets_.get("anchor"))
+    if method.uses_anchor and disclosure.anchor is None:
+        raise InvalidInputError(f"the disclosure of {colluder!r} lacks the anchor")
+    recon = run_attacks(method, disclosure, [b["data"] for b in bundles],
+                        [b.get("anchor") for b in bundles], rotations)
+    out = Path(out_dir) if out_dir is not None else store.root / "attack"
+    files: dict[str, dict[str, str]] = {}
+    for name, per_target in recon.items():
+        (out / name).mkdir(parents=True, exist_ok=True)
+        files[name] = {}
+        for i, x_hat in per_target.items():
+            path = out / name / f"{participants[i]}.npy"
+            atomic_write(path, npy_bytes(x_hat))
+            files[name][participants[i]] = str(path)
+    summary = {"federation_id": meta["federation_id"], "method": method.value,
+               "colluder": colluder, "targets": [p for p in participants if p != colluder],
+               "space": "working", "out_dir": str(out), "reconstructions": files}
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / "summary.json", json.dumps(summary, indent=2).encode())
+    return summary

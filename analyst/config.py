@@ -1,0 +1,120 @@
+"""The analyst's federation declaration (``noisyanchor analyst serve --config FILE``).
+
+See ``deploy/templates/analyst.toml`` for every key with comments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from common.errors import ConfigError
+from common.methods import Method
+from common.tomlconfig import Table, TlsFiles, check_id, read_toml
+
+#: Default cap on one upload's array bytes (8 GiB).
+DEFAULT_MAX_UPLOAD_BYTES = 8 << 30
+
+
+@dataclass(frozen=True)
+class AnalystConfig:
+    """Everything the analyst needs, validated once at start-up.
+
+    Attributes
+    ----------
+    federation_id : str
+    participants : tuple of str
+        Expected participant ids (TLS certificate common names), in collaboration-matrix order.
+    method : str
+        One of the six methods.
+    anchors : int or None
+        ``r`` (default ``4 d``).
+    dim : int or None
+        Working width ``d`` (``h`` when a public projection is used); checked on upload when set.
+    sigma, v : float
+        Declared noise levels (reported; the analyst cannot verify them).
+    reference : str
+        Reference participant ``s`` of Procrustes alignment.
+    max_iter, tol : int, float
+        GOPP solver's ``T_max`` and ``eps``.
+    output_dir : Path
+        The analyst's store: committed uploads, relay, result.
+    tls : TlsFiles
+    accept_collusion : bool
+        Accept colluder disclosures (threat-model testing only).
+    host, port : str, int
+        Listening address (port 0: any free port).
+    port_file : Path or None
+        Where to write the bound port once listening.
+    max_upload_bytes : int
+    """
+
+    federation_id: str
+    participants: tuple[str, ...]
+    method: str
+    anchors: int | None
+    dim: int | None
+    sigma: float
+    v: float
+    reference: str
+    max_iter: int
+    tol: float
+    output_dir: Path
+    tls: TlsFiles
+    accept_collusion: bool = False
+    host: str = "127.0.0.1"
+    port: int = 0
+    port_file: Path | None = None
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+
+    @property
+    def method_enum(self) -> Method:
+        """The method as an enum."""
+        return Method(self.method)
+
+    def with_overrides(self, **changes) -> AnalystConfig:
+        """A copy with command-line overrides (``None`` values are ignored)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def load_analyst_config(path: Path) -> AnalystConfig:
+    """Read and validate an analyst config file."""
+    doc = read_toml(path)
+    unknown = sorted(set(doc) - {"federation", "solver", "server", "tls"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown table(s) {', '.join(unknown)}")
+    fed = Table(doc, "federation", path)
+    fid = check_id(fed.str("id"), f"{path}: [federation] id")
+    participants = tuple(fed.strs("participants"))
+    if len(participants) < 2 or len(set(participants)) != len(participants):
+        raise fed.error("participants", "needs at least 2 distinct participant ids")
+    for pid in participants:
+        check_id(pid, f"{path}: [federation] participants entry")
+    try:
+        method = Method(fed.str("method")).value
+    except ValueError:
+        raise fed.error("method", f"expected one of {', '.join(m.value for m in Method)}") \
+            from None
+    reference = fed.str("reference", participants[0])
+    if reference not in participants:
+        raise fed.error("reference", f"{reference!r} is not one of the participants")
+    anchors = fed.int("anchors", None, minimum=2)
+    dim = fed.int("dim", None, minimum=1)
+    if anchors is not None and dim is not None and anchors < dim + 1:
+        raise fed.error("anchors", f"must be >= dim + 1 = {dim + 1}")
+    sigma, v = fed.float("sigma", 0.0, minimum=0.0), fed.float("v", 0.0, minimum=0.0)
+    accept = fed.bool("accept_collusion", False)
+    fed.done()
+    solver = Table(doc, "solver", path, required=False)
+    max_iter, tol = solver.int("max_iter", 500, minimum=1), solver.float("tol", 1e-7, minimum=0.0)
+    solver.done()
+    server = Table(doc, "server", path)
+    cfg = AnalystConfig(
+        federation_id=fid, participants=participants, method=method, anchors=anchors, dim=dim,
+        sigma=sigma, v=v, reference=reference, max_iter=max_iter, tol=tol,
+        output_dir=server.path("output_dir"), tls=TlsFiles.read(Table(doc, "tls", path)),
+        accept_collusion=accept, host=server.str("host", "127.0.0.1"),
+        port=server.int("port", 0, minimum=0), port_file=server.path("port_file", None),
+        max_upload_bytes=server.int("max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES, minimum=1))
+    server.done()
+    return cfg

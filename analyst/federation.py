@@ -1,0 +1,331 @@
+"""The analyst's state machine, free of gRPC: one-shot uploads, relay objects, alignment.
+
+States: ``collecting`` (waiting for uploads) -> ``aligning`` (every expected participant has
+committed) -> ``done`` (result written) or ``failed``. Everything lives in the :class:`Store`, so
+a restarted analyst resumes where it stopped: committed uploads are kept, never asked for again,
+and the alignment runs (again) if it had not finished.
+
+References: SPEC.md sections 1-2; issue 3, items 2 and 4.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from analyst.config import AnalystConfig
+from analyst.storage import (
+    FEDERATION_FILE,
+    Store,
+    atomic_write,
+    npy_bytes,
+    read_bundle,
+    read_bundle_spec,
+    receive_bundle,
+)
+from common.alignment import align
+from common.errors import (
+    AlreadyExistsError,
+    InvalidInputError,
+    NotFoundError,
+    PermissionDeniedError,
+    PreconditionError,
+)
+from common.methods import Method
+from common.splits import SPLIT_NAMES
+from common.theory import phase_transition_v
+from common.wire import BundleSpec
+from protos.noisyanchor.v1 import analyst_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+#: Seconds a second stream of the same participant waits for the first one to finish.
+LOCK_WAIT = 30.0
+
+#: dtype of each array of an upload (``anchor`` only for AA-I-GDP variants).
+UPLOAD_DTYPES = {"data": "<f8", "anchor": "<f8", "labels": "<i8", "tags": "|i1"}
+
+#: dtype of each array of a disclosure (the noise arrays are optional).
+DISCLOSURE_DTYPES = {"data": "<f8", "rotation": "<f8", "translation": "<f8", "anchor": "<f8",
+                     "data_noise": "<f8", "anchor_noise": "<f8"}
+
+
+@dataclass(frozen=True)
+class Committed:
+    """Answer to an upload or disclosure: the receipt, and whether it was a retry."""
+
+    receipt: bytes
+    already_committed: bool
+
+
+class Federation:
+    """One federation as the analyst sees it (thread-safe)."""
+
+    def __init__(self, config: AnalystConfig, store: Store) -> None:
+        self.config = config
+        self.method = Method(config.method)
+        self.store = store.open()
+        self._lock = threading.Lock()
+        self._participant_locks = {pid: threading.Lock() for pid in config.participants}
+        self._state = "done" if store.result.is_dir() else "collecting"
+        self._error = ""
+        self._align_thread: threading.Thread | None = None
+        public = {"federation_id": config.federation_id, "participants": list(config.participants),
+                  "method": config.method, "anchors": config.anchors, "dim": config.dim,
+                  "sigma": config.sigma, "v": config.v, "reference": config.reference,
+                  "accept_collusion": config.accept_collusion}
+        atomic_write(self.store.root / FEDERATION_FILE, json.dumps(public, indent=2).encode())
+
+    # -- checks --------------------------------------------------------------------------------
+    def check_caller(self, pid: str, federation_id: str) -> None:
+        """Refuse callers that are not expected participants or address another federation."""
+        if pid not in self._participant_locks:
+            raise PermissionDeniedError(f"{pid!r} is not a participant of federation "
+                                        f"{self.config.federation_id!r}")
+        if federation_id != self.config.federation_id:
+            raise PermissionDeniedError(f"this analyst serves federation "
+                                        f"{self.config.federation_id!r}, not {federation_id!r}")
+
+    def _width(self, spec: BundleSpec) -> int:
+        """Working width ``d`` the upload must have: the config's, else the committed ones'."""
+        if self.config.dim is not None:
+            return self.config.dim
+        for pid in self.store.committed(self.store.uploads):
+            return read_bundle_spec(self.store.upload_path(pid))[0].array("data").shape[1]
+        data = spec.array("data")
+        return data.shape[1] if data is not None and len(data.shape) == 2 else 0
+
+    def _check_shapes(self, spec: BundleSpec, dtypes: dict[str, str], required: set[str]) -> int:
+        names = {a.name for a in spec.arrays}
+        if not required <= names or not names <= set(dtypes):
+            raise InvalidInputError(f"a {self.method.value} bundle carries arrays "
+                                    f"{sorted(required)} (optional: "
+                                    f"{sorted(set(dtypes) - required)}), got {sorted(names)}")
+        for a in spec.arrays:
+            if a.dtype != dtypes[a.name]:
+                raise InvalidInputError(f"array {a.name!r} must have dtype {dtypes[a.name]}, "
+                                        f"got {a.dtype}")
+        if spec.method != self.method.value:
+            raise InvalidInputError(f"federation {self.config.federation_id!r} uses method "
+                                    f"{self.method.value}, the bundle says {spec.method!r}")
+        if spec.nbytes > self.config.max_upload_bytes:
+            raise InvalidInputError(f"the bundle declares {spec.nbytes} bytes, more than the "
+                                    f"limit of {self.config.max_upload_bytes}")
+        d = self._width(spec)
+        data = spec.array("data")
+        if len(data.shape) != 2 or data.shape[0] < 1 or data.shape[1] != d:
+            raise InvalidInputError(f"array 'data' must have shape (n, {d}) with n >= 1, got "
+                                    f"{data.shape}")
+        anchor = spec.array("anchor")
+        r = self.config.anchors or 4 * d
+        if anchor is not None and anchor.shape != (r, d):
+            raise InvalidInputError(f"array 'anchor' must have shape ({r}, {d}), got "
+                                    f"{anchor.shape}")
+        return d
+
+    def check_upload_header(self, spec: BundleSpec) -> None:
+        """Header checks of an upload: arrays, dtypes, shapes, method, size."""
+        required = {"data", "labels", "tags"} | ({"anchor"} if self.method.uses_anchor else set())
+        self._check_shapes(spec, {k: UPLOAD_DTYPES[k] for k in required}, required)
+        n = spec.array("data").shape[0]
+        for name in ("labels", "tags"):
+            if spec.array(name).shape != (n,):
+                raise InvalidInputError(f"array {name!r} must have shape ({n},), got "
+                                        f"{spec.array(name).shape}")
+
+    def check_disclosure_header(self, spec: BundleSpec) -> None:
+        """Header checks of a disclosure: ``X_c``, ``O_c``, ``Psi_c`` (and ``A``)."""
+        required = {"data", "rotation", "translation"} | (
+            {"anchor"} if self.method.uses_anchor else set())
+        dtypes = {k: v for k, v in DISCLOSURE_DTYPES.items()
+                  if k in required or k.endswith("_noise")}
+        d = self._check_shapes(spec, dtypes, required)
+        expected = {"rotation": (d, d), "translation": (d,)}
+        for name, shape in expected.items():
+            if spec.array(name).shape != shape:
+                raise InvalidInputError(f"array {name!r} must have shape {shape}, got "
+                                        f"{spec.array(name).shape}")
+
+    @staticmethod
+    def _check_tags(spec: BundleSpec, arrays: dict[str, np.ndarray]) -> None:
+        tags = arrays["tags"]
+        if tags.size and not np.isin(tags, list(SPLIT_NAMES)).all():
+            raise InvalidInputError(f"array 'tags' must hold only {sorted(SPLIT_NAMES)} "
+                                    f"({', '.join(SPLIT_NAMES.values())})")
+
+    # -- one-shot bundles ----------------------------------------------------------------------
+    def _commit(self, pid: str, spec: BundleSpec, chunks: Iterable[bytes], kind: str) -> Committed:
+        path = (self.store.upload_path(pid) if kind == "upload"
+                else self.store.disclosure_path(pid))
+        receipt = spec.receipt(pid)
+        lock = self._participant_locks[pid]
+        if not lock.acquire(timeout=LOCK_WAIT):
+            raise PreconditionError(f"another {kind} stream of {pid!r} is still in progress")
+        try:
+            if path.exists():
+                if read_bundle_spec(path)[0].receipt(pid) == receipt:
+                    return Committed(receipt, True)
+                raise AlreadyExistsError(f"{pid!r} already committed a different {kind}; "
+                                         "each participant uploads exactly once")
+            if kind == "upload" and self._state != "collecting":
+                raise PreconditionError(f"federation is {self._state}; uploads are closed")
+            receive_bundle(path, spec, chunks, self._check_tags if kind == "upload" else None)
+        finally:
+            lock.release()
+        log.info("committed %s of %s (%d bytes)", kind, pid, spec.nbytes)
+        return Committed(receipt, False)
+
+    def upload(self, pid: str, spec: BundleSpec, chunks: Iterable[bytes]) -> Committed:
+        """Participant ``pid``'s one upload; starts the alignment once everyone has committed."""
+        self.check_caller(pid, spec.federation_id)
+        self.check_upload_header(spec)
+        done = self._commit(pid, spec, chunks, "upload")
+        self.maybe_align()
+        return done
+
+    def disclose(self, pid: str, spec: BundleSpec, chunks: Iterable[bytes]) -> Committed:
+        """A colluder's disclosure, accepted only when the federation allows collusion."""
+        self.check_caller(pid, spec.federation_id)
+        if not self.config.accept_collusion:
+            raise PermissionDeniedError(f"federation {self.config.federation_id!r} does not "
+                                        "accept collusion disclosures (accept_collusion = false)")
+        self.check_disclosure_header(spec)
+        return self._commit(pid, spec, chunks, "disclosure")
+
+    # -- relay ---------------------------------------------------------------------------------
+    def _publish_once(self, path, data: bytes, what: str) -> None:
+        with self._lock:
+            if path.exists():
+                if path.read_bytes() != data:
+                    raise AlreadyExistsError(f"{what} was already published differently")
+                return
+            atomic_write(path, data)
+
+    def publish_key(self, pid: str, public_key: bytes, signature: bytes, cert_pem: bytes) -> None:
+        """Store ``pid``'s signed X25519 key with the certificate seen on its connection."""
+        if len(public_key) != 32 or not signature:
+            raise InvalidInputError("an exchange key is 32 bytes and must come with a signature")
+        msg = pb.SignedKey(participant_id=pid, public_key=public_key, signature=signature,
+                           certificate_pem=cert_pem)
+        self._publish_once(self.store.keys / f"{pid}.pb", msg.SerializeToString(deterministic=True),
+                           f"the exchange key of {pid!r}")
+
+    def list_keys(self) -> list[pb.SignedKey]:
+        """Every published signed key."""
+        keys = []
+        for pid in self.config.participants:
+            path = self.store.keys / f"{pid}.pb"
+            if path.exists():
+                msg = pb.SignedKey()
+                msg.ParseFromString(path.read_bytes())
+                keys.append(msg)
+        return keys
+
+    def post_sealed(self, dealer: str, shares: list[pb.SealedShare]) -> None:
+        """Relay the dealer's sealed shares (ciphertext only) to their recipients."""
+        for share in shares:
+            if share.recipient_id not in self._participant_locks or share.recipient_id == dealer:
+                raise InvalidInputError(f"sealed share for {share.recipient_id!r}: not another "
+                                        "participant of this federation")
+            stored = pb.SealedShare(dealer_id=dealer, recipient_id=share.recipient_id,
+                                    nonce=share.nonce, ciphertext=share.ciphertext)
+            self._publish_once(self.store.sealed / f"{share.recipient_id}.pb",
+                               stored.SerializeToString(deterministic=True),
+                               f"the sealed share for {share.recipient_id!r}")
+
+    def get_sealed(self, pid: str) -> pb.SealedShare:
+        """The sealed share addressed to ``pid``."""
+        path = self.store.sealed / f"{pid}.pb"
+        if not path.exists():
+            raise NotFoundError(f"no sealed share for {pid!r} yet")
+        msg = pb.SealedShare()
+        msg.ParseFromString(path.read_bytes())
+        return msg
+
+    def publish_commitment(self, pid: str, digest: bytes) -> None:
+        """Store ``pid``'s anchor commitment."""
+        if len(digest) != 32:
+            raise InvalidInputError(f"a commitment is a 32-byte SHA-256 digest, got {len(digest)}")
+        self._publish_once(self.store.commitments / f"{pid}.bin", digest,
+                           f"the commitment of {pid!r}")
+
+    def list_commitments(self) -> list[pb.Commitment]:
+        """Every published commitment."""
+        return [pb.Commitment(participant_id=pid, digest=path.read_bytes())
+                for pid in self.config.participants
+                if (path := self.store.commitments / f"{pid}.bin").exists()]
+
+    # -- alignment -----------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """Progress: state, expected, committed and disclosed ids, error, result summary."""
+        result = self.store.result / "result.json"
+        return {"federation_id": self.config.federation_id, "state": self._state,
+                "expected": list(self.config.participants),
+                "committed": self.store.committed(self.store.uploads),
+                "disclosed": self.store.committed(self.store.disclosures),
+                "error": self._error,
+                "result_json": result.read_text() if self._state == "done" else ""}
+
+    def maybe_align(self) -> None:
+        """Start the alignment in the background once every expected upload is committed."""
+        with self._lock:
+            if self._state != "collecting":
+                return
+            if set(self.store.committed(self.store.uploads)) != set(self.config.participants):
+                return
+            self._state = "aligning"
+            self._align_thread = threading.Thread(target=self._align, name="align", daemon=True)
+            self._align_thread.start()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for a running alignment (tests and shutdown)."""
+        if self._align_thread is not None:
+            self._align_thread.join(timeout)
+
+    def _align(self) -> None:
+        try:
+            self.store.commit_result(self.compute_result())
+            self._state = "done"
+            log.info("alignment done; result in %s", self.store.result)
+        except Exception as err:  # reported through Status; the server keeps serving
+            log.exception("alignment failed")
+            self._error, self._state = f"{type(err).__name__}: {err}", "failed"
+
+    def compute_result(self) -> dict[str, bytes]:
+        """Align the committed uploads (GOPP or Procrustes by method) and encode the result."""
+        cfg = self.config
+        start = time.perf_counter()
+        bundles = [read_bundle(self.store.upload_path(pid))[1] for pid in cfg.participants]
+        data = [b["data"] for b in bundles]
+        anchors = [b["anchor"] for b in bundles] if self.method.uses_anchor else None
+        alignment = align(self.method, data, anchors,
+                          reference=cfg.participants.index(cfg.reference),
+                          max_iter=cfg.max_iter, tol=cfg.tol)
+        d = data[0].shape[1]
+        r = anchors[0].shape[0] if anchors else None
+        summary = {
+            "federation_id": cfg.federation_id, "method": self.method.value,
+            "participants": list(cfg.participants), "dim": d, "anchors": r,
+            "records": int(alignment.z.shape[0]), "sigma": cfg.sigma, "v": cfg.v,
+            "v_pt": phase_transition_v(len(data), d, r) if r else None,
+            "row_ranges": {pid: list(rr) for pid, rr in zip(cfg.participants,
+                                                             alignment.row_ranges, strict=True)},
+            "solver": alignment.solver,
+            "seconds": time.perf_counter() - start,
+        }
+        return {
+            "z.npy": npy_bytes(alignment.z),
+            "labels.npy": npy_bytes(np.concatenate([b["labels"] for b in bundles])),
+            "tags.npy": npy_bytes(np.concatenate([b["tags"] for b in bundles])),
+            "rotations.npy": npy_bytes(alignment.rotations),
+            "means.npy": npy_bytes(alignment.means),
+            "shift.npy": npy_bytes(alignment.shift),
+            "result.json": json.dumps(summary, indent=2).encode(),
+        }

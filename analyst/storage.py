@@ -1,0 +1,229 @@
+"""The analyst's store on disk: committed array bundles, relay objects and the result.
+
+Every write is atomic: bytes go to a temporary file in the destination folder, are fsynced,
+renamed over the final name with ``os.replace``, and the folder is fsynced. A crash leaves
+either the old state or the new one, never a partial file; stale temporary files are swept at
+start-up.
+
+A bundle file holds ``MAGIC``, an 8-byte little-endian header length, the serialized
+``BundleHeader`` and the arrays' raw bytes in header order, so arrays are read back with
+``numpy.memmap`` at known offsets (no pickle, no whole-file copy).
+
+Layout of a store::
+
+    uploads/<participant>.bundle      one per participant (Y_i, B_i, labels, tags)
+    disclosures/<participant>.bundle  colluder disclosures (threat-model testing)
+    relay/keys/<participant>.pb       signed X25519 public keys
+    relay/sealed/<recipient>.pb       the dealer's sealed share for each recipient
+    relay/commitments/<participant>.bin
+    result/                           Z, labels, tags, rotations, result.json
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import struct
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+
+from common.errors import IntegrityError, InvalidInputError
+from common.wire import BundleDigester, BundleSpec, wire_dtype
+from protos.noisyanchor.v1 import analyst_pb2 as pb
+
+#: First bytes of every bundle file (format version 1).
+MAGIC = b"NABUNDL1"
+
+#: Public description of the federation (config without TLS paths), written at start-up.
+FEDERATION_FILE = "federation.json"
+
+#: Prefix of temporary files and folders (swept at start-up).
+TMP_PREFIX = ".tmp-"
+
+#: Elements per block when scanning committed float arrays for NaN/Inf.
+_SCAN_BLOCK = 1 << 22
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a folder's entries (a rename is durable only once its folder is synced)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically and durably."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def npy_bytes(arr: np.ndarray) -> bytes:
+    """``arr`` in ``.npy`` format (no pickle)."""
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
+def _data_offset(header_bytes: bytes) -> int:
+    return len(MAGIC) + 8 + len(header_bytes)
+
+
+def receive_bundle(
+    path: Path, spec: BundleSpec, chunks: Iterable[bytes],
+    check: Callable[[BundleSpec, dict[str, np.ndarray]], None] | None = None,
+) -> None:
+    """Stream a bundle to a temporary file, verify it, then commit it at ``path``.
+
+    Parameters
+    ----------
+    path : Path
+        Final name; must not exist yet (the caller holds the participant's lock).
+    spec : BundleSpec
+        The validated header.
+    chunks : iterable of bytes
+        The stream's chunk payloads in order.
+    check : callable, optional
+        Content check on the received arrays (memory-mapped) before the commit.
+
+    Raises
+    ------
+    IntegrityError
+        Truncated, overlong or corrupt stream; NaN/Inf in a float array. Nothing is committed.
+    """
+    path = Path(path)
+    header = spec.to_proto().SerializeToString(deterministic=True)
+    digester = BundleDigester(spec)
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(MAGIC + struct.pack("<Q", len(header)) + header)
+            for chunk in chunks:
+                digester.feed(chunk)
+                fh.write(chunk)
+            digester.finish()
+            fh.flush()
+            os.fsync(fh.fileno())
+        arrays = _map_arrays(Path(tmp), spec, _data_offset(header))
+        for a in spec.arrays:
+            _check_finite(a.name, arrays[a.name])
+        if check is not None:
+            check(spec, arrays)
+        del arrays
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def _check_finite(name: str, arr: np.ndarray) -> None:
+    # Scanned in blocks so a multi-GiB upload is never materialised as one boolean array.
+    if arr.dtype.kind != "f":
+        return
+    flat = arr.reshape(-1)
+    for start in range(0, flat.size, _SCAN_BLOCK):
+        if not np.isfinite(flat[start:start + _SCAN_BLOCK]).all():
+            raise IntegrityError(f"array {name!r} contains NaN or Inf values")
+
+
+def _map_arrays(path: Path, spec: BundleSpec, offset: int) -> dict[str, np.ndarray]:
+    arrays: dict[str, np.ndarray] = {}
+    for a in spec.arrays:
+        if a.nbytes == 0:
+            arrays[a.name] = np.zeros(a.shape, dtype=wire_dtype(a.dtype))
+        else:
+            arrays[a.name] = np.memmap(path, dtype=wire_dtype(a.dtype), mode="r", offset=offset,
+                                       shape=a.shape)
+        offset += a.nbytes
+    return arrays
+
+
+def read_bundle_spec(path: Path) -> tuple[BundleSpec, int]:
+    """Header of a committed bundle and the byte offset of its first array."""
+    with open(path, "rb") as fh:
+        head = fh.read(len(MAGIC) + 8)
+        if len(head) != len(MAGIC) + 8 or head[:len(MAGIC)] != MAGIC:
+            raise IntegrityError(f"{path} is not a noisyanchor bundle file")
+        (n,) = struct.unpack("<Q", head[len(MAGIC):])
+        header = fh.read(n)
+    msg = pb.BundleHeader()
+    msg.ParseFromString(header)
+    return BundleSpec.from_proto(msg), _data_offset(header)
+
+
+def read_bundle(path: Path, *, copy: bool = True) -> tuple[BundleSpec, dict[str, np.ndarray]]:
+    """A committed bundle's header and arrays (copied into memory unless ``copy=False``)."""
+    spec, offset = read_bundle_spec(path)
+    arrays = _map_arrays(Path(path), spec, offset)
+    if copy:
+        arrays = {k: np.array(v) for k, v in arrays.items()}
+    return spec, arrays
+
+
+class Store:
+    """Folders of one analyst store (see the module docstring)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.uploads = self.root / "uploads"
+        self.disclosures = self.root / "disclosures"
+        self.keys = self.root / "relay" / "keys"
+        self.sealed = self.root / "relay" / "sealed"
+        self.commitments = self.root / "relay" / "commitments"
+        self.result = self.root / "result"
+
+    def open(self) -> Store:
+        """Create the folders and sweep temporary files left by a crash."""
+        for d in (self.uploads, self.disclosures, self.keys, self.sealed, self.commitments):
+            d.mkdir(parents=True, exist_ok=True)
+            for stale in d.glob(TMP_PREFIX + "*"):
+                stale.unlink()
+        for stale in self.root.glob(TMP_PREFIX + "*"):
+            shutil.rmtree(stale)
+        return self
+
+    def upload_path(self, pid: str) -> Path:
+        """Committed upload of ``pid``."""
+        return self.uploads / f"{pid}.bundle"
+
+    def disclosure_path(self, pid: str) -> Path:
+        """Committed disclosure of ``pid``."""
+        return self.disclosures / f"{pid}.bundle"
+
+    def committed(self, folder: Path) -> list[str]:
+        """Participant ids with a committed bundle in ``folder``."""
+        return sorted(p.name.removesuffix(".bundle") for p in folder.glob("*.bundle"))
+
+    def commit_result(self, files: dict[str, bytes]) -> None:
+        """Write the result folder atomically: a temporary folder renamed into place."""
+        tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=self.root))
+        try:
+            for name, data in files.items():
+                if "/" in name:
+                    raise InvalidInputError(f"result file name {name!r} has a separator")
+                with open(tmp / name, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            fsync_dir(tmp)
+            os.replace(tmp, self.result)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        fsync_dir(self.root)

@@ -1,0 +1,140 @@
+"""Typed reading of TOML configuration files with errors that name the file, table and key.
+
+Each role's config module reads its tables through :class:`Table`, then calls
+:meth:`Table.done` so a misspelt key is an error instead of being silently ignored. Relative
+paths resolve against the config file's folder, so a config directory can be moved whole.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from common.errors import ConfigError
+
+_MISSING = object()
+
+#: Participant and federation ids: they name files and certificates.
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_id(value: str, what: str) -> str:
+    """``value`` if it is a valid id (letters, digits, ``._-``, at most 64 characters)."""
+    if not isinstance(value, str) or not ID_PATTERN.fullmatch(value):
+        raise ConfigError(f"{what} {value!r} must be 1-64 letters, digits, '.', '_' or '-', "
+                          "starting with a letter or digit")
+    return value
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file, turning a missing file or a syntax error into a ConfigError."""
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+
+
+class Table:
+    """One ``[table]`` of a config file, read key by key with type checks."""
+
+    def __init__(self, doc: dict[str, Any], name: str, path: Path, *, required: bool = True):
+        value = doc.get(name, _MISSING)
+        if value is _MISSING:
+            if required:
+                raise ConfigError(f"{path}: missing table [{name}]")
+            value = {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: [{name}] must be a table")
+        self.name, self.file, self._data = name, Path(path), dict(value)
+        self._used: set[str] = set()
+
+    def _where(self, key: str) -> str:
+        return f"{self.file}: [{self.name}] {key}"
+
+    def _get(self, key: str, default: Any, kinds: tuple[type, ...], what: str) -> Any:
+        self._used.add(key)
+        if key not in self._data:
+            if default is _MISSING:
+                raise ConfigError(f"{self._where(key)} is required ({what})")
+            return default
+        value = self._data[key]
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+            raise ConfigError(f"{self._where(key)} must be {what}, got {value!r}")
+        return value
+
+    def str(self, key: str, default: Any = _MISSING) -> Any:
+        """A string value."""
+        return self._get(key, default, (str,), "a string")
+
+    def int(self, key: str, default: Any = _MISSING, *, minimum: int | None = None) -> Any:
+        """An integer value, optionally bounded below."""
+        value = self._get(key, default, (int,), "an integer")
+        if value is not None and minimum is not None and value < minimum:
+            raise ConfigError(f"{self._where(key)} must be >= {minimum}, got {value}")
+        return value
+
+    def float(self, key: str, default: Any = _MISSING, *, minimum: float | None = None) -> Any:
+        """A number (int or float) as float, optionally bounded below."""
+        value = self._get(key, default, (int, float), "a number")
+        if value is None:
+            return None
+        if minimum is not None and not value >= minimum:
+            raise ConfigError(f"{self._where(key)} must be >= {minimum}, got {value}")
+        return float(value)
+
+    def bool(self, key: str, default: Any = _MISSING) -> Any:
+        """A boolean value."""
+        return self._get(key, default, (bool,), "true or false")
+
+    def strs(self, key: str, default: Any = _MISSING) -> Any:
+        """A list of strings."""
+        value = self._get(key, default, (list,), "a list of strings")
+        if value is not None and not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{self._where(key)} must be a list of strings, got {value!r}")
+        return value
+
+    def path(self, key: str, default: Any = _MISSING) -> Any:
+        """A path; relative paths resolve against the config file's folder."""
+        value = self.str(key, default)
+        if value is None or isinstance(value, Path):
+            return value
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else (self.file.parent / p).resolve()
+
+    def error(self, key: str, message: str) -> ConfigError:
+        """A ConfigError naming this table's ``key``."""
+        return ConfigError(f"{self._where(key)}: {message}")
+
+    def done(self) -> None:
+        """Refuse keys that no reader asked for (misspellings)."""
+        unknown = sorted(set(self._data) - self._used)
+        if unknown:
+            raise ConfigError(f"{self.file}: [{self.name}] has unknown key(s) "
+                              f"{', '.join(unknown)}")
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of one TLS endpoint: the CA to trust, own certificate and private key."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def read(cls, table: Table) -> TlsFiles:
+        """From a ``[tls]`` table, checking the files exist."""
+        files = cls(table.path("ca"), table.path("cert"), table.path("key"))
+        for key in ("ca", "cert", "key"):
+            if not getattr(files, key).is_file():
+                raise table.error(key, f"file {getattr(files, key)} does not exist")
+        table.done()
+        return files

@@ -1,0 +1,147 @@
+"""A small PKI for demos and pilots: a CA, a server certificate for the analyst and one client
+certificate per participant (ECDSA P-256, made with ``cryptography``).
+
+The participant id is the certificate's subject common name (also a DNS SAN); the analyst reads
+it from the verified TLS connection. Real deployments can bring their own PKI: any CA whose
+client certificates carry the participant id as common name works.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from common.errors import InvalidInputError
+
+#: Validity of demo certificates.
+VALIDITY = datetime.timedelta(days=30)
+
+#: Host names every demo server certificate covers (plus the IP 127.0.0.1).
+DEFAULT_SERVER_NAME = "localhost"
+
+
+@dataclass(frozen=True)
+class Pki:
+    """Paths of the files :func:`write_pki` made.
+
+    Attributes
+    ----------
+    ca : Path
+        CA certificate (PEM), the trust root of every party.
+    server_cert, server_key : Path
+        The analyst's certificate and private key.
+    clients : dict
+        ``{participant id: (certificate path, key path)}``.
+    """
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    clients: dict[str, tuple[Path, Path]]
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _builder(subject: str, issuer: x509.Name, public_key) -> x509.CertificateBuilder:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(issuer)
+            .public_key(public_key).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + VALIDITY))
+
+
+def make_ca(common_name: str = "noisyanchor demo CA") -> tuple[ec.EllipticCurvePrivateKey,
+                                                                  x509.Certificate]:
+    """A self-signed CA key and certificate."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (_builder(common_name, _name(common_name), key.public_key())
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
+                                         key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, key_cert_sign=True, crl_sign=True,
+                                         encipher_only=False, decipher_only=False), critical=True)
+            .sign(key, hashes.SHA256()))
+    return key, cert
+
+
+def issue(
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    common_name: str,
+    *,
+    server: bool,
+    dns_names: Sequence[str] = (),
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A leaf key and certificate signed by the CA (server or client usage)."""
+    if not common_name or any(c in common_name for c in "/\\\x00") or common_name in {".", ".."}:
+        raise InvalidInputError(f"certificate name {common_name!r} must be a non-empty id "
+                                "without path separators")
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dict.fromkeys([common_name,
+                                                                            *dns_names])]
+    if server:
+        sans.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+    cert = (_builder(common_name, ca_cert.subject, key.public_key())
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    return key, cert
+
+
+def _write(path: Path, data: bytes, *, private: bool = False) -> Path:
+    # Private keys are created with mode 0600 from the start (never world-readable).
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    fd = os.open(path, flags, 0o600 if private else 0o644)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    return path
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def write_pki(
+    out_dir: Path,
+    participants: Sequence[str],
+    *,
+    server_name: str = DEFAULT_SERVER_NAME,
+    ca_name: str = "noisyanchor demo CA",
+) -> Pki:
+    """Make a CA, an analyst certificate and one client certificate per participant in ``out_dir``.
+
+    Files: ``ca.pem``, ``analyst.pem``/``analyst.key``, ``<id>.pem``/``<id>.key``. The CA key is
+    not written: issuing more certificates later needs a new PKI (demos and pilots only).
+    """
+    if len(set(participants)) != len(participants) or not participants:
+        raise InvalidInputError(f"participant ids must be unique and non-empty: {participants}")
+    if "analyst" in participants:
+        raise InvalidInputError("'analyst' is the server's certificate name, not a participant id")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ca_key, ca_cert = make_ca(ca_name)
+    pem = serialization.Encoding.PEM
+    ca = _write(out_dir / "ca.pem", ca_cert.public_bytes(pem))
+    skey, scert = issue(ca_key, ca_cert, "analyst", server=True,
+                        dns_names=[server_name, DEFAULT_SERVER_NAME])
+    server_cert = _write(out_dir / "analyst.pem", scert.public_bytes(pem))
+    server_key = _write(out_dir / "analyst.key", _key_pem(skey), private=True)
+    clients = {}
+    for pid in participants:
+        key, cert = issue(ca_key, ca_cert, pid, server=False)
+        clients[pid] = (_write(out_dir / f"{pid}.pem", cert.public_bytes(pem)),
+                        _write(out_dir / f"{pid}.key", _key_pem(key), private=True))
+    return Pki(ca, server_cert, server_key, clients)

@@ -1,0 +1,95 @@
+"""Writing configs and starting role processes: shared by ``noisyanchor demo`` and the
+end-to-end tests.
+
+Every process is ``sys.executable -m noisyanchor ...`` with one BLAS thread (several processes
+share few cores; OpenBLAS threads busy-wait under contention).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from common.errors import PreconditionError
+
+
+def toml_text(tables: Mapping[str, Mapping[str, Any]]) -> str:
+    """TOML for flat tables of strings, numbers, booleans, paths and string lists.
+
+    Hand-written because the standard library reads TOML but does not write it; JSON string
+    escapes are valid TOML basic strings. ``None`` values are left out.
+    """
+    lines: list[str] = []
+    for name, table in tables.items():
+        lines.append(f"[{name}]")
+        for key, value in table.items():
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, int | float):
+                text = repr(value)
+            elif isinstance(value, list | tuple):
+                text = json.dumps([str(v) for v in value])
+            else:
+                text = json.dumps(str(value))
+            lines.append(f"{key} = {text}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_toml(path: Path, tables: Mapping[str, Mapping[str, Any]]) -> Path:
+    """Write :func:`toml_text` of ``tables`` to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(toml_text(tables))
+    return path
+
+
+def child_env() -> dict[str, str]:
+    """Environment of a child process: one BLAS thread, the current import path."""
+    env = dict(os.environ)
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def start(args: Sequence[str], log_path: Path) -> subprocess.Popen:
+    """Start ``noisyanchor ARGS`` as a separate OS process, output to ``log_path``."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        return subprocess.Popen([sys.executable, "-m", "noisyanchor", *map(str, args)],
+                                stdout=log, stderr=subprocess.STDOUT, env=child_env())
+
+
+def wait_for_port(port_file: Path, proc: subprocess.Popen, timeout: float = 60.0) -> int:
+    """The port an analyst wrote to ``port_file`` once listening (bounded wait)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if port_file.is_file():
+            text = port_file.read_text().strip()
+            if text:
+                return int(text)
+        if proc.poll() is not None:
+            raise PreconditionError(f"the analyst exited with status {proc.returncode} before "
+                                    "listening")
+        time.sleep(0.05)
+    raise PreconditionError(f"the analyst did not listen within {timeout:g} s")
+
+
+def stop(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    """Terminate ``proc`` (SIGTERM, then SIGKILL after ``timeout``) and reap it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

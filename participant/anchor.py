@@ -1,0 +1,132 @@
+"""Agreeing on the anchor seed with the other participants, through the analyst as an untrusted
+relay (issue 3, item 4).
+
+1. Every participant publishes an X25519 key signed with its TLS key.
+2. The dealer draws the 256-bit seed (OS entropy; an explicit seed only for experiments),
+   checks every other participant's signed key against its CA-issued certificate, and seals the
+   seed with the common parameters to each of them.
+3. Each recipient checks the dealer's signed key, opens its share and checks the parameters.
+4. Everyone publishes a commitment to the seed and parameters and checks that all commitments
+   are equal before uploading anything derived from the seed.
+
+The analyst sees only public keys, signatures, certificates, ciphertexts and commitments.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass
+
+from common.errors import IntegrityError, InvalidInputError
+from common.sealing import (
+    SEED_BYTES,
+    anchor_commitment,
+    new_exchange_key,
+    open_sealed,
+    public_bytes,
+    seal,
+    sign_exchange_key,
+    verify_exchange_key,
+)
+from participant.client import AnalystClient
+from protos.noisyanchor.v1 import analyst_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SharedParameters:
+    """What the seed is bound to: method, ``r``, ``d`` and the translation scale ``s``."""
+
+    method: str
+    anchors: int
+    dim: int
+    translation_scale: float
+
+
+def _verified_keys(client: AnalystClient, ca_pem: bytes, wanted: list[str]) -> dict[str, bytes]:
+    """Wait for the signed keys of ``wanted`` and verify each; ``{id: X25519 public key}``."""
+    fid = client.federation_id
+    reply = client.wait_for(
+        f"the exchange keys of {', '.join(wanted)}",
+        lambda: client.stub.ListKeys(pb.ListKeysRequest(federation_id=fid)),
+        lambda r: set(wanted) <= {k.participant_id for k in r.keys})
+    keys = {}
+    for k in reply.keys:
+        if k.participant_id in wanted:
+            verify_exchange_key(k.certificate_pem, ca_pem, fid, k.participant_id, k.public_key,
+                                k.signature)
+            keys[k.participant_id] = bytes(k.public_key)
+    return keys
+
+
+def agree_on_seed(
+    client: AnalystClient, *, participant_id: str, dealer: str, tls_key_pem: bytes,
+    ca_pem: bytes, params: SharedParameters, dealer_seed: bytes | None = None,
+) -> bytes:
+    """Run the agreement and return the 256-bit seed every participant now holds.
+
+    Parameters
+    ----------
+    client : AnalystClient
+    participant_id, dealer : str
+    tls_key_pem, ca_pem : bytes
+        Own TLS private key (signs the exchange key) and the federation CA.
+    params : SharedParameters
+        This participant's own view of the parameters; a dealer sending others is refused.
+    dealer_seed : bytes, optional
+        The dealer's explicit seed (experiments only); OS entropy when omitted.
+    """
+    fid = client.federation_id
+    own = new_exchange_key()
+    pub = public_bytes(own)
+    client.call("publish exchange key", lambda: client.stub.PublishKey(pb.PublishKeyRequest(
+        federation_id=fid, public_key=pub,
+        signature=sign_exchange_key(tls_key_pem, fid, participant_id, pub))))
+    expected = list(client.status().expected)
+    if participant_id not in expected or dealer not in expected:
+        raise InvalidInputError(f"participant {participant_id!r} and dealer {dealer!r} must both "
+                                f"be in the federation {expected}")
+    if participant_id == dealer:
+        seed = dealer_seed if dealer_seed is not None else secrets.token_bytes(SEED_BYTES)
+        others = [p for p in expected if p != dealer]
+        keys = _verified_keys(client, ca_pem, others)
+        secret = pb.AnchorSecret(seed=seed, method=params.method, anchors=params.anchors,
+                                 dim=params.dim, translation_scale=params.translation_scale)
+        plaintext = secret.SerializeToString(deterministic=True)
+        shares = []
+        for pid in others:
+            nonce, ciphertext = seal(own, keys[pid], fid, dealer, pid, plaintext)
+            shares.append(pb.SealedShare(recipient_id=pid, nonce=nonce, ciphertext=ciphertext))
+        client.call("post sealed shares", lambda: client.stub.PostSealed(
+            pb.PostSealedRequest(federation_id=fid, shares=shares)))
+    else:
+        share = client.wait_for("the dealer's sealed share", lambda: client.stub.GetSealed(
+            pb.GetSealedRequest(federation_id=fid)), lambda s: True)
+        if share.dealer_id != dealer:
+            raise IntegrityError(f"the sealed share comes from {share.dealer_id!r}, not from the "
+                                 f"dealer {dealer!r}")
+        dealer_key = _verified_keys(client, ca_pem, [dealer])[dealer]
+        secret = pb.AnchorSecret()
+        secret.ParseFromString(open_sealed(own, dealer_key, fid, dealer, participant_id,
+                                           share.nonce, share.ciphertext))
+        theirs = SharedParameters(secret.method, secret.anchors, secret.dim,
+                                  secret.translation_scale)
+        if theirs != params or len(secret.seed) != SEED_BYTES:
+            raise IntegrityError(f"the dealer's parameters {theirs} differ from this "
+                                 f"participant's {params}")
+        seed = bytes(secret.seed)
+    digest = anchor_commitment(fid, seed, method=params.method, anchors=params.anchors,
+                               dim=params.dim, translation_scale=params.translation_scale)
+    client.call("publish commitment", lambda: client.stub.PublishCommitment(
+        pb.PublishCommitmentRequest(federation_id=fid, digest=digest)))
+    reply = client.wait_for(
+        "every participant's anchor commitment",
+        lambda: client.stub.ListCommitments(pb.ListCommitmentsRequest(federation_id=fid)),
+        lambda r: {c.participant_id for c in r.commitments} >= set(expected))
+    differ = sorted(c.participant_id for c in reply.commitments if c.digest != digest)
+    if differ:
+        raise IntegrityError(f"participant(s) {differ} committed to a different anchor")
+    log.info("anchor agreed with %d participants", len(expected))
+    return seed

@@ -1,0 +1,141 @@
+"""A participant's configuration (``noisyanchor participant upload|collude --config FILE``).
+
+See ``deploy/templates/participant.toml`` for every key with comments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from common.errors import ConfigError
+from common.gdp import DEFAULT_TRANSLATION_SCALE
+from common.methods import Method
+from common.sealing import SEED_BYTES
+from common.tomlconfig import Table, TlsFiles, check_id, read_toml
+
+
+@dataclass(frozen=True)
+class ParticipantConfig:
+    """Everything one participant needs, validated once at start-up.
+
+    Attributes
+    ----------
+    id : str
+        Own participant id; must equal the common name of ``tls.cert``.
+    federation_id : str
+    analyst : str
+        ``host:port`` of the analyst.
+    server_name : str
+        Name the analyst's certificate is checked against.
+    data : Path
+        Local records: ``.npz`` (``x``, ``labels``, optional ``tags``), ``.csv`` with a header
+        and a label column, or ``.npy`` (2-D, labels in column ``label_index``).
+    label_column, tag_column : str
+        CSV column names of the labels and (optional) split tags.
+    label_index : int
+        Label column of a ``.npy`` file.
+    state_dir : Path
+        Where secrets are kept when ``keep_secrets`` (the colluder role needs them).
+    keep_secrets : bool
+    seed : int or None
+        Seed of the participant's secret generator, for experiments only (default: OS entropy).
+    timeout : float
+        Seconds to wait for the analyst (restarts) and for the other participants.
+    method, anchors, dim, projection_seed, sigma, v, translation_scale
+        The protocol: method, ``r`` (default ``4 d``), ``h`` of the public Gaussian projection
+        ``F`` drawn from ``projection_seed`` (none when ``dim`` is unset), noise levels, ``s``.
+    dealer : str
+        Participant who draws and seals the anchor seed.
+    anchor_seed : bytes or None
+        The dealer's seed, for reproducible experiments only (default: ``secrets.token_bytes``).
+    tls : TlsFiles
+    """
+
+    id: str
+    federation_id: str
+    analyst: str
+    server_name: str
+    data: Path
+    label_column: str
+    tag_column: str
+    label_index: int
+    state_dir: Path
+    keep_secrets: bool
+    seed: int | None
+    timeout: float
+    method: str
+    anchors: int | None
+    dim: int | None
+    projection_seed: int | None
+    sigma: float
+    v: float
+    translation_scale: float
+    dealer: str
+    anchor_seed: bytes | None
+    tls: TlsFiles
+
+    @property
+    def method_enum(self) -> Method:
+        """The method as an enum."""
+        return Method(self.method)
+
+    @property
+    def needs_shared_seed(self) -> bool:
+        """Every method but I-GDP derives something (anchor or common key) from the seed."""
+        return self.method_enum.uses_anchor or self.method_enum.shared_key
+
+    def with_overrides(self, **changes) -> ParticipantConfig:
+        """A copy with command-line overrides (``None`` values are ignored)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def load_participant_config(path: Path) -> ParticipantConfig:
+    """Read and validate a participant config file."""
+    doc = read_toml(path)
+    unknown = sorted(set(doc) - {"participant", "protocol", "tls"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown table(s) {', '.join(unknown)}")
+    part = Table(doc, "participant", path)
+    proto = Table(doc, "protocol", path)
+    try:
+        method = Method(proto.str("method")).value
+    except ValueError:
+        raise proto.error("method", f"expected one of {', '.join(m.value for m in Method)}") \
+            from None
+    pid = check_id(part.str("id"), f"{path}: [participant] id")
+    dim = proto.int("dim", None, minimum=1)
+    projection_seed = proto.int("projection_seed", None, minimum=0)
+    if dim is not None and projection_seed is None:
+        raise proto.error("projection_seed", "is required with dim (the public projection F)")
+    anchor_hex = proto.str("anchor_seed", None)
+    anchor_seed = None
+    if anchor_hex is not None:
+        try:
+            anchor_seed = bytes.fromhex(anchor_hex)
+        except ValueError:
+            raise proto.error("anchor_seed", "must be hexadecimal") from None
+        if len(anchor_seed) != SEED_BYTES:
+            raise proto.error("anchor_seed", f"must be {SEED_BYTES} bytes ({2 * SEED_BYTES} hex "
+                                             "digits)")
+    cfg = ParticipantConfig(
+        id=pid,
+        federation_id=check_id(part.str("federation_id"), f"{path}: [participant] federation_id"),
+        analyst=part.str("analyst"), server_name=part.str("server_name", "localhost"),
+        data=part.path("data"), label_column=part.str("label_column", "label"),
+        tag_column=part.str("tag_column", "split"), label_index=part.int("label_index", -1),
+        state_dir=part.path("state_dir", str(Path(path).parent / f"state-{pid}")),
+        keep_secrets=part.bool("keep_secrets", False), seed=part.int("seed", None, minimum=0),
+        timeout=part.float("timeout", 120.0, minimum=0.0),
+        method=method, anchors=proto.int("anchors", None, minimum=2), dim=dim,
+        projection_seed=projection_seed, sigma=proto.float("sigma", 0.0, minimum=0.0),
+        v=proto.float("v", 0.0, minimum=0.0),
+        translation_scale=proto.float("translation_scale", DEFAULT_TRANSLATION_SCALE,
+                                      minimum=0.0),
+        dealer=check_id(proto.str("dealer"), f"{path}: [protocol] dealer"),
+        anchor_seed=anchor_seed, tls=TlsFiles.read(Table(doc, "tls", path)))
+    if anchor_seed is not None and cfg.dealer != pid:
+        raise proto.error("anchor_seed", "only the dealer holds the anchor seed")
+    part.done()
+    proto.done()
+    return cfg

@@ -1,0 +1,1 @@
+"""noisyanchor protobuf packages."""
