@@ -250,7 +250,8 @@ def _worker_count(p: int, d: int, m: int) -> int:
 
 
 class _GpmStep:
-    """One generalized power step ``R' = Pi(M)`` blockwise, then ``G R'`` and ``tr(R'^T G R')``.
+    """One (extrapolated) generalized power step ``R' = Pi(M)`` blockwise, then ``G R'`` and
+    ``tr(R'^T G R')``.
 
     The ``p`` blocks are split in contiguous groups, one per worker thread: each worker takes
     the polar factors of its blocks and its share ``K_g R'_g`` of ``S = K R'``; after the partial
@@ -261,15 +262,19 @@ class _GpmStep:
         self.op = op
         self.workers = workers
 
-    def __call__(self, m: np.ndarray, rot: np.ndarray) -> tuple[np.ndarray, np.ndarray, float,
-                                                                 float]:
-        """Return ``R' = Pi(M)``, ``G R'``, ``||R' - R||_F`` and ``tr(R'^T G R')``."""
+    def __call__(self, rot: np.ndarray, gr: np.ndarray, gr_prev: np.ndarray,
+                 beta: float) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """Step from ``M = G R + beta (G R - G R_prev)`` (``beta = 0``: the plain GPM step).
+
+        Returns ``R' = Pi(M)``, ``G R'``, ``||R' - R||_F`` and ``tr(R'^T G R')``.
+        """
         d, k = self.op.d, self.op.k
-        new = np.empty_like(m)
-        gr = np.empty_like(m)
+        new = np.empty_like(gr)
+        gr_new = np.empty_like(gr)
 
         def polar_part(g: slice) -> tuple[np.ndarray, float]:
-            new[g] = polar_factor_fast(m[g])
+            m = gr[g] if beta == 0.0 else gr[g] + beta * (gr[g] - gr_prev[g])
+            new[g] = polar_factor_fast(m)
             share = k[:, g.start * d:g.stop * d] @ new[g].reshape(-1, d)
             return share, float(np.sum((new[g] - rot[g]) ** 2))
 
@@ -279,11 +284,11 @@ class _GpmStep:
             s = s + share
 
         def gram_part(g: slice) -> float:
-            np.matmul(k[:, g.start * d:g.stop * d].T, s, out=gr[g].reshape(-1, d))
-            return float(np.vdot(new[g], gr[g]))
+            np.matmul(k[:, g.start * d:g.stop * d].T, s, out=gr_new[g].reshape(-1, d))
+            return float(np.vdot(new[g], gr_new[g]))
 
         objective = float(sum(self.workers.map(gram_part)))
-        return new, gr, float(np.sqrt(sum(sq for _, sq in parts))), objective
+        return new, gr_new, float(np.sqrt(sum(sq for _, sq in parts))), objective
 
 
 class _Momentum:
@@ -396,12 +401,12 @@ def solve_gopp(
             beta = momentum.beta
             overshot = False
             if beta > 0.0:
-                new, gr_new, step, obj_new = gpm_step(gr + beta * (gr - gr_prev), rot)
+                new, gr_new, step, obj_new = gpm_step(rot, gr, gr_prev, beta)
                 overshot = obj_new < objective
             if beta == 0.0 or overshot:  # the plain step, also replacing an overshooting one
                 rejected += overshot
                 beta = 0.0
-                new, gr_new, step, obj_new = gpm_step(gr, rot)
+                new, gr_new, step, obj_new = gpm_step(rot, gr, gr_prev, 0.0)
             rot, gr_prev, gr, objective = new, gr, gr_new, obj_new
             trace.append(objective)
             iterations += 1

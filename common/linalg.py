@@ -36,12 +36,13 @@ def polar_factor(m: np.ndarray) -> np.ndarray:
     return u @ vt
 
 
-def polar_factor_fast(m: np.ndarray, *, rcond: float = 1e-6) -> np.ndarray:
+def polar_factor_fast(m: np.ndarray, *, rcond: float = 1e-4) -> np.ndarray:
     """``Pi(M)`` for a stack of well-conditioned matrices via one batched symmetric eigensolve.
 
     ``M^T M = V diag(s^2) V^T`` gives ``Pi(M) = M V diag(1/s) V^T``. A symmetric eigensolve is
-    several times cheaper than an SVD, at the price of squaring the condition number; blocks whose
-    smallest singular value falls below ``rcond`` times the largest fall back to the SVD.
+    several times cheaper than an SVD, at the price of squaring the condition number (error about
+    ``kappa^2`` times machine epsilon); blocks whose smallest singular value falls below ``rcond``
+    times the largest fall back to the SVD.
 
     Parameters
     ----------
