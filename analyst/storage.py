@@ -104,7 +104,9 @@ def receive_bundle(
     Raises
     ------
     IntegrityError
-        Truncated, overlong or corrupt stream; NaN/Inf in a float array. Nothing is committed.
+        Truncated, overlong or corrupt stream. Nothing is committed.
+    InvalidInputError
+        NaN/Inf in a float array, or ``check`` refused the content. Nothing is committed.
     """
     path = Path(path)
     header = spec.to_proto().SerializeToString(deterministic=True)
@@ -139,7 +141,7 @@ def _check_finite(name: str, arr: np.ndarray) -> None:
     flat = arr.reshape(-1)
     for start in range(0, flat.size, _SCAN_BLOCK):
         if not np.isfinite(flat[start:start + _SCAN_BLOCK]).all():
-            raise IntegrityError(f"array {name!r} contains NaN or Inf values")
+            raise InvalidInputError(f"array {name!r} contains NaN or Inf values")
 
 
 def _map_arrays(path: Path, spec: BundleSpec, offset: int) -> dict[str, np.ndarray]:

@@ -52,10 +52,15 @@ def participant_ids(p: int) -> tuple[str, ...]:
 def write_analyst(root: Path, ids: tuple[str, ...], *, federation_id: str, method: str,
                   anchors: int | None, dim: int | None, sigma: float, v: float,
                   accept_collusion: bool, max_iter: int = 500, tol: float = 1e-7,
-                  data: dict[str, Path] | None = None) -> FederationFiles:
-    """Make the PKI and the analyst's config under ``root``."""
+                  data: dict[str, Path] | None = None,
+                  extra_certificates: tuple[str, ...] = ()) -> FederationFiles:
+    """Make the PKI and the analyst's config under ``root``.
+
+    ``extra_certificates`` are client certificates from the same CA for ids outside the
+    federation (tests of unknown clients).
+    """
     root = Path(root)
-    pki = write_pki(root / "pki", ids)
+    pki = write_pki(root / "pki", ids + tuple(extra_certificates))
     store, port_file = root / "store", root / "analyst.port"
     cfg = write_toml(root / "analyst.toml", {
         "federation": {"id": federation_id, "participants": list(ids), "method": method,

@@ -1,0 +1,72 @@
+"""Helpers of the end-to-end tests: a handle on a running analyst process, well-formed uploads."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from common.tomlconfig import TlsFiles
+from common.wire import bundle_spec
+from deploy.demo import FederationFiles
+from deploy.launch import start, wait_for_port
+from participant.client import AnalystClient
+
+FEDERATION = "e2e"
+
+
+def free_port() -> int:
+    """A port that was free a moment ago (for restarting an analyst on the same port)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RunningAnalyst:
+    """An analyst process and what is needed to talk to it."""
+
+    files: FederationFiles
+    method: str
+    port: int
+    proc: object
+    log: Path
+    procs: list = field(default_factory=list)
+
+    def client(self, pid: str, *, timeout: float = 10.0, tls: TlsFiles | None = None,
+               federation_id: str = FEDERATION) -> AnalystClient:
+        """An mTLS client presenting ``pid``'s certificate (or ``tls``)."""
+        if tls is None:
+            cert, key = self.files.pki.clients[pid]
+            tls = TlsFiles(self.files.pki.ca, cert, key)
+        return AnalystClient(f"127.0.0.1:{self.port}", tls, "localhost", federation_id, timeout)
+
+    def kill(self) -> None:
+        """SIGKILL, no chance to clean up (a crash)."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def restart(self) -> None:
+        """Start a new analyst process on the same port and store."""
+        self.files.port_file.unlink(missing_ok=True)
+        self.proc = start(["analyst", "serve", "--config", self.files.analyst_config, "--port",
+                           self.port], self.log)
+        self.procs.append(self.proc)
+        assert wait_for_port(self.files.port_file, self.proc) == self.port
+
+
+def random_upload(rng: np.random.Generator, n: int, d: int, r: int | None) -> dict:
+    """Arrays of a well-formed upload (content is irrelevant to the analyst's checks)."""
+    arrays = {"data": rng.standard_normal((n, d))}
+    if r is not None:
+        arrays["anchor"] = rng.standard_normal((r, d))
+    arrays |= {"labels": rng.integers(0, 3, n).astype("<i8"),
+               "tags": rng.integers(0, 3, n).astype("|i1")}
+    return arrays
+
+
+def send(client: AnalystClient, method: str, arrays: dict, federation_id: str = FEDERATION):
+    """Stream ``arrays`` as an upload; returns the receipt."""
+    return client.send_bundle("upload", bundle_spec(federation_id, method, arrays), arrays)

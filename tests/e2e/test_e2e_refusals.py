@@ -1,0 +1,155 @@
+"""Every malformed or unauthorised upload is refused with a clear status and stores nothing;
+an identical retry is idempotent and a different second upload is refused."""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+from e2e_support import FEDERATION, random_upload, send
+
+from common.errors import (
+    AlreadyExistsError,
+    IntegrityError,
+    InvalidInputError,
+    PermissionDeniedError,
+)
+from common.tomlconfig import TlsFiles
+from common.wire import bundle_spec, iter_chunks
+from deploy.certs import write_pki
+from participant.client import AnalystUnavailableError
+from protos.noisyanchor.v1 import analyst_pb2 as pb
+
+pytestmark = pytest.mark.e2e
+
+N, D, R = 20, 8, 16
+
+
+@pytest.fixture
+def fed(analyst):
+    return analyst(["p0", "p1", "p2"], "aa-igdp", dim=D, anchors=R, extra_certificates=["p9"])
+
+
+def _stored(fed) -> list[str]:
+    """Every file in the uploads and disclosures folders (temporary files included)."""
+    store = fed.files.store
+    return sorted(p.name for d in ("uploads", "disclosures") for p in (store / d).iterdir())
+
+
+def _raw_stream(client, header: pb.BundleHeader, chunks):
+    """Send a hand-made stream; returns the gRPC error (the call must fail)."""
+    def messages():
+        yield pb.UploadRequest(header=header)
+        for c in chunks:
+            yield pb.UploadRequest(chunk=c)
+
+    with pytest.raises(grpc.RpcError) as err:
+        client.stub.Upload(messages())
+    return err.value
+
+
+def test_second_upload_is_idempotent_when_identical_and_refused_when_different(fed, rng):
+    arrays = random_upload(rng, N, D, R)
+    with fed.client("p0") as c:
+        first = send(c, "aa-igdp", arrays)
+        again = send(c, "aa-igdp", arrays)
+        assert not first.already_committed and again.already_committed
+        assert again.receipt == first.receipt
+        with pytest.raises(AlreadyExistsError, match=r"ALREADY_EXISTS.*exactly once"):
+            send(c, "aa-igdp", random_upload(rng, N, D, R))
+    assert _stored(fed) == ["p0.bundle"]
+
+
+def test_truncated_and_corrupt_streams_commit_nothing(fed, rng):
+    arrays = random_upload(rng, N, D, R)
+    spec = bundle_spec(FEDERATION, "aa-igdp", arrays)
+    raw = b"".join(iter_chunks(arrays))
+    with fed.client("p1") as c:
+        err = _raw_stream(c, spec.to_proto(), [raw[: len(raw) // 2]])
+        assert err.code() == grpc.StatusCode.DATA_LOSS and "truncated" in err.details()
+        bad = bytearray(raw)
+        bad[5] ^= 0xFF
+        err = _raw_stream(c, spec.to_proto(), [bytes(bad)])
+        assert err.code() == grpc.StatusCode.DATA_LOSS and "corrupt" in err.details()
+        err = _raw_stream(c, spec.to_proto(), [raw, b"extra"])
+        assert err.code() == grpc.StatusCode.DATA_LOSS
+    assert _stored(fed) == []
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda a: a | {"data": np.zeros((N, D + 1))}, "shape"),
+    (lambda a: a | {"anchor": np.zeros((R + 1, D))}, "shape"),
+    (lambda a: a | {"data": np.where(np.eye(N, D) > 0, np.nan, a["data"])}, "NaN"),
+    (lambda a: a | {"labels": a["labels"].astype("<f8")}, "dtype"),
+    (lambda a: {k: v for k, v in a.items() if k != "anchor"}, "carries arrays"),
+    (lambda a: a | {"tags": np.full(N, 7, dtype="|i1")}, "tags"),
+])
+def test_malformed_uploads_are_invalid_argument_and_store_nothing(fed, rng, change, match):
+    with fed.client("p1") as c, pytest.raises(InvalidInputError, match="INVALID_ARGUMENT") as e:
+        send(c, "aa-igdp", change(random_upload(rng, N, D, R)))
+    assert match in str(e.value)
+    assert _stored(fed) == []
+
+
+def test_wrong_method_or_federation_id_is_refused(fed, rng):
+    arrays = random_upload(rng, N, D, R)
+    with fed.client("p1") as c:
+        with pytest.raises(InvalidInputError, match="uses method aa-igdp"):
+            send(c, "aa-igdp-an", arrays)
+        with pytest.raises(PermissionDeniedError, match="serves federation 'e2e', not 'other'"):
+            send(c, "aa-igdp", arrays, federation_id="other")
+    with fed.client("p1", federation_id="other") as c, pytest.raises(PermissionDeniedError):
+        c.status()
+    assert _stored(fed) == []
+
+
+def test_unknown_participant_with_a_valid_certificate_is_permission_denied(fed, rng):
+    with fed.client("p9") as c, pytest.raises(PermissionDeniedError, match="'p9' is not a "
+                                                                            "participant"):
+        send(c, "aa-igdp", random_upload(rng, N, D, R))
+    assert _stored(fed) == []
+
+
+def test_clients_without_a_certificate_from_the_federation_ca_cannot_connect(fed, rng,
+                                                                              tmp_path):
+    outsider = write_pki(tmp_path / "outsider", ["p0"])
+    foreign = TlsFiles(fed.files.pki.ca, *outsider.clients["p0"])
+    with fed.client("p0", tls=foreign, timeout=1.0) as c, \
+            pytest.raises(AnalystUnavailableError, match="UNAVAILABLE"):
+        send(c, "aa-igdp", random_upload(rng, N, D, R))
+    channel = grpc.secure_channel(f"127.0.0.1:{fed.port}", grpc.ssl_channel_credentials(
+        root_certificates=fed.files.pki.ca.read_bytes()))  # no client certificate at all
+    with channel, pytest.raises(grpc.RpcError) as err:
+        from protos.noisyanchor.v1 import analyst_pb2_grpc
+
+        analyst_pb2_grpc.AnalystStub(channel).Status(pb.StatusRequest(federation_id=FEDERATION),
+                                                     timeout=5)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert _stored(fed) == []
+
+
+def test_disclosure_is_refused_unless_the_federation_accepts_collusion(fed, rng):
+    arrays = {"data": rng.standard_normal((N, D)), "rotation": np.eye(D),
+              "translation": np.zeros(D), "anchor": rng.standard_normal((R, D))}
+    with fed.client("p0") as c, pytest.raises(PermissionDeniedError, match="accept_collusion"):
+        c.send_bundle("disclosure", bundle_spec(FEDERATION, "aa-igdp", arrays), arrays)
+    assert _stored(fed) == []
+
+
+def test_refusals_leave_the_analyst_serving_and_status_reports_progress(fed, rng):
+    with fed.client("p2") as c:
+        with pytest.raises(IntegrityError):
+            arrays = random_upload(rng, N, D, R)
+            spec = bundle_spec(FEDERATION, "aa-igdp", arrays)
+            bad = arrays | {"data": arrays["data"] + 1}  # digests in the header no longer match
+            c.call("upload", lambda: c.stub.Upload(_messages(spec, bad)))
+        send(c, "aa-igdp", random_upload(rng, N, D, R))
+        status = c.status()
+    assert status.state == "collecting"
+    assert list(status.committed) == ["p2"] and list(status.expected) == ["p0", "p1", "p2"]
+
+
+def _messages(spec, arrays):
+    yield pb.UploadRequest(header=spec.to_proto())
+    for chunk in iter_chunks(arrays):
+        yield pb.UploadRequest(chunk=chunk)
