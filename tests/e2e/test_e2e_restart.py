@@ -1,0 +1,93 @@
+"""The analyst survives SIGKILL mid-upload: committed uploads are kept and not asked for again,
+the interrupted upload left nothing, and a participant that keeps retrying gets through once the
+analyst is back (same receipt for an upload that had already committed)."""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+import pytest
+from e2e_support import FEDERATION, free_port, random_upload, send
+
+from common.errors import AlreadyExistsError, NoisyAnchorError
+from common.wire import bundle_spec, request_stream
+
+pytestmark = pytest.mark.e2e
+
+D, R = 8, 16
+
+
+def test_analyst_killed_mid_upload_restarts_with_every_committed_upload(analyst, rng):
+    fed = analyst(["p0", "p1", "p2", "p3"], "aa-igdp", dim=D, anchors=R, port=free_port())
+    uploads = {pid: random_upload(rng, 50_000 if pid == "p2" else 30, D, R)
+               for pid in ("p0", "p1", "p2", "p3")}
+    receipts = {}
+    for pid in ("p0", "p1"):
+        with fed.client(pid) as c:
+            receipts[pid] = send(c, "aa-igdp", uploads[pid]).receipt
+
+    # p2 streams its header and first chunk, then the analyst dies before the rest arrives.
+    spec = bundle_spec(FEDERATION, "aa-igdp", uploads["p2"])
+    sent_first_chunk, release = threading.Event(), threading.Event()
+    outcome = {}
+
+    def gated():
+        for k, msg in enumerate(request_stream(spec, uploads["p2"])):
+            yield msg
+            if k == 1:
+                sent_first_chunk.set()
+                release.wait(30)
+
+    def stream_p2():
+        with fed.client("p2") as c:
+            try:
+                c.stub.Upload(gated(), timeout=30)
+            except grpc.RpcError as err:  # the outcome is asserted below
+                outcome["error"] = err
+
+    t = threading.Thread(target=stream_p2)
+    t.start()
+    assert sent_first_chunk.wait(30)
+    fed.kill()
+    release.set()
+    t.join(30)
+    assert "error" in outcome  # the stream died with the analyst
+    uploads_dir = fed.files.store / "uploads"
+    assert sorted(p.name for p in uploads_dir.glob("*.bundle")) == ["p0.bundle", "p1.bundle"]
+    assert len(list(uploads_dir.glob(".tmp-*"))) == 1  # p2's partial stream, never committed
+
+    # p3 keeps retrying while the analyst is down; it gets through after the restart.
+    late = {}
+
+    def stream_p3():
+        with fed.client("p3", timeout=60) as c:
+            late["receipt"] = send(c, "aa-igdp", uploads["p3"])
+
+    t3 = threading.Thread(target=stream_p3)
+    t3.start()
+    fed.restart()
+    t3.join(60)
+    assert not late["receipt"].already_committed
+
+    with fed.client("p0") as c:
+        status = c.status()
+        assert list(status.committed) == ["p0", "p1", "p3"] and status.state == "collecting"
+        again = send(c, "aa-igdp", uploads["p0"])  # a retry after the crash: same receipt
+        assert again.already_committed and again.receipt == receipts["p0"]
+        with pytest.raises(AlreadyExistsError):
+            send(c, "aa-igdp", uploads["p1"])  # p0 cannot replace its upload with other data
+    assert not list(uploads_dir.glob(".tmp-*"))  # the interrupted stream's file was swept
+
+    with fed.client("p2") as c:
+        send(c, "aa-igdp", uploads["p2"])
+        status = c.wait_for("the result", c.status, lambda s: s.state in ("done", "failed"))
+    assert status.state == "done", status.error
+    assert (fed.files.store / "result" / "z.npy").is_file()
+
+
+def test_a_participant_gives_up_with_a_clear_error_when_the_analyst_stays_down(analyst, rng):
+    fed = analyst(["p0", "p1"], "aa-igdp", dim=D, anchors=R)
+    fed.kill()
+    with fed.client("p0", timeout=1.0) as c, pytest.raises(NoisyAnchorError, match="UNAVAILABLE"):
+        send(c, "aa-igdp", random_upload(rng, 10, D, R))
