@@ -7,6 +7,9 @@ The analyst maximises ``tr(R^T G R)`` over stacked ``R = [R_1; ...; R_p]``, ``R_
 ``G`` is never formed: with the ``m x pd`` factor ``K`` (``K = [Bc_1, ..., Bc_p]`` when
 ``r <= pd``, else the triangular factor of its thin QR), ``G = K^T K`` and
 ``G R = K^T (K R)``; the top-``d`` eigenvectors of ``G`` come from the ``m x m`` problem ``K K^T``.
+Each GPM step splits the blocks across worker threads (one per core, BLAS held to one thread
+each); the certificate for large ``pd`` solves a secular equation of ``m x m`` problems. An opt-in
+extrapolated GPM cuts iterations without changing the stopping rule or lowering the objective.
 
 References: SPEC.md section 2; noisy-anchor GDP paper, Algorithm 4 and Section 4.
 """
