@@ -1,0 +1,71 @@
+"""Analyst and participant config files: templates load, errors name the key."""
+
+from pathlib import Path
+
+import pytest
+
+import deploy
+from analyst.config import load_analyst_config
+from common.errors import ConfigError
+from deploy.certs import write_pki
+from participant.config import load_participant_config
+
+TEMPLATES = Path(deploy.__file__).parent / "templates"
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    write_pki(tmp_path / "pki", ["org-a", "org-b", "org-c"])
+    for name in ("analyst.toml", "participant.toml"):
+        (tmp_path / name).write_text((TEMPLATES / name).read_text())
+    return tmp_path
+
+
+def test_templates_load_with_paths_relative_to_the_file(workdir):
+    a = load_analyst_config(workdir / "analyst.toml")
+    assert a.participants == ("org-a", "org-b", "org-c") and a.method == "aa-igdp-an"
+    assert a.output_dir == (workdir / "store").resolve() and not a.accept_collusion
+    p = load_participant_config(workdir / "participant.toml")
+    assert p.id == "org-a" and p.dim == 16 and p.anchor_seed is None and p.seed is None
+    assert p.tls.cert == (workdir / "pki" / "org-a.pem").resolve()
+
+
+@pytest.mark.parametrize("old, new, match", [
+    ('method = "aa-igdp-an"', 'method = "gdp"', r"\[federation\] method"),
+    ("anchors = 64", 'anchors = "64"', r"\[federation\] anchors must be an integer"),
+    ("anchors = 64", "anchors = 10", r"\[federation\] anchors: must be >= dim \+ 1"),
+    ('reference = "org-a"', 'reference = "org-z"', r"\[federation\] reference"),
+    ("tol = 1e-7", "tol = 1e-7\ntoll = 1", r"\[solver\] has unknown key\(s\) toll"),
+    ('key = "pki/analyst.key"', 'key = "pki/missing.key"', r"\[tls\] key: file"),
+    ('id = "pilot-2026"', 'id = "pilot/2026"', "must be 1-64 letters"),
+    ('["org-a", "org-b", "org-c"]', '["org-a"]', "at least 2 distinct"),
+])
+def test_analyst_config_errors_name_the_key(workdir, old, new, match):
+    path = workdir / "analyst.toml"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(ConfigError, match=match):
+        load_analyst_config(path)
+
+
+@pytest.mark.parametrize("old, new, match", [
+    ("dealer = \"org-a\"", "dealer = \"org-b\"\nanchor_seed = \"" + "00" * 32 + "\"",
+     "only the dealer"),
+    ("projection_seed = 20261129", "", r"\[protocol\] projection_seed: is required"),
+    ("keep_secrets = false", "keep_secrets = 1", "must be true or false"),
+    ("v = 0.02", "v = -1", r"\[protocol\] v must be >= 0"),
+])
+def test_participant_config_errors_name_the_key(workdir, old, new, match):
+    path = workdir / "participant.toml"
+    path.write_text(path.read_text().replace(old, new, 1))
+    with pytest.raises(ConfigError, match=match):
+        load_participant_config(path)
+
+
+def test_missing_or_broken_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_analyst_config(tmp_path / "nope.toml")
+    (tmp_path / "bad.toml").write_text("[federation\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_analyst_config(tmp_path / "bad.toml")

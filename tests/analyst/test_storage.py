@@ -1,0 +1,66 @@
+"""Atomic commits of streamed bundles and the store's crash sweep."""
+
+import numpy as np
+import pytest
+
+from analyst.storage import Store, atomic_write, read_bundle, receive_bundle
+from common.errors import IntegrityError, InvalidInputError
+from common.wire import bundle_spec, iter_chunks
+
+
+@pytest.fixture
+def arrays(rng):
+    return {"data": rng.standard_normal((40, 6)), "labels": np.arange(40, dtype="<i8")}
+
+
+def test_received_bundle_reads_back_bit_for_bit(tmp_path, arrays):
+    spec = bundle_spec("f", "i-gdp", arrays)
+    receive_bundle(tmp_path / "a.bundle", spec, iter_chunks(arrays, chunk_size=97))
+    back_spec, back = read_bundle(tmp_path / "a.bundle")
+    assert back_spec == spec
+    for name, arr in arrays.items():
+        np.testing.assert_array_equal(back[name], arr)  # exact: raw bytes, no conversion
+
+
+@pytest.mark.parametrize("damage, error", [
+    (lambda raw: raw[:-8], IntegrityError),
+    (lambda raw: raw[:8] + bytes([raw[8] ^ 1]) + raw[9:], IntegrityError),
+])
+def test_damaged_stream_leaves_no_file_at_all(tmp_path, arrays, damage, error):
+    spec = bundle_spec("f", "i-gdp", arrays)
+    with pytest.raises(error):
+        receive_bundle(tmp_path / "a.bundle", spec, [damage(b"".join(iter_chunks(arrays)))])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_non_finite_values_and_refused_content_commit_nothing(tmp_path, arrays):
+    bad = arrays | {"data": np.full((40, 6), np.inf)}
+    with pytest.raises(InvalidInputError, match="NaN or Inf"):
+        receive_bundle(tmp_path / "a.bundle", bundle_spec("f", "i-gdp", bad), iter_chunks(bad))
+
+    def refuse(spec, got):
+        raise InvalidInputError("no")
+
+    with pytest.raises(InvalidInputError, match="no"):
+        receive_bundle(tmp_path / "a.bundle", bundle_spec("f", "i-gdp", arrays),
+                       iter_chunks(arrays), refuse)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_open_sweeps_temporary_files_and_keeps_committed_ones(tmp_path):
+    store = Store(tmp_path).open()
+    atomic_write(store.uploads / "p0.bundle", b"x")
+    (store.uploads / ".tmp-abc").write_bytes(b"partial")
+    (tmp_path / ".tmp-result").mkdir()
+    Store(tmp_path).open()
+    assert [p.name for p in store.uploads.iterdir()] == ["p0.bundle"]
+    assert not (tmp_path / ".tmp-result").exists()
+
+
+def test_result_folder_is_committed_whole(tmp_path):
+    store = Store(tmp_path).open()
+    store.commit_result({"a.json": b"{}", "z.npy": b"0"})
+    assert sorted(p.name for p in store.result.iterdir()) == ["a.json", "z.npy"]
+    with pytest.raises(InvalidInputError, match="separator"):
+        Store(tmp_path / "other").open().commit_result({"../x": b""})
+    assert not any(p.name.startswith(".tmp-") for p in (tmp_path / "other").iterdir())
