@@ -213,7 +213,10 @@ def regime_ii(config: ScoresConfig, enc, y, gal, rng, progress) -> dict:
     clean = e @ e.T
     np.fill_diagonal(clean, 1.0)
     kw = {"knn": config.knn, "spectral": config.spectral, "seed": config.seed}
-    out = {"clean": gram_metrics(clean, yg, rng, **kw), "calibrations": {}}
+    out = {"clean": gram_metrics(clean, yg, rng, **kw), "calibrations": {},
+           # reference errors: a release that says nothing (the identity, feasible) and ||S||_F^2
+           "identity_frobenius_sq_error": float(np.linalg.norm(clean - np.eye(config.n)) ** 2),
+           "clean_frobenius_sq": float(np.linalg.norm(clean) ** 2)}
     sens = {"record": gram_record_sensitivity(config.n), "per_entry": per_entry_sensitivity()}
     jobs = [(c, eps) for c in sens for eps in config.epsilons]
     for cal in sens:
@@ -425,6 +428,13 @@ def markdown(summary: dict) -> str:
                      f"{_f(v['far_at_clean_threshold'])} | {_f(v['recalibrated_threshold'])} | "
                      f"{_f(v['far_at_recalibrated_threshold'])} | "
                      f"{_f(v['tar_at_recalibrated_threshold'])} | {v['feasible']} |")
+    lines += ["", "Clipping and ties: at large sigma many scores clip to exactly 1; a tie at the "
+              "top of the ranking is broken at random (Recall@1) and cannot be split by a "
+              "threshold, so when more than the target FAR of the impostor scores sit at 1 the "
+              "clipped TAR at that FAR is 0 (the endpoint effect of paper Remark G.13) and the "
+              "recalibration reports the target infeasible (Proposition G.25). The unclipped "
+              "noisy vector is the same DP release before a post-processing step; it is shown "
+              "for comparison."]
     near = _near_chance_up_to(r1["epsilons"], "clipped", "recall_at_1", chance, 0.05)
     if near is not None:
         lines += ["", f"Near chance: the largest epsilon on the grid where the clipped release's "
@@ -436,15 +446,18 @@ def markdown(summary: dict) -> str:
     cl = r2["clean"]
     lines.append(f"Clean Gram: 10-NN accuracy {_f(cl['knn_accuracy'])}, Recall@1 "
                  f"{_f(cl['recall_at_1'])}, pair AUC {_f(cl['pair_auc'])}, NMI {_f(cl['nmi'])}.")
+    if "identity_frobenius_sq_error" in r2:
+        lines.append(f"Reference errors: ||S||_F^2 = {_f(r2['clean_frobenius_sq'])}; releasing "
+                     f"the identity matrix (no information, feasible) has squared Frobenius error "
+                     f"{_f(r2['identity_frobenius_sq_error'])}. A projected release with an error "
+                     "near that value carries almost no information about S.")
     lines.append(f"Projection: AAP capped at {cfg['aap_iter']} and Dykstra at "
                  f"{cfg['dykstra_iter']} iterations (tol {cfg['tol']:g}); the output is always "
                  "a feasible correlation matrix (final normalisation); the tables give the "
                  "feasibility gap reached before it.")
     for cal, block in r2["calibrations"].items():
         lines += ["", f"### {cal} calibration (sensitivity {block['sensitivity']:.4g})", "",
-                  f"**Guarantee: {block['guarantee']}.**", "",
-                  "| epsilon | sigma | release | 10-NN acc | Recall@1 | pair AUC | NMI | "
-                  "sq. Frobenius error | iters / gap |", "|---|---|---|---|---|---|---|---|---|"]
+                  f"**Guarantee: {block['guarantee']}.**", ""]
         if cal == "per_entry":
             rec_sens = gram_record_sensitivity(cfg["n"])
             pairs = ", ".join(
@@ -453,6 +466,8 @@ def markdown(summary: dict) -> str:
             lines += [f"Record-level epsilon actually provided by these per-entry releases "
                       f"(same sigma, Delta_F = 2 sqrt(2 (n - 1)), delta = {cfg['delta']:g}): "
                       f"{pairs}.", ""]
+        lines += ["| epsilon | sigma | release | 10-NN acc | Recall@1 | pair AUC | NMI | "
+                  "sq. Frobenius error | iters / gap |", "|---|---|---|---|---|---|---|---|---|"]
         for r in block["epsilons"]:
             for name in ("noisy", "aap", "dykstra"):
                 v = r[name]
