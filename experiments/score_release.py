@@ -335,6 +335,9 @@ def figures(summary: dict, out: Path) -> None:
             ax = axes[row, col]
             if key != "frobenius_sq_error" and r2["clean"].get(key) is not None:
                 ax.axhline(r2["clean"][key], color="k", ls=":", label="clean")
+            if key == "frobenius_sq_error" and "identity_frobenius_sq_error" in r2:
+                ax.axhline(r2["identity_frobenius_sq_error"], color="gray", ls=":",
+                           label="identity (no information)")
             for name, style in (("noisy", "o-"), ("aap", "s--"), ("dykstra", "^-.")):
                 vals = [r[name][key] for r in rows]
                 if all(v is not None for v in vals):
@@ -345,6 +348,7 @@ def figures(summary: dict, out: Path) -> None:
             ax.set_title(f"{title} [{cal}]")
             ax.set_xlabel("epsilon")
         axes[row, 0].legend()
+        axes[row, 3].legend(fontsize=7)
     fig.suptitle("Regime (ii): DP Gram on digits; top: record-level DP; bottom: per-entry "
                  "calibration (NOT record-level DP)")
     fig.tight_layout()
