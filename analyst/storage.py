@@ -44,8 +44,8 @@ FEDERATION_FILE = "federation.json"
 #: Prefix of temporary files and folders (swept at start-up).
 TMP_PREFIX = ".tmp-"
 
-#: Elements per block when scanning committed float arrays for NaN/Inf.
-_SCAN_BLOCK = 1 << 22
+#: Bytes per block when scanning received float arrays for NaN/Inf (a multiple of 8).
+_SCAN_BLOCK = 8 << 20
 
 
 def fsync_dir(path: Path) -> None:
@@ -121,12 +121,11 @@ def receive_bundle(
             digester.finish()
             fh.flush()
             os.fsync(fh.fileno())
-        arrays = _map_arrays(Path(tmp), spec, _data_offset(header))
-        for a in spec.arrays:
-            _check_finite(a.name, arrays[a.name])
+        _check_finite(Path(tmp), spec, _data_offset(header))
         if check is not None:
+            arrays = _map_arrays(Path(tmp), spec, _data_offset(header))
             check(spec, arrays)
-        del arrays
+            del arrays
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -134,14 +133,27 @@ def receive_bundle(
     fsync_dir(path.parent)
 
 
-def _check_finite(name: str, arr: np.ndarray) -> None:
-    # Scanned in blocks so a multi-GiB upload is never materialised as one boolean array.
-    if arr.dtype.kind != "f":
-        return
-    flat = arr.reshape(-1)
-    for start in range(0, flat.size, _SCAN_BLOCK):
-        if not np.isfinite(flat[start:start + _SCAN_BLOCK]).all():
-            raise InvalidInputError(f"array {name!r} contains NaN or Inf values")
+def _check_finite(path: Path, spec: BundleSpec, offset: int) -> None:
+    """Refuse NaN/Inf in any float array of a received bundle file.
+
+    Read in fixed-size blocks into one reused buffer (not memory-mapped: mapped pages would count
+    in the analyst's resident memory), so a multi-GiB upload never sits in memory.
+    """
+    buf = np.empty(_SCAN_BLOCK, dtype=np.uint8)
+    with open(path, "rb", buffering=0) as fh:
+        for a in spec.arrays:
+            dt = wire_dtype(a.dtype)
+            if dt.kind == "f":
+                fh.seek(offset)
+                left = a.nbytes
+                while left:
+                    n = fh.readinto(memoryview(buf)[:min(left, _SCAN_BLOCK)])
+                    if not n:
+                        raise IntegrityError(f"{path} ended inside array {a.name!r}")
+                    if not np.isfinite(buf[:n].view(dt)).all():
+                        raise InvalidInputError(f"array {a.name!r} contains NaN or Inf values")
+                    left -= n
+            offset += a.nbytes
 
 
 def _map_arrays(path: Path, spec: BundleSpec, offset: int) -> dict[str, np.ndarray]:

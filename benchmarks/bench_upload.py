@@ -1,0 +1,176 @@
+"""Upload throughput of the analyst over mutual TLS on loopback, next to a plain gRPC
+bytes-streaming baseline in the same run, and the analyst's peak memory during the upload.
+
+Both servers are separate processes with the same TLS credentials and the same 1 MiB messages:
+
+* system: ``noisyanchor analyst serve``; one participant streams a ``SIZE``-byte float64 array
+  (plus labels and tags) as its upload; timed from the first message to the receipt, so it
+  includes the analyst's incremental SHA-256, the write to disk, the NaN scan, fsync and rename.
+* baseline: a generic gRPC stream-unary handler that only counts the bytes it receives.
+
+Peak memory is the analyst's ``VmHWM`` (peak resident set) from ``/proc/<pid>/status`` after the
+upload, next to its value just before. The upload must not be held in memory several times over.
+
+Run: ``python benchmarks/bench_upload.py`` (1 GiB, writes benchmarks/results/upload.json);
+``--size-mib 64`` for a quick check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from common.tomlconfig import TlsFiles  # noqa: E402
+from common.wire import CHUNK_SIZE, bundle_spec  # noqa: E402
+from deploy.demo import write_analyst  # noqa: E402
+from deploy.launch import child_env, start, stop, wait_for_port  # noqa: E402
+from participant.client import AnalystClient  # noqa: E402
+
+#: Fully qualified name of the baseline's one method.
+BASELINE_METHOD = "/baseline.Bytes/Stream"
+
+#: Feature width of the benchmark array (rows follow from the size).
+WIDTH = 128
+
+
+def rss_mib(pid: int, field: str) -> float:
+    """``VmHWM`` (peak) or ``VmRSS`` (current) of a process, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} for pid {pid}")
+
+
+def serve_baseline(port_file: Path, cert: Path, key: Path, ca: Path) -> None:
+    """The baseline server: receive a bytes stream, answer with the byte count."""
+    def stream(request_iterator, context):
+        return str(sum(len(chunk) for chunk in request_iterator)).encode()
+
+    handler = grpc.method_handlers_generic_handler("baseline.Bytes", {
+        "Stream": grpc.stream_unary_rpc_method_handler(stream)})
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    server.add_generic_rpc_handlers((handler,))
+    creds = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())],
+                                        root_certificates=ca.read_bytes(),
+                                        require_client_auth=True)
+    port = server.add_secure_port("127.0.0.1:0", creds)
+    server.start()
+    port_file.write_text(f"{port}\n")
+    server.wait_for_termination()
+
+
+def run_baseline(files, tls: TlsFiles, payload: memoryview) -> dict:
+    """Time streaming ``payload`` in 1 MiB messages to the baseline server process."""
+    port_file = files.root / "baseline.port"
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve-baseline", str(port_file), str(files.pki.server_cert),
+         str(files.pki.server_key), str(files.pki.ca)], env=child_env())
+    try:
+        port = wait_for_port(port_file, proc)
+        creds = grpc.ssl_channel_credentials(tls.ca.read_bytes(), tls.key.read_bytes(),
+                                             tls.cert.read_bytes())
+        with grpc.secure_channel(f"127.0.0.1:{port}", creds,
+                                 options=[("grpc.ssl_target_name_override", "localhost")]) as ch:
+            call = ch.stream_unary(BASELINE_METHOD)
+            chunks = (bytes(payload[i:i + CHUNK_SIZE])
+                      for i in range(0, len(payload), CHUNK_SIZE))
+            t0 = time.perf_counter()
+            received = int(call(chunks, timeout=3600))
+            seconds = time.perf_counter() - t0
+        assert received == len(payload), (received, len(payload))
+        return {"seconds": seconds, "mb_per_s": len(payload) / seconds / 1e6,
+                "server_peak_rss_mib": rss_mib(proc.pid, "VmHWM")}
+    finally:
+        stop(proc)
+
+
+def run_system(files, tls: TlsFiles, arrays: dict) -> dict:
+    """Time one upload to an analyst process and read its peak memory."""
+    analyst = start(["analyst", "serve", "--config", files.analyst_config],
+                    files.root / "analyst.log")
+    try:
+        port = wait_for_port(files.port_file, analyst)
+        t0 = time.perf_counter()
+        spec = bundle_spec("bench", "i-gdp", arrays)
+        hash_seconds = time.perf_counter() - t0
+        idle = rss_mib(analyst.pid, "VmHWM")
+        sampled = []
+        done = threading.Event()
+
+        def sample() -> None:  # current RSS during the upload, to see it stays flat
+            while not done.wait(0.2):
+                sampled.append(rss_mib(analyst.pid, "VmRSS"))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        with AnalystClient(f"127.0.0.1:{port}", tls, "localhost", "bench", 60) as client:
+            t0 = time.perf_counter()
+            receipt = client.send_bundle("upload", spec, arrays)
+            seconds = time.perf_counter() - t0
+        done.set()
+        sampler.join()
+        assert not receipt.already_committed
+        return {"seconds": seconds, "mb_per_s": spec.nbytes / seconds / 1e6,
+                "bytes": spec.nbytes, "client_sha256_seconds": hash_seconds,
+                "analyst_idle_peak_rss_mib": idle,
+                "analyst_peak_rss_mib": rss_mib(analyst.pid, "VmHWM"),
+                "analyst_max_sampled_rss_mib": max(sampled, default=idle)}
+    finally:
+        stop(analyst)
+
+
+def main() -> None:
+    """Command-line entry."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mib", type=int, default=1024, help="size of the data array")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/upload.json")
+    parser.add_argument("--serve-baseline", nargs=4, type=Path, default=None,
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_baseline:
+        serve_baseline(*args.serve_baseline)
+        return
+    rows = args.size_mib * (1 << 20) // (8 * WIDTH)
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((rows, WIDTH))
+    arrays = {"data": data, "labels": np.zeros(rows, dtype="<i8"),
+              "tags": np.zeros(rows, dtype="|i1")}
+    with tempfile.TemporaryDirectory(prefix="bench-upload-") as tmp:
+        files = write_analyst(Path(tmp), ("p0", "p1"), federation_id="bench", method="i-gdp",
+                              anchors=None, dim=WIDTH, sigma=0.0, v=0.0, accept_collusion=False)
+        tls = TlsFiles(files.pki.ca, *files.pki.clients["p0"])
+        payload = memoryview(data.reshape(-1).view(np.uint8))
+        baseline = run_baseline(files, tls, payload)
+        system = run_system(files, tls, arrays)
+    result = {
+        "benchmark": "upload over mutual TLS on loopback, one participant, 1 MiB chunks",
+        "size_mib": args.size_mib, "chunk_bytes": CHUNK_SIZE,
+        "system": system, "baseline_plain_grpc_bytes": baseline,
+        "system_over_baseline_throughput": system["mb_per_s"] / baseline["mb_per_s"],
+        "analyst_peak_rss_growth_over_upload_size":
+            (system["analyst_peak_rss_mib"] - system["analyst_idle_peak_rss_mib"]) / args.size_mib,
+        "machine": {"cpus": len(__import__("os").sched_getaffinity(0)),
+                    "python": platform.python_version(), "grpcio": grpc.__version__,
+                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
