@@ -17,6 +17,8 @@ from common.errors import (
 from common.tomlconfig import TlsFiles
 from common.wire import bundle_spec, iter_chunks
 from deploy.certs import write_pki
+from deploy.demo import write_participant
+from deploy.launch import start
 from participant.client import AnalystUnavailableError
 from protos.noisyanchor.v1 import analyst_pb2 as pb
 
@@ -153,3 +155,17 @@ def _messages(spec, arrays):
     yield pb.UploadRequest(header=spec.to_proto())
     for chunk in iter_chunks(arrays):
         yield pb.UploadRequest(chunk=chunk)
+
+
+def test_participant_process_exits_1_with_the_analysts_reason(fed, tmp_path):
+    fed.files.data["p1"] = tmp_path / "p1.npz"
+    np.savez(fed.files.data["p1"], x=np.ones((N, D)), labels=np.zeros(N, dtype=int))
+    cfg = write_participant(fed.files, "p1", federation_id="not-e2e",
+                            address=f"127.0.0.1:{fed.port}", method="aa-igdp", anchors=R,
+                            dim=None, projection_seed=None, sigma=0.0, v=0.0, timeout=5.0)
+    log = tmp_path / "p1.log"
+    proc = start(["participant", "upload", "--config", cfg], log)
+    assert proc.wait(60) == 1
+    assert "PERMISSION_DENIED: this analyst serves federation 'e2e', not 'not-e2e'" \
+        in log.read_text()
+    assert _stored(fed) == []
