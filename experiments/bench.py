@@ -120,16 +120,16 @@ class BenchConfig:
             raise InvalidInputError("config key 'public_fraction' must be in (0, 1)")
 
     @classmethod
-    def from_toml(cls, path: str | Path, **overrides: Any) -> BenchConfig:
+    def from_toml(cls, config_path: str | Path, /, **overrides: Any) -> BenchConfig:
         """Load a config file; relative data paths resolve against its folder."""
-        path = Path(path)
+        config_path = Path(config_path)
         try:
-            raw = tomllib.loads(path.read_text())
+            raw = tomllib.loads(config_path.read_text())
         except (OSError, tomllib.TOMLDecodeError) as err:
-            raise InvalidInputError(f"cannot read config {path}: {err}") from err
+            raise InvalidInputError(f"cannot read config {config_path}: {err}") from err
         for key in ("path", "labels_path"):
             if raw.get(key) is not None and not Path(raw[key]).is_absolute():
-                raw[key] = str(path.parent / raw[key])
+                raw[key] = str(config_path.parent / raw[key])
         return cls.from_dict({**raw, **{k: v for k, v in overrides.items() if v is not None}})
 
     @classmethod

@@ -338,6 +338,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ps.add_argument("--draws", type=int, default=None, help="override draws per method")
     ps.add_argument("--workers", type=int, default=None, help="override worker processes")
     ps.add_argument("--seed", type=int, default=None, help="override the root seed")
+    ps.add_argument("--data", default=None,
+                    help="override the config's data file (IDX images, .npz, .npy or .csv)")
+    ps.add_argument("--labels", default=None, help="override the config's IDX labels file")
     ps.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     ps.add_argument("--json", action="store_true", help="print the run summary as JSON")
     ps.set_defaults(handler=_run)
@@ -345,7 +348,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     cfg = BenchConfig.from_toml(args.config, draws=args.draws, workers=args.workers,
-                                seed=args.seed)
+                                seed=args.seed, path=args.data, labels_path=args.labels)
     result = run_sweep(cfg, Path(args.out), progress=not args.no_progress)
     if args.json:
         print(json.dumps(result, indent=2))

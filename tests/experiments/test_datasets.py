@@ -1,6 +1,5 @@
 """Loaders of the bench's data sets: IDX, .npz, .npy, .csv, and the synthetic identities."""
 
-import gzip
 import struct
 
 import numpy as np
@@ -10,30 +9,21 @@ from common.errors import InvalidInputError
 from experiments.datasets import load_array_file, load_mnist_idx, make_synthetic, read_idx
 
 
-def _write_idx(path, array, type_code):
-    header = struct.pack(">BBBB", 0, 0, type_code, array.ndim)
-    header += struct.pack(f">{array.ndim}I", *array.shape)
-    data = header + array.astype(array.dtype.newbyteorder(">")).tobytes()
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "wb") as fh:
-        fh.write(data)
-
-
 @pytest.mark.parametrize("suffix", ["", ".gz"])
-def test_mnist_idx_pair_round_trips_images_and_labels(tmp_path, rng, suffix):
+def test_mnist_idx_pair_round_trips_images_and_labels(tmp_path, rng, suffix, write_idx):
     images = rng.integers(0, 256, size=(7, 4, 5), dtype=np.uint8)
     labels = rng.integers(0, 10, size=7, dtype=np.uint8)
-    _write_idx(tmp_path / f"img{suffix}", images, 0x08)
-    _write_idx(tmp_path / f"lab{suffix}", labels, 0x08)
+    write_idx(tmp_path / f"img{suffix}", images, 0x08)
+    write_idx(tmp_path / f"lab{suffix}", labels, 0x08)
     data = load_mnist_idx(tmp_path / f"img{suffix}", tmp_path / f"lab{suffix}")
     np.testing.assert_array_equal(data.x, images.reshape(7, -1) / 255.0)
     np.testing.assert_array_equal(data.y, labels)
     assert data.image_shape == (4, 5)
 
 
-def test_idx_reader_keeps_big_endian_float_values(tmp_path, rng):
+def test_idx_reader_keeps_big_endian_float_values(tmp_path, rng, write_idx):
     arr = rng.standard_normal((3, 2))
-    _write_idx(tmp_path / "f.idx", arr, 0x0E)
+    write_idx(tmp_path / "f.idx", arr, 0x0E)
     np.testing.assert_array_equal(read_idx(tmp_path / "f.idx"), arr)
 
 

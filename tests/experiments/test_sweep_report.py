@@ -145,3 +145,17 @@ def test_identity_data_gets_cross_record_identity_linkage(tmp_path):
     assert np.isfinite(noisy).all()
     res = make_report(tmp_path, resamples=10)
     assert "fig_grid.png" not in res["figures"]  # tabular rows: no image grid
+
+
+def test_mnist_protocol_config_runs_on_user_idx_files(tmp_path, rng, write_idx):
+    """The unchanged MNIST config (h=100, r=400, p=10) on small stand-in IDX files."""
+    n = 500
+    write_idx(tmp_path / "img", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), 0x08)
+    write_idx(tmp_path / "lab", (np.arange(n) % 10).astype(np.uint8), 0x08)
+    cfg_path = Path(__file__).resolve().parents[2] / "experiments" / "configs" / "mnist.toml"
+    out = tmp_path / "res"
+    _cli("sweep", "--config", str(cfg_path), "--out", str(out), "--draws", "1",
+         "--data", str(tmp_path / "img"), "--labels", str(tmp_path / "lab"), "--no-progress")
+    rows = _rows(out)
+    assert len(rows) == 3 + 3
+    assert {r["d"] for r in rows} == {100} and {r["r"] for r in rows} == {400}
