@@ -26,7 +26,9 @@ import os
 import shutil
 import struct
 import tempfile
+from collections import deque
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +45,9 @@ FEDERATION_FILE = "federation.json"
 
 #: Prefix of temporary files and folders (swept at start-up).
 TMP_PREFIX = ".tmp-"
+
+#: Chunks queued for the disk-writer thread at most (bounds memory to a few MiB).
+_WRITE_AHEAD = 8
 
 #: Bytes per block when scanning received float arrays for NaN/Inf (a multiple of 8).
 _SCAN_BLOCK = 8 << 20
@@ -115,9 +120,17 @@ def receive_bundle(
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(MAGIC + struct.pack("<Q", len(header)) + header)
-            for chunk in chunks:
-                digester.feed(chunk)
-                fh.write(chunk)
+            # Disk writes run in one background thread (in order) while this thread receives
+            # and hashes the next chunks; both release the GIL. At most _WRITE_AHEAD chunks wait.
+            with ThreadPoolExecutor(1, thread_name_prefix="bundle-writer") as writer:
+                pending: deque = deque()
+                for chunk in chunks:
+                    digester.feed(chunk)
+                    pending.append(writer.submit(fh.write, chunk))
+                    if len(pending) > _WRITE_AHEAD:
+                        pending.popleft().result()
+                for write in pending:
+                    write.result()
             digester.finish()
             fh.flush()
             os.fsync(fh.fileno())

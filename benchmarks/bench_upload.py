@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -163,7 +164,8 @@ def main() -> None:
         "system_over_baseline_throughput": system["mb_per_s"] / baseline["mb_per_s"],
         "analyst_peak_rss_growth_over_upload_size":
             (system["analyst_peak_rss_mib"] - system["analyst_idle_peak_rss_mib"]) / args.size_mib,
-        "machine": {"cpus": len(__import__("os").sched_getaffinity(0)),
+        "machine": {"cpus": len(os.sched_getaffinity(0)),
+                    "load_average_1_5_15": list(os.getloadavg()),
                     "python": platform.python_version(), "grpcio": grpc.__version__,
                     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
     }
