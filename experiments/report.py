@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from common.attacks import ATTACK_NAMES
 from common.errors import InvalidInputError
 from common.methods import Method
 from experiments.fits import SplineFit, fit_spline
@@ -202,6 +203,9 @@ def summarize(study: Study) -> dict[str, Any]:
             "draws": {m: len(rs) for m, rs in study.draws.items()}, "controls": controls,
             "pairs": pairs, "attack_ranking": ranking, "matched_linkage": matched,
             "low_linkage_margins": low_margins,
+            "mean_relative_error": {m: {a: float(np.mean([r["relative_error"][a] for r in rs]))
+                                        for a in rs[0]["relative_error"]}
+                                    for m, rs in sorted(study.draws.items())},
             "chance_crossings": crossings, "solver": _solver_counts(study), "claims": claims}
 
 
@@ -243,6 +247,12 @@ def markdown(main: dict[str, Any], config: dict[str, Any], others: list[dict[str
         link = ", ".join(f"{a} {_pct(v)}" for a, v in c["linkage"].items()) or "no attack"
         err = ", ".join(f"{a} {v:.2g}" for a, v in c["relative_error"].items()) or "-"
         lines.append(f"| {m} | {_pct(c['utility'])} | {link} | {err} |")
+    lines += ["", "## Mean relative reconstruction error over the draws (working space X F)", "",
+              "| method | " + " | ".join(ATTACK_NAMES) + " |",
+              "|---|" + "---|" * len(ATTACK_NAMES)]
+    for m, errs in main["mean_relative_error"].items():
+        lines.append(f"| {m} | " + " | ".join(
+            f"{errs[a]:.3g}" if a in errs else "-" for a in ATTACK_NAMES) + " |")
     lines += ["", "## The paper's claims on this data", ""]
     cl, pr, rk = main["claims"], main["pairs"], main["attack_ranking"]
     if "pn_pairs_identical" in cl:
