@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from common.errors import IntegrityError, InvalidInputError
-from common.wire import BundleDigester, BundleSpec, wire_dtype
+from common.wire import ArraySpec, BundleDigester, BundleSpec, wire_dtype
 from protos.noisyanchor.v1 import analyst_pb2 as pb
 
 #: First bytes of every bundle file (format version 1).
@@ -48,9 +48,6 @@ TMP_PREFIX = ".tmp-"
 
 #: Chunks queued for the disk-writer thread at most (bounds memory to a few MiB).
 _WRITE_AHEAD = 8
-
-#: Bytes per block when scanning received float arrays for NaN/Inf (a multiple of 8).
-_SCAN_BLOCK = 8 << 20
 
 
 def fsync_dir(path: Path) -> None:
@@ -120,12 +117,15 @@ def receive_bundle(
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(MAGIC + struct.pack("<Q", len(header)) + header)
-            # Disk writes run in one background thread (in order) while this thread receives
-            # and hashes the next chunks; both release the GIL. At most _WRITE_AHEAD chunks wait.
+            # Disk writes run in one background thread (in order) while this thread receives,
+            # hashes and NaN-scans the next chunks (all release the GIL); at most _WRITE_AHEAD
+            # chunks wait for the disk.
+            scan = _FiniteScan()
             with ThreadPoolExecutor(1, thread_name_prefix="bundle-writer") as writer:
                 pending: deque = deque()
                 for chunk in chunks:
-                    digester.feed(chunk)
+                    for array, piece in digester.feed(chunk):
+                        scan.scan(array, piece)
                     pending.append(writer.submit(fh.write, chunk))
                     if len(pending) > _WRITE_AHEAD:
                         pending.popleft().result()
@@ -134,7 +134,6 @@ def receive_bundle(
             digester.finish()
             fh.flush()
             os.fsync(fh.fileno())
-        _check_finite(Path(tmp), spec, _data_offset(header))
         if check is not None:
             arrays = _map_arrays(Path(tmp), spec, _data_offset(header))
             check(spec, arrays)
@@ -146,27 +145,36 @@ def receive_bundle(
     fsync_dir(path.parent)
 
 
-def _check_finite(path: Path, spec: BundleSpec, offset: int) -> None:
-    """Refuse NaN/Inf in any float array of a received bundle file.
+class _FiniteScan:
+    """Refuses NaN/Inf in float arrays as their bytes stream by (no second read of the file).
 
-    Read in fixed-size blocks into one reused buffer (not memory-mapped: mapped pages would count
-    in the analyst's resident memory), so a multi-GiB upload never sits in memory.
+    Pieces may split an element (a client chooses its chunk sizes): the split bytes are carried
+    to the next piece of the same array.
     """
-    buf = np.empty(_SCAN_BLOCK, dtype=np.uint8)
-    with open(path, "rb", buffering=0) as fh:
-        for a in spec.arrays:
-            dt = wire_dtype(a.dtype)
-            if dt.kind == "f":
-                fh.seek(offset)
-                left = a.nbytes
-                while left:
-                    n = fh.readinto(memoryview(buf)[:min(left, _SCAN_BLOCK)])
-                    if not n:
-                        raise IntegrityError(f"{path} ended inside array {a.name!r}")
-                    if not np.isfinite(buf[:n].view(dt)).all():
-                        raise InvalidInputError(f"array {a.name!r} contains NaN or Inf values")
-                    left -= n
-            offset += a.nbytes
+
+    def __init__(self) -> None:
+        self._carry = b""
+
+    def scan(self, array: ArraySpec, piece: memoryview) -> None:
+        dt = wire_dtype(array.dtype)
+        if dt.kind != "f":
+            return
+        if self._carry:
+            need = dt.itemsize - len(self._carry)
+            self._carry += bytes(piece[:need])
+            piece = piece[need:]
+            if len(self._carry) < dt.itemsize:
+                return
+            self._check(array, np.frombuffer(self._carry, dtype=dt))
+            self._carry = b""
+        whole = len(piece) - len(piece) % dt.itemsize
+        self._check(array, np.frombuffer(piece[:whole], dtype=dt))
+        self._carry = bytes(piece[whole:])
+
+    @staticmethod
+    def _check(array: ArraySpec, values: np.ndarray) -> None:
+        if not np.isfinite(values).all():
+            raise InvalidInputError(f"array {array.name!r} contains NaN or Inf values")
 
 
 def _map_arrays(path: Path, spec: BundleSpec, offset: int) -> dict[str, np.ndarray]:

@@ -212,19 +212,26 @@ class BundleDigester:
             if self._index < len(self.spec.arrays):
                 self._left = self.spec.arrays[self._index].nbytes
 
-    def feed(self, data: bytes) -> None:
-        """Account for the next ``data`` bytes of the stream."""
+    def feed(self, data: bytes) -> list[tuple[ArraySpec, memoryview]]:
+        """Account for the next ``data`` bytes of the stream.
+
+        Returns the pieces of ``data`` with the array each belongs to, in order, so a caller
+        can inspect array contents as they stream by (e.g. for NaN) without re-reading them.
+        """
         view = memoryview(data)
         if self.received + len(view) > self.spec.nbytes:
             raise IntegrityError(f"the stream carries more than the {self.spec.nbytes} bytes its "
                                  "header declares")
         self.received += len(view)
+        pieces = []
         while len(view):
             take = min(self._left, len(view))
             self._hash.update(view[:take])
+            pieces.append((self.spec.arrays[self._index], view[:take]))
             view = view[take:]
             self._left -= take
             self._skip_empty()
+        return pieces
 
     def finish(self) -> None:
         """Check the stream was complete and every digest matches its header."""

@@ -47,6 +47,18 @@ def test_non_finite_values_and_refused_content_commit_nothing(tmp_path, arrays):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("chunk_size", [3, 8, 13, 1 << 20])
+def test_nan_is_found_wherever_chunk_boundaries_split_the_elements(tmp_path, arrays, chunk_size):
+    bad = arrays | {"data": arrays["data"].copy()}
+    bad["data"][17, 4] = np.nan
+    with pytest.raises(InvalidInputError, match="'data' contains NaN"):
+        receive_bundle(tmp_path / "a.bundle", bundle_spec("f", "i-gdp", bad),
+                       iter_chunks(bad, chunk_size=chunk_size))
+    assert list(tmp_path.iterdir()) == []
+    receive_bundle(tmp_path / "a.bundle", bundle_spec("f", "i-gdp", arrays),
+                   iter_chunks(arrays, chunk_size=chunk_size))
+
+
 def test_open_sweeps_temporary_files_and_keeps_committed_ones(tmp_path):
     store = Store(tmp_path).open()
     atomic_write(store.uploads / "p0.bundle", b"x")
