@@ -1,0 +1,59 @@
+"""Anchor agreement through the analyst relay: participants whose parameters differ from the
+dealer's refuse the sealed seed, and nobody uploads without matching commitments."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from common.errors import IntegrityError, PreconditionError
+from deploy.demo import write_participant
+from participant.config import load_participant_config
+from participant.run import run_upload
+
+pytestmark = pytest.mark.e2e
+
+N, D = 12, 4
+
+
+def _configs(fed, rng, anchors_by_id: dict[str, int], timeout: float):
+    configs = []
+    for pid, r in anchors_by_id.items():
+        fed.files.data[pid] = fed.files.root / f"{pid}.npz"
+        np.savez(fed.files.data[pid], x=rng.standard_normal((N, D)), labels=np.zeros(N, int))
+        configs.append(load_participant_config(write_participant(
+            fed.files, pid, federation_id="e2e", address=f"127.0.0.1:{fed.port}",
+            method="aa-igdp", anchors=r, dim=None, projection_seed=None, sigma=0.0, v=0.0,
+            timeout=timeout)))
+    return configs
+
+
+def _outcome(cfg):
+    try:
+        return run_upload(cfg)
+    except (IntegrityError, PreconditionError) as err:
+        return err
+
+
+def test_a_participant_with_other_parameters_refuses_the_dealers_seed(analyst, rng):
+    fed = analyst(["p0", "p1"], "aa-igdp", dim=D, anchors=16)
+    configs = _configs(fed, rng, {"p0": 16, "p1": 20}, timeout=3.0)
+    with ThreadPoolExecutor(2) as pool:
+        dealer, other = pool.map(_outcome, configs)
+    assert isinstance(other, IntegrityError) and "parameters" in str(other)
+    assert isinstance(dealer, PreconditionError) and "commitment" in str(dealer)
+    assert not list((fed.files.store / "uploads").iterdir())  # nothing derived was uploaded
+
+
+def test_agreeing_participants_hold_the_same_seed_and_upload(analyst, rng):
+    fed = analyst(["p0", "p1", "p2"], "aa-igdp", dim=D, anchors=16)
+    configs = _configs(fed, rng, {"p0": 16, "p1": 16, "p2": 16}, timeout=30.0)
+    with ThreadPoolExecutor(3) as pool:
+        sent = list(pool.map(run_upload, configs))
+    assert [s.participant for s in sent] == ["p0", "p1", "p2"]
+    commitments = {p.read_bytes() for p in (fed.files.store / "relay/commitments").iterdir()}
+    assert len(commitments) == 1  # one anchor for everyone
+    sealed = sorted(p.name for p in (fed.files.store / "relay/sealed").iterdir())
+    assert sealed == ["p1.pb", "p2.pb"]  # the dealer sealed to each other participant
