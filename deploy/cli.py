@@ -65,9 +65,9 @@ def _demo(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(s, indent=2))
         return 0
-    print(f"demo: {s['participants']} participants + analyst as {len(s['pids'])} processes over "
-          f"mutual TLS, method {s['method']} (d={s['dim']}, r={s['anchors']}, v={s['v']}, "
-          f"seed {s['seed']})")
+    print(f"demo: analyst, {s['participants']} participants, colluder and attack ran as "
+          f"{len(s['pids'])} separate processes over mutual TLS; method {s['method']} "
+          f"(d={s['dim']}, r={s['anchors']}, v={s['v']}, seed {s['seed']})")
     solver = s["solver"]
     print(f"alignment: {solver.get('name')}, converged {solver.get('converged')}, certified "
           f"{solver.get('certified')}; Z equals the in-process simulator's: "
