@@ -47,8 +47,8 @@ def _scatter_fit(ax, study, method, key, color, label, value):
 
 
 def linkage(study: Study, path: Path) -> None:
-    """Fig. 2/6: exact-source linkage vs noise per attack; (a) the paired private-data-noise
-    trajectory, (b) every attack on anchor noise."""
+    """Fig. 2/6: linkage (exact-source or identity) vs noise per attack; (a) the paired
+    private-data-noise trajectory, (b) every attack on anchor noise."""
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     _scatter_fit(axes[0], study, "c-gdp-pn", "known_secret", "C0", "C-GDP-pn known-secret",
@@ -68,7 +68,7 @@ def linkage(study: Study, path: Path) -> None:
         if ctrl:
             ax.axhline(max(ctrl["linkage"].values()), color="k", ls="-.",
                        label="noiseless control")
-        ax.set_ylabel("exact-source linkage")
+        ax.set_ylabel(study.metric_label)
         ax.set_title(title)
         ax.legend(fontsize=7)
     _save(plt, fig, path)

@@ -145,6 +145,12 @@ def test_identity_data_gets_cross_record_identity_linkage(tmp_path):
     assert np.isfinite(noisy).all()
     res = make_report(tmp_path, resamples=10)
     assert "fig_grid.png" not in res["figures"]  # tabular rows: no image grid
+    summary = json.loads((tmp_path / "summary.json").read_text())["studies"]["3"]
+    assert summary["metric"] == "identity"  # the CelebA protocol's default
+    assert summary["controls"]["c-gdp"]["linkage"] == ctrl["identity_linkage"]
+    make_report(tmp_path, tmp_path / "exact", resamples=10, metric="exact")
+    exact = json.loads((tmp_path / "exact" / "summary.json").read_text())["studies"]["3"]
+    assert exact["controls"]["c-gdp"]["linkage"] == ctrl["linkage"]
 
 
 def test_mnist_protocol_config_runs_on_user_idx_files(tmp_path, rng, write_idx):
