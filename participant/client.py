@@ -74,6 +74,12 @@ class AnalystClient:
         self.channel = grpc.secure_channel(
             address, creds, options=[("grpc.ssl_target_name_override", server_name)])
         self.stub = pb_grpc.AnalystStub(self.channel)
+        # Bundle streams take pre-serialized messages (see common.wire.encode_chunk).
+        service = pb.DESCRIPTOR.services_by_name["Analyst"].full_name
+        self.raw_upload, self.raw_disclose = (
+            self.channel.stream_unary(f"/{service}/{name}", request_serializer=None,
+                                      response_deserializer=pb.Receipt.FromString)
+            for name in ("Upload", "Disclose"))
         self.federation_id = federation_id
         self.timeout = timeout
 
@@ -115,7 +121,7 @@ class AnalystClient:
     def send_bundle(self, kind: str, spec: BundleSpec, arrays: Mapping[str, np.ndarray],
                     chunk_size: int = CHUNK_SIZE) -> pb.Receipt:
         """Stream one bundle (``kind`` is ``upload`` or ``disclosure``); re-streamed on retry."""
-        rpc = self.stub.Upload if kind == "upload" else self.stub.Disclose
+        rpc = self.raw_upload if kind == "upload" else self.raw_disclose
         return self.call(kind, lambda: rpc(request_stream(spec, arrays, chunk_size)))
 
     def status(self) -> pb.StatusReply:

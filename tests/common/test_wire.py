@@ -9,10 +9,12 @@ from common.wire import (
     BundleDigester,
     BundleSpec,
     bundle_spec,
+    encode_chunk,
     iter_chunks,
     request_stream,
     wire_dtype,
 )
+from protos.noisyanchor.v1 import analyst_pb2 as pb
 
 
 @pytest.fixture
@@ -64,9 +66,10 @@ def test_digester_refuses_truncated_overlong_and_corrupt_streams(arrays):
 
 def test_header_round_trips_and_receipt_depends_on_sender_and_content(arrays):
     spec = bundle_spec("f", "aa-igdp", arrays)
-    msgs = list(request_stream(spec, arrays, chunk_size=256))
+    msgs = [pb.UploadRequest.FromString(m) for m in request_stream(spec, arrays, chunk_size=256)]
     assert msgs[0].WhichOneof("part") == "header"
     assert all(m.WhichOneof("part") == "chunk" for m in msgs[1:])
+    assert b"".join(m.chunk for m in msgs[1:]) == b"".join(iter_chunks(arrays))
     back = BundleSpec.from_proto(msgs[0].header)
     assert back == spec and back.receipt("p0") == spec.receipt("p0")
     assert spec.receipt("p0") != spec.receipt("p1")
@@ -89,3 +92,11 @@ def test_header_with_inconsistent_size_or_digest_length_is_refused(arrays):
     msg.arrays[0].sha256 = b"short"
     with pytest.raises(InvalidInputError, match="SHA-256"):
         BundleSpec.from_proto(msg)
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 16383, 16384, 1 << 20])
+def test_hand_encoded_chunk_equals_the_protobuf_encoding(size):
+    data = np.random.default_rng(size).bytes(size)
+    encoded = encode_chunk(memoryview(data))
+    assert encoded == pb.UploadRequest(chunk=data).SerializeToString()
+    assert pb.UploadRequest.FromString(encoded).chunk == data

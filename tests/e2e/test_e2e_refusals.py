@@ -154,7 +154,7 @@ def test_refusals_leave_the_analyst_serving_and_status_reports_progress(fed, rng
 def _messages(spec, arrays):
     yield pb.UploadRequest(header=spec.to_proto())
     for chunk in iter_chunks(arrays):
-        yield pb.UploadRequest(chunk=chunk)
+        yield pb.UploadRequest(chunk=bytes(chunk))
 
 
 def test_participant_process_exits_1_with_the_analysts_reason(fed, tmp_path):

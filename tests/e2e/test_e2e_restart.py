@@ -42,7 +42,7 @@ def test_analyst_killed_mid_upload_restarts_with_every_committed_upload(analyst,
     def stream_p2():
         with fed.client("p2") as c:
             try:
-                c.stub.Upload(gated(), timeout=30)
+                c.raw_upload(gated(), timeout=30)
             except grpc.RpcError as err:  # the outcome is asserted below
                 outcome["error"] = err
 
