@@ -12,7 +12,7 @@ from pathlib import Path
 
 #: Repository root (the include path) and the proto files, relative to it.
 ROOT = Path(__file__).resolve().parent.parent
-PROTO_FILES = ("protos/noisyanchor/v1/analyst.proto",)
+PROTO_FILES = ("protos/noisyanchor/v1/analyst.proto", "protos/noisyanchor/v1/release.proto")
 
 
 def generate(out_dir: Path = ROOT) -> list[Path]:

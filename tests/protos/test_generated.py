@@ -6,7 +6,10 @@ from pathlib import Path
 from google.protobuf import descriptor_pb2
 
 from protos.generate import PROTO_FILES, ROOT, generate
-from protos.noisyanchor.v1 import analyst_pb2, analyst_pb2_grpc
+from protos.noisyanchor.v1 import analyst_pb2, analyst_pb2_grpc, release_pb2, release_pb2_grpc
+
+#: Generated modules of each proto file, in PROTO_FILES order.
+MODULES = ((analyst_pb2, analyst_pb2_grpc, "Analyst"), (release_pb2, release_pb2_grpc, "Release"))
 
 
 def _descriptor_set(tmp_path: Path) -> descriptor_pb2.FileDescriptorSet:
@@ -20,19 +23,22 @@ def _descriptor_set(tmp_path: Path) -> descriptor_pb2.FileDescriptorSet:
 
 
 def test_checked_in_descriptor_equals_a_fresh_compile_of_the_proto(tmp_path):
-    fresh = _descriptor_set(tmp_path).file[0]
-    for message in fresh.message_type:  # the embedded descriptor omits the derived json names
-        for field in message.field:
-            field.ClearField("json_name")
-    checked_in = descriptor_pb2.FileDescriptorProto.FromString(
-        analyst_pb2.DESCRIPTOR.serialized_pb)
-    assert checked_in == fresh, "stale generated code: run python -m protos.generate"
+    files = _descriptor_set(tmp_path).file
+    assert len(files) == len(PROTO_FILES) == len(MODULES)
+    for fresh, (module, _, _) in zip(files, MODULES, strict=True):
+        for message in fresh.message_type:  # the embedded descriptor omits the derived json names
+            for field in message.field:
+                field.ClearField("json_name")
+        checked_in = descriptor_pb2.FileDescriptorProto.FromString(
+            module.DESCRIPTOR.serialized_pb)
+        assert checked_in == fresh, "stale generated code: run python -m protos.generate"
 
 
 def test_grpc_module_serves_every_rpc_of_the_proto():
-    rpcs = set(analyst_pb2.DESCRIPTOR.services_by_name["Analyst"].methods_by_name)
-    servicer = {name for name in vars(analyst_pb2_grpc.AnalystServicer) if name[0].isupper()}
-    assert servicer == rpcs
+    for module, grpc_module, service in MODULES:
+        rpcs = set(module.DESCRIPTOR.services_by_name[service].methods_by_name)
+        servicer = getattr(grpc_module, f"{service}Servicer")
+        assert {name for name in vars(servicer) if name[0].isupper()} == rpcs
 
 
 def test_regeneration_reproduces_the_checked_in_files(tmp_path):
