@@ -1,0 +1,102 @@
+"""The analyst's state machine in-process: one-shot uploads, alignment result, attack from the
+store."""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+import numpy as np
+import pytest
+
+from analyst.attack import attack_store
+from analyst.config import AnalystConfig
+from analyst.federation import Federation
+from analyst.storage import Store
+from common.attacks import relative_error
+from common.errors import NotFoundError, PermissionDeniedError, PreconditionError
+from common.gdp import anchor_from_seed
+from common.tomlconfig import TlsFiles
+from common.wire import bundle_spec, iter_chunks
+from participant.compute import compute_upload
+
+P, N, D, R = 3, 30, 5, 12
+
+
+def _config(tmp_path, **changes) -> AnalystConfig:
+    tls = TlsFiles(tmp_path / "ca.pem", tmp_path / "a.pem", tmp_path / "a.key")
+    base = dict(federation_id="f", participants=("a", "b", "c"), method="aa-igdp", anchors=R,
+                dim=D, sigma=0.0, v=0.0, reference="a", max_iter=100, tol=1e-9,
+                output_dir=tmp_path / "store", tls=tls, accept_collusion=True)
+    return AnalystConfig(**(base | changes))
+
+
+def _send(fed, pid, kind, arrays):
+    spec = bundle_spec("f", "aa-igdp", arrays)
+    action = fed.upload if kind == "upload" else fed.disclose
+    return action(pid, spec, iter_chunks(arrays, chunk_size=100))
+
+
+@pytest.fixture
+def uploads(rng):
+    seed = secrets.token_bytes(32)
+    xs = [rng.standard_normal((N, D)) for _ in range(P)]
+    out = [compute_upload("aa-igdp", x, np.random.default_rng(i), shared_seed=seed, anchors=R)
+           for i, x in enumerate(xs)]
+    return seed, xs, out
+
+
+def test_uploads_align_and_the_colluder_attack_recovers_the_others_exactly(tmp_path, rng,
+                                                                            uploads):
+    seed, xs, out = uploads
+    fed = Federation(_config(tmp_path), Store(tmp_path / "store"))
+    for pid, (up, _) in zip("abc", out, strict=True):
+        assert fed.status()["state"] == "collecting"
+        _send(fed, pid, "upload", {"data": up.data, "anchor": up.anchor,
+                                   "labels": np.zeros(N, "<i8"), "tags": np.zeros(N, "|i1")})
+    fed.wait(60)
+    status = fed.status()
+    assert status["state"] == "done" and status["committed"] == ["a", "b", "c"]
+    result = json.loads(status["result_json"])
+    assert result["row_ranges"] == {"a": [0, N], "b": [N, 2 * N], "c": [2 * N, 3 * N]}
+    z = np.load(tmp_path / "store" / "result" / "z.npy")
+    # Noiseless Procrustes: Z = X O_s + 1 Psi_s^T with s = a (SPEC section 2), to 1e-9.
+    key_a = out[0][1].key
+    np.testing.assert_allclose(z, np.vstack(xs) @ key_a.rotation + key_a.translation, atol=1e-9)
+
+    with pytest.raises(PreconditionError, match="exactly one"):
+        attack_store(tmp_path / "store")
+    _send(fed, "a", "disclosure", {"data": xs[0], "rotation": key_a.rotation,
+                                   "translation": key_a.translation,
+                                   "anchor": anchor_from_seed(seed, R, D)})
+    summary = attack_store(tmp_path / "store")
+    assert summary["colluder"] == "a" and summary["targets"] == ["b", "c"]
+    for name, files in summary["reconstructions"].items():
+        for pid, path in files.items():
+            err = relative_error(np.load(path), xs["abc".index(pid)])
+            assert err < 1e-8, name  # exact without noise (SPEC section 3)
+
+
+def test_restarted_federation_keeps_uploads_and_refuses_late_changes(tmp_path, uploads):
+    _, _, out = uploads
+    arrays = {"data": out[0][0].data, "anchor": out[0][0].anchor,
+              "labels": np.zeros(N, "<i8"), "tags": np.zeros(N, "|i1")}
+    first = _send(Federation(_config(tmp_path), Store(tmp_path / "store")), "a", "upload",
+                  arrays)
+    again = Federation(_config(tmp_path), Store(tmp_path / "store"))
+    assert again.status()["committed"] == ["a"]
+    retry = _send(again, "a", "upload", arrays)
+    assert retry.already_committed and retry.receipt == first.receipt
+
+
+def test_disclosures_need_the_federation_to_accept_collusion(tmp_path, rng):
+    fed = Federation(_config(tmp_path, accept_collusion=False), Store(tmp_path / "store"))
+    arrays = {"data": rng.standard_normal((N, D)), "rotation": np.eye(D),
+              "translation": np.zeros(D), "anchor": rng.standard_normal((R, D))}
+    with pytest.raises(PermissionDeniedError, match="accept_collusion"):
+        _send(fed, "a", "disclosure", arrays)
+
+
+def test_attack_needs_an_analyst_store(tmp_path):
+    with pytest.raises(NotFoundError, match="not an analyst store"):
+        attack_store(tmp_path)
