@@ -15,6 +15,28 @@ from common.tomlconfig import Table, TlsFiles, check_id, read_toml
 #: Default cap on one upload's array bytes (8 GiB).
 DEFAULT_MAX_UPLOAD_BYTES = 8 << 30
 
+#: File name of the privacy ledger under ``output_dir`` when ``[privacy] ledger`` is not set.
+DEFAULT_LEDGER_NAME = "privacy_ledger.json"
+
+
+@dataclass(frozen=True)
+class PrivacyBudget:
+    """Per-dataset budget of the DP similarity releases (``[privacy]`` table).
+
+    Attributes
+    ----------
+    epsilon_budget : float
+        Composed ``epsilon > 0`` every dataset may spend in total.
+    delta_budget : float
+        ``0 < delta < 1`` at which the composition is accounted.
+    ledger : Path or None
+        Ledger file; None: ``output_dir / DEFAULT_LEDGER_NAME``.
+    """
+
+    epsilon_budget: float
+    delta_budget: float
+    ledger: Path | None = None
+
 
 @dataclass(frozen=True)
 class AnalystConfig:
@@ -47,6 +69,8 @@ class AnalystConfig:
     port_file : Path or None
         Where to write the bound port once listening.
     max_upload_bytes : int
+    privacy : PrivacyBudget or None
+        Budget of the DP releases; None (no ``[privacy]`` table): releases are refused.
     """
 
     federation_id: str
@@ -66,6 +90,14 @@ class AnalystConfig:
     port: int = 0
     port_file: Path | None = None
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    privacy: PrivacyBudget | None = None
+
+    @property
+    def ledger_path(self) -> Path:
+        """The privacy ledger file (``[privacy] ledger``, default under ``output_dir``)."""
+        if self.privacy is not None and self.privacy.ledger is not None:
+            return self.privacy.ledger
+        return Path(self.output_dir) / DEFAULT_LEDGER_NAME
 
     @property
     def method_enum(self) -> Method:
@@ -80,7 +112,7 @@ class AnalystConfig:
 def load_analyst_config(path: Path) -> AnalystConfig:
     """Read and validate an analyst config file."""
     doc = read_toml(path)
-    unknown = sorted(set(doc) - {"federation", "solver", "server", "tls"})
+    unknown = sorted(set(doc) - {"federation", "solver", "server", "tls", "privacy"})
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(unknown)}")
     fed = Table(doc, "federation", path)
@@ -109,12 +141,30 @@ def load_analyst_config(path: Path) -> AnalystConfig:
     max_iter, tol = solver.int("max_iter", 500, minimum=1), solver.float("tol", 1e-7, minimum=0.0)
     solver.done()
     server = Table(doc, "server", path)
+    privacy = _privacy(doc, path)
     cfg = AnalystConfig(
         federation_id=fid, participants=participants, method=method, anchors=anchors, dim=dim,
         sigma=sigma, v=v, reference=reference, max_iter=max_iter, tol=tol,
         output_dir=server.path("output_dir"), tls=TlsFiles.read(Table(doc, "tls", path)),
         accept_collusion=accept, host=server.str("host", "127.0.0.1"),
         port=server.int("port", 0, minimum=0), port_file=server.path("port_file", None),
-        max_upload_bytes=server.int("max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES, minimum=1))
+        max_upload_bytes=server.int("max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES, minimum=1),
+        privacy=privacy)
     server.done()
     return cfg
+
+
+def _privacy(doc: dict, path: Path) -> PrivacyBudget | None:
+    """The optional ``[privacy]`` table: ``epsilon_budget > 0``, ``0 < delta_budget < 1``."""
+    if "privacy" not in doc:
+        return None
+    table = Table(doc, "privacy", path)
+    eps = table.float("epsilon_budget", minimum=0.0)
+    if not 0.0 < eps < float("inf"):
+        raise table.error("epsilon_budget", f"must be a finite number > 0, got {eps}")
+    delta = table.float("delta_budget", minimum=0.0)
+    if not 0.0 < delta < 1.0:
+        raise table.error("delta_budget", f"must be in (0, 1), got {delta}")
+    budget = PrivacyBudget(eps, delta, table.path("ledger", None))
+    table.done()
+    return budget
