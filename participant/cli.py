@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     up = inner.add_parser("upload", help="agree on the anchor, compute and stream the one upload")
     co = inner.add_parser("collude", help="disclose data, secrets and anchor to the analyst "
                           "(threat-model testing; needs keep_secrets at upload)")
-    for p in (up, co):
+    st = inner.add_parser("status", help="ask the analyst for the federation's progress")
+    for p in (up, co, st):
         p.add_argument("--config", type=Path, required=True, help="participant TOML file")
         p.add_argument("--analyst", default=None, help="override [participant] analyst host:port")
         p.add_argument("--json", action="store_true", help="print the outcome as JSON")
@@ -27,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="keep the secret state in state_dir (the colluder needs it)")
     up.set_defaults(handler=_upload)
     co.set_defaults(handler=_collude)
+    st.set_defaults(handler=_status)
 
 
 def _config(args: argparse.Namespace):
@@ -56,3 +58,20 @@ def _collude(args: argparse.Namespace) -> int:
     from participant.run import run_collude
 
     return _print(run_collude(_config(args)), args.json)
+
+
+def _status(args: argparse.Namespace) -> int:
+    from google.protobuf.json_format import MessageToDict
+
+    from participant.run import analyst_status
+
+    status = MessageToDict(analyst_status(_config(args)), preserving_proto_field_name=True,
+                           always_print_fields_with_no_presence=True)
+    if args.json:
+        print(json.dumps(status, indent=2))
+    else:
+        print(f"federation {status['federation_id']}: {status['state']}; committed "
+              f"{len(status['committed'])} of {len(status['expected'])} "
+              f"({', '.join(status['committed']) or 'none'})"
+              + (f"; error: {status['error']}" if status["error"] else ""))
+    return 0

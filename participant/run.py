@@ -115,6 +115,12 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
                 spec.nbytes)
 
 
+def analyst_status(cfg: ParticipantConfig):
+    """The analyst's ``StatusReply`` for this participant's federation."""
+    with _client(cfg) as client:
+        return client.status()
+
+
 def run_collude(cfg: ParticipantConfig) -> Sent:
     """Disclose ``X_c``, the secret state and the anchor ``A`` to the analyst (colluder role)."""
     path = cfg.state_dir / SECRETS_FILE

@@ -169,3 +169,15 @@ def test_participant_process_exits_1_with_the_analysts_reason(fed, tmp_path):
     assert "PERMISSION_DENIED: this analyst serves federation 'e2e', not 'not-e2e'" \
         in log.read_text()
     assert _stored(fed) == []
+
+
+def test_participant_status_command_reports_progress(fed, rng, tmp_path):
+    with fed.client("p2") as c:
+        send(c, "aa-igdp", random_upload(rng, N, D, R))
+    fed.files.data["p0"] = tmp_path / "unused.npz"
+    cfg = write_participant(fed.files, "p0", federation_id=FEDERATION,
+                            address=f"127.0.0.1:{fed.port}", method="aa-igdp", anchors=R,
+                            dim=None, projection_seed=None, sigma=0.0, v=0.0)
+    log = tmp_path / "status.log"
+    assert start(["participant", "status", "--config", cfg], log).wait(60) == 0
+    assert "federation e2e: collecting; committed 1 of 3 (p2)" in log.read_text()
