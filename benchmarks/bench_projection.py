@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 from common.scoreshield import analytic_sigma, project_correlation, symmetrize  # noqa: E402
 
 #: Iteration cap per n (one eigendecomposition each); n = 4000 costs ~15 s per eigh here.
-DEFAULT_CAPS = {1000: 300, 2000: 30, 4000: 4}
+DEFAULT_CAPS = {1000: 300, 2000: 20, 4000: 3}
 
 
 def noisy_gram(n: int, sigma: float, rng: np.random.Generator, d: int = 64,
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sigma", type=float, default=0.1, help="noise std of every entry")
     parser.add_argument("--target", type=float, default=1e-6, help="feasibility residual")
     parser.add_argument("--caps", default=None,
-                        help="comma-separated iteration caps, one per n (default 300,30,4)")
+                        help="comma-separated iteration caps, one per n (default 300,20,3)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="BLAS threads for every method")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "projection.json"))
