@@ -439,6 +439,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(f"report for p={res['main_p']} written to {res['out']}: "
               + ", ".join(res["figures"]) + ", summary.md")
+        verdicts = {True: "holds", False: "does not hold", None: "not measurable"}
         for claim, holds in res["claims"].items():
-            print(f"  {claim}: {'holds' if holds else 'does not hold'}")
+            print(f"  {claim}: {verdicts[holds]}")
     return 0

@@ -11,7 +11,8 @@ from experiments.bench import BenchConfig, prepare_bench
 CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "configs"
 
 
-@pytest.mark.parametrize("name", ["digits", "digits_participants", "mnist", "celeba"])
+@pytest.mark.parametrize("name", ["digits", "digits_participants", "mnist", "celeba",
+                                  "synthetic_identities"])
 def test_shipped_configs_load(name):
     cfg = BenchConfig.from_toml(CONFIGS / f"{name}.toml")
     assert cfg.anchors_per_dim == 4 and cfg.max_iter == 500
