@@ -152,6 +152,9 @@ def start_server(config: AnalystConfig) -> tuple[grpc.Server, Federation, int]:
     # One worker per participant for its upload stream, plus room for relay polls.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=len(config.participants) + 16))
     pb_grpc.add_AnalystServicer_to_server(AnalystServicer(fed), server)
+    from analyst.release_service import add_release_servicer  # it imports this module
+
+    add_release_servicer(server, fed)  # DP similarity release on the same mTLS port
     port = server.add_secure_port(f"{config.host}:{config.port}", server_credentials(config))
     if port == 0:
         raise InvalidInputError(f"cannot listen on {config.host}:{config.port}")
