@@ -34,7 +34,6 @@ SPEC.md sections 2 and 5; ScoreShield paper Algorithms 1-2; issue 5, item 3.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 from collections.abc import Iterator
@@ -55,7 +54,7 @@ from common.scoreshield import (
     release_score_vector,
     score_vector_sensitivity,
 )
-from common.wire import ArraySpec, iter_chunks
+from common.wire import ArraySpec, decode_array, iter_chunks
 from protos.noisyanchor.v1 import release_pb2 as pb
 from protos.noisyanchor.v1 import release_pb2_grpc as pb_grpc
 
@@ -159,18 +158,13 @@ def decode_record(header, data: bytes, d: int) -> np.ndarray:
     """The query record of a :class:`ScoreQuery`: one ``(d,)`` little-endian float64 row.
 
     Checks dtype and shape against the collection's width before looking at the bytes, then
-    the byte count, the SHA-256 and finiteness.
+    the byte count, the SHA-256 (:func:`common.wire.decode_array`) and finiteness.
     """
     spec = ArraySpec.from_proto(header)
     if spec.dtype != "<f8" or spec.shape != (d,):
         raise InvalidInputError(f"the query record must be a '<f8' array of shape ({d},), got "
                                 f"{spec.dtype!r} {spec.shape}")
-    if len(data) != spec.nbytes:
-        raise InvalidInputError(f"the query record carries {len(data)} bytes, its header "
-                                f"declares {spec.nbytes}")
-    if hashlib.sha256(data).digest() != spec.sha256:
-        raise InvalidInputError("SHA-256 of the query record differs from its header")
-    t = np.frombuffer(data, dtype="<f8")
+    t = decode_array(header, data)
     if not np.isfinite(t).all():
         raise InvalidInputError("the query record contains NaN or Inf values")
     return t

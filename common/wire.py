@@ -268,3 +268,22 @@ class BundleDigester:
             if digest != array.sha256:
                 raise IntegrityError(f"array {array.name!r}: SHA-256 of the received bytes "
                                      "differs from the header (corrupt)")
+
+
+def decode_array(header: pb.ArrayHeader, data: bytes) -> np.ndarray:
+    """One array carried whole in a message field: checked against its header, then viewed.
+
+    Raises
+    ------
+    InvalidInputError
+        The header is malformed (:meth:`ArraySpec.from_proto`).
+    IntegrityError
+        ``data`` has another length than the header declares, or another SHA-256.
+    """
+    spec = ArraySpec.from_proto(header)
+    if len(data) != spec.nbytes:
+        raise IntegrityError(f"array {spec.name!r} carries {len(data)} bytes, its header "
+                             f"declares {spec.nbytes}")
+    if hashlib.sha256(data).digest() != spec.sha256:
+        raise IntegrityError(f"array {spec.name!r}: SHA-256 of the bytes differs from the header")
+    return np.frombuffer(data, dtype=wire_dtype(spec.dtype)).reshape(spec.shape)

@@ -90,7 +90,7 @@ def test_decode_record_returns_the_row():
     (np.arange(3.0), None, r"shape \(4,\)"),
     (np.arange(4, dtype="<f4"), None, "'<f8'"),
     (np.arange(4.0), np.arange(4.0)[::-1].tobytes(), "SHA-256"),
-    (np.arange(4.0), np.arange(4.0).tobytes()[:-8], "carries 24 bytes"),
+    (np.arange(4.0), np.arange(4.0).tobytes()[:-8], "carries 24 bytes, its header declares 32"),
     (np.array([0.0, np.nan, 1.0, 2.0]), None, "NaN"),
 ])
 def test_decode_record_refuses_malformed_queries(t, data, match):
