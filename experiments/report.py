@@ -90,7 +90,8 @@ class Study:
     the fits, claims and figures all use that metric (the paper's CelebA protocol).
     """
 
-    def __init__(self, rows: list[dict[str, Any]], meta: dict[str, Any], rng, resamples: int,
+    def __init__(self, rows: list[dict[str, Any]], meta: dict[str, Any],
+                 rng: np.random.Generator, resamples: int,
                  metric: str = "exact"):
         self.meta = meta
         key, self.metric_label = METRICS[metric]

@@ -36,7 +36,7 @@ from common.methods import Method, make_upload
 from common.theory import phase_transition_v
 from experiments.bench import Bench, BenchConfig, prepare_bench
 from experiments.linkage import linkage_accuracy
-from experiments.simulate import Federation, simulate
+from experiments.simulate import Federation, SimulationResult, simulate
 
 #: Controls run once per ``p`` without noise.
 CONTROLS = (Method.C_GDP, Method.AA_IGDP, Method.I_GDP)
@@ -198,7 +198,9 @@ def _utility(fed: Federation, z: np.ndarray, model: str) -> dict[str, float | No
             "validation_utility": util.validation_balanced_accuracy}
 
 
-def _coupled_c_gdp_pn(bench: Bench, decoder: _Decoder, aa, with_grid: bool) -> dict[str, Any]:
+def _coupled_c_gdp_pn(
+    bench: Bench, decoder: _Decoder, aa: SimulationResult, with_grid: bool
+) -> dict[str, Any]:
     """C-GDP-pn coupled to an AA-I-GDP-pn run: ``(O, Psi) = (O_s, Psi_s)``,
     ``W'_i = W_i O_i^T O_s`` (SPEC.md section 2); returns its row fields and
     ``||Z_aa - Z_c||_F / ||Z_aa||_F``."""
