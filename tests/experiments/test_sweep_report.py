@@ -153,6 +153,7 @@ def test_identity_data_gets_cross_record_identity_linkage(tmp_path):
     assert exact["controls"]["c-gdp"]["linkage"] == ctrl["linkage"]
 
 
+@pytest.mark.slow  # h=100, r=400: one capped GPM solve and its certificate take ~10 s
 def test_mnist_protocol_config_runs_on_user_idx_files(tmp_path, rng, write_idx):
     """The unchanged MNIST config (h=100, r=400, p=10) on small stand-in IDX files."""
     n = 500
