@@ -10,6 +10,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from participant import release_client
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this role's subcommands to the top-level parser."""
@@ -29,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.set_defaults(handler=_upload)
     co.set_defaults(handler=_collude)
     st.set_defaults(handler=_status)
+    release_client.register(sub)  # the top-level `release scores|gram` group
 
 
 def _config(args: argparse.Namespace):
