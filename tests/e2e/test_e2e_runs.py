@@ -4,6 +4,9 @@ runs, and the colluder's attack reconstructs what the engine says it can."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +15,7 @@ import pytest
 from analyst.storage import read_bundle
 from common.gdp import anchor_from_seed
 from deploy.demo import run_demo
+from deploy.launch import child_env
 from experiments.simulate import SimulationConfig, prepare
 
 pytestmark = pytest.mark.e2e
@@ -76,3 +80,17 @@ def test_colluder_run_discloses_and_the_attack_inverts_noiseless_uploads(tmp_pat
         assert traces == ["disclosures/p0.bundle: bytes", "disclosures/p0.bundle: array"]
     else:  # C-GDP has no anchor; its common key is disclosed instead
         assert traces == []
+
+
+def test_demo_command_prints_the_pinned_summary_keys(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "noisyanchor", "demo", "--participants", "3",
+                          "--dim", "8", "--seed", "3", "--json"], capture_output=True, text=True,
+                         timeout=600, check=True, env=child_env())
+    s = json.loads(out.stdout)
+    for key in ("participants", "tls", "pids", "z_matches_inprocess", "attacks", "utility",
+                "seconds"):
+        assert key in s
+    assert s["participants"] == 3 and s["z_matches_inprocess"] is True
+    assert set(s["pids"]) == {"analyst", "p0", "p1", "p2", "p0-collude", "attack"}
+    assert set(s["attacks"]) == {"known_anchor", "mp", "op", "am"}  # default: colluder p0
+    assert s["seconds"] < 600
