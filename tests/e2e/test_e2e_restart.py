@@ -5,6 +5,7 @@ analyst is back (same receipt for an upload that had already committed)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import grpc
 import pytest
@@ -91,3 +92,33 @@ def test_a_participant_gives_up_with_a_clear_error_when_the_analyst_stays_down(a
     fed.kill()
     with fed.client("p0", timeout=1.0) as c, pytest.raises(NoisyAnchorError, match="UNAVAILABLE"):
         send(c, "aa-igdp", random_upload(rng, 10, D, R))
+
+
+def test_stream_dropped_by_the_client_commits_nothing_and_a_retry_goes_through(analyst, rng):
+    fed = analyst(["p0", "p1"], "aa-igdp", dim=D, anchors=R)
+    arrays = random_upload(rng, 50_000, D, R)
+    spec = bundle_spec(FEDERATION, "aa-igdp", arrays)
+    sent_first_chunk, cancelled = threading.Event(), threading.Event()
+
+    def gated():
+        for k, msg in enumerate(request_stream(spec, arrays)):
+            yield msg
+            if k == 1:
+                sent_first_chunk.set()
+                cancelled.wait(60)  # the call is cancelled meanwhile
+
+    with fed.client("p0") as c:
+        future = c.raw_upload.future(gated(), timeout=60)
+        assert sent_first_chunk.wait(30)
+        time.sleep(0.5)  # let the analyst start writing the temporary file
+        future.cancel()
+        cancelled.set()
+        uploads_dir = fed.files.store / "uploads"
+        deadline = time.monotonic() + 30
+        while list(uploads_dir.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(uploads_dir.iterdir()) == []  # no commit, temporary file removed
+        first = send(c, "aa-igdp", arrays)
+        again = send(c, "aa-igdp", arrays)
+    assert not first.already_committed and again.already_committed
+    assert again.receipt == first.receipt
