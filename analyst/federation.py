@@ -39,6 +39,7 @@ from common.errors import (
     PreconditionError,
 )
 from common.methods import Method
+from common.sealing import verify_exchange_key
 from common.splits import SPLIT_NAMES
 from common.theory import phase_transition_v
 from common.wire import BundleSpec
@@ -210,8 +211,10 @@ class Federation:
 
     def publish_key(self, pid: str, public_key: bytes, signature: bytes, cert_pem: bytes) -> None:
         """Store ``pid``'s signed X25519 key with the certificate seen on its connection."""
-        if len(public_key) != 32 or not signature:
-            raise InvalidInputError("an exchange key is 32 bytes and must come with a signature")
+        # The participants verify every key themselves (the analyst is not trusted); checking
+        # here too refuses a bad signature at once instead of relaying it.
+        verify_exchange_key(cert_pem, self.config.tls.ca.read_bytes(), self.config.federation_id,
+                            pid, public_key, signature)
         msg = pb.SignedKey(participant_id=pid, public_key=public_key, signature=signature,
                            certificate_pem=cert_pem)
         self._publish_once(self.store.keys / f"{pid}.pb", msg.SerializeToString(deterministic=True),

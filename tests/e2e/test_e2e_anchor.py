@@ -8,10 +8,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from common.errors import IntegrityError, PreconditionError
+from common.errors import IntegrityError, PreconditionError, UnauthenticatedError
+from common.sealing import new_exchange_key, public_bytes, sign_exchange_key
 from deploy.demo import write_participant
 from participant.config import load_participant_config
 from participant.run import run_upload
+from protos.noisyanchor.v1 import analyst_pb2 as pb
 
 pytestmark = pytest.mark.e2e
 
@@ -57,3 +59,14 @@ def test_agreeing_participants_hold_the_same_seed_and_upload(analyst, rng):
     assert len(commitments) == 1  # one anchor for everyone
     sealed = sorted(p.name for p in (fed.files.store / "relay/sealed").iterdir())
     assert sealed == ["p1.pb", "p2.pb"]  # the dealer sealed to each other participant
+
+
+def test_analyst_refuses_an_exchange_key_whose_signature_does_not_verify(analyst):
+    fed = analyst(["p0", "p1"], "aa-igdp", dim=D, anchors=16)
+    pub = public_bytes(new_exchange_key())
+    signed_by_p1 = sign_exchange_key(fed.files.pki.clients["p1"][1].read_bytes(), "e2e", "p1",
+                                     pub)
+    with fed.client("p0") as c, pytest.raises(UnauthenticatedError, match="does not verify"):
+        c.call("publish", lambda: c.stub.PublishKey(pb.PublishKeyRequest(
+            federation_id="e2e", public_key=pub, signature=signed_by_p1)))
+    assert not list((fed.files.store / "relay/keys").iterdir())
