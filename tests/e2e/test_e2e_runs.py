@@ -64,6 +64,7 @@ def test_honest_run_matches_the_simulator_and_never_stores_the_anchor(tmp_path, 
     assert s["solver"]["name"] == ("gopp" if method == "aa-igdp-an" else "procrustes")
     assert 0.5 < s["utility"]["balanced_accuracy"] <= 1.0
     assert anchor_traces(tmp_path / "store", *_secrets(method, sigma, v, None)) == []
+    assert not list(tmp_path.rglob("secrets.npz"))  # nobody was told to keep secrets
 
 
 @pytest.mark.parametrize("method, attack", [("aa-igdp", "known_anchor"), ("c-gdp", "known_secret")])
@@ -73,6 +74,8 @@ def test_colluder_run_discloses_and_the_attack_inverts_noiseless_uploads(tmp_pat
                  workdir=tmp_path)
     assert s["z_matches_inprocess"]
     assert {"p0-collude", "attack"} <= set(s["pids"])
+    kept = [p.relative_to(tmp_path) for p in tmp_path.rglob("secrets.npz")]
+    assert kept == [Path("state/p0/secrets.npz")]  # only the colluder keeps its secrets
     assert set(s["attacks"][attack]["per_target"]) == {"p1", "p2"}
     assert s["attacks"][attack]["relative_error"] < 1e-9  # exact up to rounding without noise
     traces = anchor_traces(tmp_path / "store", *_secrets(method, 0.0, 0.0, 0))
