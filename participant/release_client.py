@@ -199,13 +199,18 @@ def _receive_gram(parts) -> tuple[object, np.ndarray]:
 
 
 def release_gram(cfg: ParticipantConfig, epsilon: float, delta: float, *,
-                 projector: str = "aap", dataset: str = "") -> GramResult:
-    """Receive the privatised Gram matrix of the collection (streamed in bounded chunks)."""
+                 projector: str = "aap", max_iterations: int = 0,
+                 dataset: str = "") -> GramResult:
+    """Receive the privatised Gram matrix of the collection (streamed in bounded chunks).
+
+    ``max_iterations`` caps the analyst's projection (0: its default). The RPC deadline is the
+    config's ``timeout``: at n = 1,797 one projection iteration takes about a second.
+    """
     from protos.noisyanchor.v1 import release_pb2 as pb
     from protos.noisyanchor.v1 import release_pb2_grpc as pb_grpc
 
     query = pb.GramQuery(federation_id=cfg.federation_id, dataset=dataset, epsilon=epsilon,
-                         delta=delta, projector=projector)
+                         delta=delta, projector=projector, max_iterations=max_iterations)
     with _client(cfg) as client:
         stub = pb_grpc.ReleaseStub(client.channel)
         start = time.perf_counter()
@@ -232,6 +237,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--delta", type=float, required=True, help="delta of this release")
         p.add_argument("--dataset", default="", help="dataset (default: the federation's)")
         p.add_argument("--analyst", default=None, help="override [participant] analyst host:port")
+        p.add_argument("--timeout", type=float, default=None,
+                       help="override [participant] timeout (seconds, also the RPC deadline)")
         p.add_argument("--json", action="store_true", help="print the outcome as JSON")
     which = sc.add_mutually_exclusive_group(required=True)
     which.add_argument("--record", type=Path, help=".npy file with one raw record (d_in,)")
@@ -239,6 +246,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     sc.add_argument("--top-k", type=int, default=0, help="return only the K highest scores")
     gr.add_argument("--projector", choices=("aap", "dykstra", "none"), default="aap",
                     help="post-processing onto correlation matrices (default aap)")
+    gr.add_argument("--max-iter", type=int, default=0,
+                    help="cap on the projection's iterations (default: the analyst's, 100)")
     gr.add_argument("--out", type=Path, required=True, help="where to save the matrix (.npy)")
     sc.set_defaults(handler=_scores)
     gr.set_defaults(handler=_gram)
@@ -247,7 +256,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _config(args: argparse.Namespace) -> ParticipantConfig:
     from participant.config import load_participant_config
 
-    return load_participant_config(args.config).with_overrides(analyst=args.analyst)
+    return load_participant_config(args.config).with_overrides(analyst=args.analyst,
+                                                                timeout=args.timeout)
 
 
 def _spend_line(s: Spend) -> str:
@@ -282,8 +292,10 @@ def _scores(args: argparse.Namespace) -> int:
 
 def _gram(args: argparse.Namespace) -> int:
     cfg = _config(args)
+    if args.max_iter < 0:
+        raise InvalidInputError(f"--max-iter must be >= 0, got {args.max_iter}")
     res = release_gram(cfg, args.epsilon, args.delta, projector=args.projector,
-                       dataset=args.dataset)
+                       max_iterations=args.max_iter, dataset=args.dataset)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     np.save(args.out, res.matrix, allow_pickle=False)
     if args.json:

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 from e2e_support import FEDERATION, RunningAnalyst, free_port
 
-from common.errors import BudgetExceededError, PreconditionError
+from common.errors import BudgetExceededError, InvalidInputError, PreconditionError
 from common.scoreshield import calibrate_sigma, gram_record_sensitivity, score_vector_sensitivity
 from deploy.demo import wait_for_result, write_analyst, write_participant
 from deploy.launch import start, stop, wait_for_port
 from noisyanchor.cli import main
 from participant.config import load_participant_config
-from participant.release_client import load_key, release_scores, transform_query
+from participant.release_client import load_key, release_gram, release_scores, transform_query
 
 pytestmark = pytest.mark.e2e
 
@@ -110,6 +110,11 @@ def query(fed: Released, pid: str, row: int) -> tuple[object, np.ndarray, np.nda
     return cfg, x, transform_query(cfg, x, load_key(cfg))
 
 
+def _charges(fed: Released) -> int:
+    ledger = json.loads((fed.analyst.files.store / "privacy_ledger.json").read_text())
+    return len(ledger["datasets"][FEDERATION])
+
+
 def test_release_before_alignment_is_refused_with_failed_precondition(fed):
     assert "FAILED_PRECONDITION" in fed.early_refusal and "collecting" in fed.early_refusal
 
@@ -147,17 +152,29 @@ def test_top_k_release_returns_k_ids_sorted_by_privatised_score(fed):
 def test_gram_release_streams_back_psd_with_unit_diagonal(fed, tmp_path, capsys):
     out = tmp_path / "gram.npy"
     assert main(["release", "gram", "--config", str(fed.configs["p2"]), "--epsilon", "20",
-                 "--delta", str(DELTA), "--projector", "aap", "--out", str(out), "--json"]) == 0
+                 "--delta", str(DELTA), "--projector", "aap", "--max-iter", "30", "--out",
+                 str(out), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     n = len(fed.records)
     g = np.load(out)
     assert g.shape == (n, n) and summary["n"] == n and summary["projector"] == "aap"
+    assert 1 <= summary["iterations"] <= 30
     assert summary["spend"]["sigma"] == pytest.approx(
         calibrate_sigma(20.0, DELTA, gram_record_sensitivity(n)), rel=1e-12)
     np.testing.assert_allclose(g, g.T, atol=1e-12)
     np.testing.assert_allclose(np.diag(g), 1.0, atol=1e-9)  # the final normalisation: rounding
     assert np.linalg.eigvalsh(g).min() >= -1e-8  # PSD up to rounding
     assert np.abs(g).max() <= 1.0
+
+
+def test_invalid_gram_query_is_refused_before_any_charge(fed):
+    cfg = load_participant_config(fed.configs["p1"])
+    charged = _charges(fed)
+    with pytest.raises(InvalidInputError, match="max_iterations must be <= 500"):
+        release_gram(cfg, 1.0, DELTA, max_iterations=501)
+    with pytest.raises(InvalidInputError, match="projector must be one of"):
+        release_gram(cfg, 1.0, DELTA, projector="higham")
+    assert _charges(fed) == charged
 
 
 def test_scores_cli_prints_the_top_k_as_json(fed, capsys):
@@ -178,11 +195,6 @@ def test_scores_cli_refuses_without_the_kept_gdp_key(fed, tmp_path, capsys):
     assert main(["release", "scores", "--config", str(cfg), "--row-index", "0", "--epsilon",
                  "1", "--delta", str(DELTA)]) == 1
     assert "keep_secrets = true" in capsys.readouterr().err
-
-
-def _charges(fed: Released) -> int:
-    ledger = json.loads((fed.analyst.files.store / "privacy_ledger.json").read_text())
-    return len(ledger["datasets"][FEDERATION])
 
 
 def test_release_crossing_the_budget_is_refused_also_after_a_restart(fed):
