@@ -14,13 +14,20 @@ import numpy as np
 import pytest
 from e2e_support import FEDERATION, RunningAnalyst, free_port
 
+from analyst.storage import read_bundle
 from common.errors import BudgetExceededError, InvalidInputError, PreconditionError
 from common.scoreshield import calibrate_sigma, gram_record_sensitivity, score_vector_sensitivity
 from deploy.demo import wait_for_result, write_analyst, write_participant
 from deploy.launch import start, stop, wait_for_port
 from noisyanchor.cli import main
 from participant.config import load_participant_config
-from participant.release_client import load_key, release_gram, release_scores, transform_query
+from participant.release_client import (
+    load_key,
+    query_record,
+    release_gram,
+    release_scores,
+    transform_query,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -117,6 +124,17 @@ def _charges(fed: Released) -> int:
 
 def test_release_before_alignment_is_refused_with_failed_precondition(fed):
     assert "FAILED_PRECONDITION" in fed.early_refusal and "collecting" in fed.early_refusal
+
+
+def test_query_is_the_record_as_the_participant_uploaded_it(fed, tmp_path):
+    cfg = load_participant_config(fed.configs["p1"])
+    record = tmp_path / "record.npy"
+    np.save(record, np.load(cfg.data)["x"][7][None, :])  # a (1, d_in) row is accepted too
+    x = query_record(cfg, record, None)
+    np.testing.assert_array_equal(x, query_record(cfg, None, 7))
+    uploaded = read_bundle(fed.analyst.files.store / "uploads" / "p1.bundle")[1]["data"][7]
+    # t = x O_1 + Psi_1 is row 7 of p1's upload Y_1 (no data noise in aa-igdp; rounding 1e-9)
+    np.testing.assert_allclose(transform_query(cfg, x, load_key(cfg)), uploaded, atol=1e-9)
 
 
 def test_score_release_tracks_the_clean_cosines_at_large_epsilon(fed):
