@@ -28,9 +28,6 @@ from common.errors import InvalidInputError, PreconditionError
 from common.gdp import GdpKey, gdp_map
 from participant.config import ParticipantConfig
 
-#: Scores the human-readable output lists (``--json`` prints all of them).
-PREVIEW = 10
-
 
 @dataclass(frozen=True)
 class Spend:
@@ -284,9 +281,12 @@ def _scores(args: argparse.Namespace) -> int:
         return 0
     print(f"released {len(res.scores)} of {res.records} privatised scores in "
           f"{res.seconds:.3f} s: {_spend_line(res.spend)}")
-    order = np.argsort(-res.scores, kind="stable")[:PREVIEW]
-    for j in order:
-        print(f"  row {ids[j]}: {res.scores[j]:+.4f}")
+    if res.ids is None:  # clipped ties make a ranking of the full vector misleading
+        print(f"  {res.clipped} of {res.records} scores clipped to [-1, 1]; --json prints the "
+              "vector, --top-k K ranks the rows (by the unclipped noisy scores)")
+        return 0
+    for row, score in zip(res.ids, res.scores, strict=True):
+        print(f"  row {row}: {score:+.4f}")
     return 0
 
 

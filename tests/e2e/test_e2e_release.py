@@ -204,6 +204,17 @@ def test_scores_cli_prints_the_top_k_as_json(fed, capsys):
     assert summary["scores"] == sorted(summary["scores"], reverse=True)
 
 
+def test_scores_cli_prints_human_text_by_default(fed, capsys):
+    args = ["release", "scores", "--config", str(fed.configs["p0"]), "--row-index", "2",
+            "--epsilon", str(EPS_LARGE), "--delta", str(DELTA)]
+    assert main([*args, "--top-k", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("released 2 of 120 privatised scores")
+    assert len(lines) == 3 and all(line.startswith("  row ") for line in lines[1:])
+    assert main(args) == 0
+    assert "--json prints the vector" in capsys.readouterr().out
+
+
 def test_scores_cli_refuses_without_the_kept_gdp_key(fed, tmp_path, capsys):
     text = fed.configs["p0"].read_text().replace("keep_secrets = true", "keep_secrets = false")
     cfg = tmp_path / "p0.toml"
