@@ -19,9 +19,12 @@ query record in participant ``i``'s frame, ``t = (x F) O_i + Psi_i``, is treated
 This origin comes from the anchor, not from the records, so replacing one record changes one row
 of ``E`` and nothing else: the record-replacement sensitivities of SPEC.md section 5 (2 for a score
 vector, ``2 sqrt(2 (n - 1))`` for the Gram) hold as stated. Centring by the records' own mean
-would make every row depend on every record and void those bounds. Methods without an anchor
-have no such origin (``Z = X O + 1 Psi^T`` with a secret ``Psi`` that dominates every cosine), so
-their federations are refused.
+would make every row depend on every record and void those bounds. The price is signal on data
+far from the origin: on digits (non-negative pixels) the clean scores of one query spread with a
+standard deviation of 0.095 from the anchor origin against 0.26 from the training mean (measured,
+n = 1,797), so at epsilon = 100 (sigma = 0.19) a released vector correlates only ~0.45 with the
+clean one. Methods without an anchor have no such origin (``Z = X O + 1 Psi^T`` with a secret
+``Psi`` that dominates every cosine), so their federations are refused.
 
 Every release is charged to the dataset's privacy ledger before any noise is drawn; a release the
 budget cannot afford is refused (RESOURCE_EXHAUSTED) and nothing is released. Top-k is
