@@ -215,13 +215,13 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
         if dataset not in ("", name):
             raise NotFoundError(f"no dataset {dataset!r}: this analyst releases from {name!r} "
                                 "(its collaboration matrix)")
-        if self.ledger is None:
-            raise PreconditionError("the analyst config has no [privacy] table (epsilon_budget, "
-                                    "delta_budget): DP releases are disabled")
         if not self.fed.method.uses_anchor:
             raise PreconditionError(f"method {self.fed.method.value} has no anchor, so the "
                                     "collaboration frame has no record-independent origin for "
                                     "cosine similarities; releases need an AA-I-GDP method")
+        if self.ledger is None:
+            raise PreconditionError("the analyst config has no [privacy] table (epsilon_budget, "
+                                    "delta_budget): DP releases are disabled")
         state = self.fed.status()["state"]
         if state != "done":
             raise PreconditionError(f"federation {name!r} is {state}; releases need the aligned "

@@ -15,7 +15,12 @@ import pytest
 from e2e_support import FEDERATION, RunningAnalyst, free_port
 
 from analyst.storage import read_bundle
-from common.errors import BudgetExceededError, InvalidInputError, PreconditionError
+from common.errors import (
+    BudgetExceededError,
+    InvalidInputError,
+    NotFoundError,
+    PreconditionError,
+)
 from common.scoreshield import calibrate_sigma, gram_record_sensitivity, score_vector_sensitivity
 from deploy.demo import wait_for_result, write_analyst, write_participant
 from deploy.launch import start, stop, wait_for_port
@@ -28,6 +33,7 @@ from participant.release_client import (
     release_scores,
     transform_query,
 )
+from protos.noisyanchor.v1 import release_pb2, release_pb2_grpc
 
 pytestmark = pytest.mark.e2e
 
@@ -213,6 +219,25 @@ def test_scores_cli_prints_human_text_by_default(fed, capsys):
     assert len(lines) == 3 and all(line.startswith("  row ") for line in lines[1:])
     assert main(args) == 0
     assert "--json prints the vector" in capsys.readouterr().out
+
+
+def test_unknown_dataset_is_refused_with_not_found(fed):
+    cfg = load_participant_config(fed.configs["p0"])
+    with pytest.raises(NotFoundError, match="NOT_FOUND: no dataset 'other'"):
+        release_gram(cfg, 1.0, DELTA, dataset="other")
+
+
+@pytest.mark.parametrize("method, match", [
+    ("c-gdp", "method c-gdp has no anchor"),
+    ("aa-igdp", r"no \[privacy\] table"),
+])
+def test_release_is_refused_without_an_anchor_or_without_a_budget(analyst, method, match):
+    running = analyst(["p0", "p1"], method, dim=D, anchors=R)
+    with running.client("p0") as client:
+        stub = release_pb2_grpc.ReleaseStub(client.channel)
+        with pytest.raises(PreconditionError, match=f"FAILED_PRECONDITION: .*{match}"):
+            client.call("Gram release", lambda: list(stub.ReleaseGram(release_pb2.GramQuery(
+                federation_id=FEDERATION, epsilon=1.0, delta=DELTA), timeout=10)))
 
 
 def test_scores_cli_refuses_without_the_kept_gdp_key(fed, tmp_path, capsys):
