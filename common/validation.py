@@ -66,15 +66,6 @@ def as_vector(x: object, name: str, *, size: int | None = None) -> np.ndarray:
     return arr
 
 
-def as_orthogonal(x: object, name: str, *, d: int, atol: float = 1e-8) -> np.ndarray:
-    """Return ``x`` as a ``(d, d)`` matrix after checking ``x^T x = I`` to ``atol``."""
-    arr = as_matrix(x, name, rows=d, cols=d)
-    err = float(np.abs(arr.T @ arr - np.eye(d)).max())
-    if err > atol:
-        raise InvalidInputError(f"{name} must be orthogonal (max |O^T O - I| = {err:.3g})")
-    return arr
-
-
 def check_nonnegative(value: float, name: str) -> float:
     """Return ``value`` as a float after checking it is finite and >= 0."""
     v = float(value)
