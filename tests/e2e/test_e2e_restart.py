@@ -50,11 +50,15 @@ def test_analyst_killed_mid_upload_restarts_with_every_committed_upload(analyst,
     t = threading.Thread(target=stream_p2)
     t.start()
     assert sent_first_chunk.wait(30)
+    uploads_dir = fed.files.store / "uploads"
+    # Kill only once the analyst has opened p2's temporary file (bounded wait: 30 s).
+    deadline = time.monotonic() + 30
+    while not list(uploads_dir.glob(".tmp-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
     fed.kill()
     release.set()
     t.join(30)
     assert "error" in outcome  # the stream died with the analyst
-    uploads_dir = fed.files.store / "uploads"
     assert sorted(p.name for p in uploads_dir.glob("*.bundle")) == ["p0.bundle", "p1.bundle"]
     assert len(list(uploads_dir.glob(".tmp-*"))) == 1  # p2's partial stream, never committed
 
