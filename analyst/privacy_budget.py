@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -33,6 +32,7 @@ from pathlib import Path
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 
+from analyst.storage import atomic_write
 from common.errors import BudgetExceededError, InvalidInputError, PreconditionError
 from common.scoreshield.calibration import gaussian_delta, gaussian_epsilon
 from common.validation import check_positive
@@ -258,29 +258,8 @@ class PrivacyLedger:
             "accountant": "dp_accounting PLD, Gaussian events, noise_multiplier=sigma/sensitivity",
             "datasets": {k: [asdict(c) for c in v] for k, v in charges.items()},
         }
-        directory = self._path.parent
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=self._path.name + ".", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, indent=2, sort_keys=True)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self._path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        try:  # make the rename itself durable
-            dfd = os.open(directory, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(dfd)
-        except OSError:
-            pass
-        finally:
-            os.close(dfd)
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(self._path, json.dumps(doc, indent=2, sort_keys=True).encode("utf-8"))
 
     def _load(self) -> None:
         where = str(self._path)

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tomllib
 
 from common.errors import InvalidInputError
 from common.gdp import gaussian_projection, pool_projection
+from common.tomlconfig import read_toml
 from experiments.datasets import (
     Dataset,
     load_array_file,
@@ -123,10 +123,7 @@ class BenchConfig:
     def from_toml(cls, config_path: str | Path, /, **overrides: Any) -> BenchConfig:
         """Load a config file; relative data paths resolve against its folder."""
         config_path = Path(config_path)
-        try:
-            raw = tomllib.loads(config_path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as err:
-            raise InvalidInputError(f"cannot read config {config_path}: {err}") from err
+        raw = read_toml(config_path)
         for key in ("path", "labels_path"):
             if raw.get(key) is not None and not Path(raw[key]).is_absolute():
                 raw[key] = str(config_path.parent / raw[key])
