@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks import bench_gopp
 from common import gopp as gopp_module
+from common.errors import InvalidInputError
 from common.gdp import make_anchor, sample_key
 from common.gopp import solve_gopp
 from common.linalg import BlockWorkers, polar_factor, polar_factor_fast, single_threaded_blas
@@ -30,6 +31,12 @@ def threaded(monkeypatch):
     """Force the threaded GPM step (two workers) whatever the problem size and core count."""
     monkeypatch.setattr(gopp_module, "PARALLEL_MIN_FLOPS", 0.0)
     monkeypatch.setattr(gopp_module, "available_cpus", lambda: 2)
+
+
+@pytest.fixture
+def mixed_everywhere(monkeypatch):
+    """Float32 increments whatever the problem size (``precision="auto"`` goes mixed)."""
+    monkeypatch.setattr(gopp_module, "MIXED_MIN_FLOPS", 0.0)
 
 
 def test_eigh_polar_equals_svd_polar_including_the_ill_conditioned_fallback(rng):
@@ -168,9 +175,55 @@ def test_straightforward_baseline_runs_the_same_iteration_as_solve_gopp():
     assert ours.objective == pytest.approx(base.objective, rel=1e-12)
 
 
-def test_quick_benchmark_writes_its_report(tmp_path):
+def test_quick_benchmark_writes_its_report(tmp_path, mixed_everywhere):
     out = tmp_path / "gopp.json"
     assert bench_gopp.main(["--quick", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert {"loadavg_start", "loadavg_end", "blas"} <= set(report["meta"])
     assert all(f["objective_agrees"] for s in report["sizes"] for f in s["fixed_iterations"])
+    assert any(f["ours"]["mixed_precision_steps"] for s in report["sizes"]
+               for f in s["fixed_iterations"])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mixed_precision_converges_to_the_double_precision_certified_optimum(seed):
+    b = _anchors(seed, 6, 30, 120, 0.5)
+    double = solve_gopp(b, precision="double")
+    mixed = solve_gopp(b, precision="mixed")
+    assert double.mixed_precision_steps == 0
+    assert mixed.mixed_precision_steps > 0  # small steps were carried by float32 increments
+    assert mixed.converged and mixed.certified and double.certified
+    # The stopping rule was met on a step from an exact product, so at the same iteration.
+    assert mixed.iterations == double.iterations
+    assert mixed.fixed_point_residual <= 1e-7
+    assert mixed.objective == pytest.approx(double.objective, rel=1e-12)
+    assert np.abs(mixed.rotations - double.rotations).max() < 1e-8
+    assert mixed.product_drift == mixed.product_drift_estimate == 0.0  # last product exact
+
+
+@pytest.mark.parametrize(("factor", "budget"), [(0.5, None), (1.5, 1e-6), (4.0, 1e-6)])
+def test_mixed_precision_drift_estimate_bounds_the_measured_drift(mixed_everywhere, monkeypatch,
+                                                                 factor, budget):
+    """Fixed iteration counts (the stopping rule never met): the carried ``G R`` drifts, the
+    estimate bounds the drift measured against the exact final product, and the objective and
+    rotations stay within what the budget allows of the float64 run."""
+    if budget is not None:  # above v_PT the steps stay large: widen the budget to carry them
+        monkeypatch.setattr(gopp_module, "PRODUCT_DRIFT_BUDGET", budget)
+    b = _anchors(11, 5, 40, 160, factor)
+    double = solve_gopp(b, max_iter=60, tol=bench_gopp.NEVER, certify=False, precision="double")
+    mixed = solve_gopp(b, max_iter=60, tol=bench_gopp.NEVER, certify=False)
+    assert mixed.iterations == double.iterations == 60
+    assert mixed.mixed_precision_steps > 0
+    assert 0.0 < mixed.product_drift <= mixed.product_drift_estimate
+    assert mixed.product_drift_estimate <= gopp_module.PRODUCT_DRIFT_BUDGET
+    # The returned objective comes from the exact final product of the returned rotations.
+    bc = np.stack(b) - np.stack(b).mean(axis=1, keepdims=True)
+    gr = np.einsum("pri,prj->pij", bc, np.einsum("prd,pde->re", bc, mixed.rotations)[None])
+    assert mixed.objective == pytest.approx(float(np.vdot(mixed.rotations, gr)), rel=1e-12)
+    assert mixed.objective == pytest.approx(double.objective,
+                                            rel=1e-12 if budget is None else 1e-6)
+
+
+def test_precision_must_be_a_known_mode():
+    with pytest.raises(InvalidInputError, match="precision"):
+        solve_gopp(_anchors(0, 3, 4, 10, 0.5), precision="half")
