@@ -15,6 +15,9 @@ from common.tomlconfig import Table, TlsFiles, check_id, read_toml
 #: Default cap on one upload's array bytes (8 GiB).
 DEFAULT_MAX_UPLOAD_BYTES = 8 << 30
 
+#: Default idle timeout of an upload or disclosure stream (seconds without a message).
+DEFAULT_STREAM_IDLE_TIMEOUT = 60.0
+
 #: File name of the privacy ledger under ``output_dir`` when ``[privacy] ledger`` is not set.
 DEFAULT_LEDGER_NAME = "privacy_ledger.json"
 
@@ -69,6 +72,9 @@ class AnalystConfig:
     port_file : Path or None
         Where to write the bound port once listening.
     max_upload_bytes : int
+    stream_idle_timeout : float
+        Seconds an upload or disclosure stream may leave the analyst waiting for its next
+        message before it is cancelled and its partial data discarded.
     privacy : PrivacyBudget or None
         Budget of the DP releases; None (no ``[privacy]`` table): releases are refused.
     """
@@ -90,6 +96,7 @@ class AnalystConfig:
     port: int = 0
     port_file: Path | None = None
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
+    stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT
     privacy: PrivacyBudget | None = None
 
     @property
@@ -149,9 +156,17 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         accept_collusion=accept, host=server.str("host", "127.0.0.1"),
         port=server.int("port", 0, minimum=0), port_file=server.path("port_file", None),
         max_upload_bytes=server.int("max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES, minimum=1),
-        privacy=privacy)
+        stream_idle_timeout=_idle_timeout(server), privacy=privacy)
     server.done()
     return cfg
+
+
+def _idle_timeout(server: Table) -> float:
+    """``[server] stream_idle_timeout``: a finite number of seconds > 0."""
+    timeout = server.float("stream_idle_timeout", DEFAULT_STREAM_IDLE_TIMEOUT, minimum=0.0)
+    if not 0.0 < timeout < float("inf"):
+        raise server.error("stream_idle_timeout", f"must be a finite number > 0, got {timeout}")
+    return timeout
 
 
 def _privacy(doc: dict, path: Path) -> PrivacyBudget | None:

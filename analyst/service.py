@@ -18,9 +18,15 @@ from pathlib import Path
 import grpc
 
 from analyst.config import AnalystConfig
-from analyst.federation import Federation
+from analyst.federation import Committed, Federation
 from analyst.storage import Store, atomic_write
-from common.errors import InvalidInputError, NoisyAnchorError, UnauthenticatedError
+from analyst.stream_watchdog import IdleWatchdog
+from common.errors import (
+    InvalidInputError,
+    NoisyAnchorError,
+    StreamIdleError,
+    UnauthenticatedError,
+)
 from common.wire import BundleSpec
 from protos.noisyanchor.v1 import analyst_pb2 as pb
 from protos.noisyanchor.v1 import analyst_pb2_grpc as pb_grpc
@@ -82,21 +88,32 @@ class AnalystServicer(pb_grpc.AnalystServicer):
         self.fed.check_caller(pid, federation_id)
         return pid, pem
 
-    def _receipt(self, pid: str, committed) -> pb.Receipt:
+    def _receipt(self, pid: str, committed: Committed) -> pb.Receipt:
         return pb.Receipt(participant_id=pid, receipt=committed.receipt,
                           already_committed=committed.already_committed)
 
+    def _bundle(self, request_iterator, context, kind: str,
+                commit: Callable[[str, BundleSpec, Iterator[bytes]], Committed]) -> pb.Receipt:
+        """Receive one bundle stream under the idle timeout and commit it with ``commit``."""
+        pid, _ = caller_id(context)
+        timeout = self.fed.config.stream_idle_timeout
+        with IdleWatchdog(context, timeout, f"{kind} stream of {pid!r}") as watchdog:
+            try:
+                spec, chunks = _split_stream(watchdog.watch(request_iterator))
+                return self._receipt(pid, commit(pid, spec, chunks))
+            except (NoisyAnchorError, grpc.RpcError):
+                if watchdog.expired:  # the stream ended because the watchdog cancelled it
+                    raise StreamIdleError(f"{kind} stream of {pid!r} sent nothing for "
+                                          f"{timeout:g} s; nothing was stored") from None
+                raise
+
     @_edge
     def Upload(self, request_iterator, context):
-        pid, _ = caller_id(context)
-        spec, chunks = _split_stream(request_iterator)
-        return self._receipt(pid, self.fed.upload(pid, spec, chunks))
+        return self._bundle(request_iterator, context, "upload", self.fed.upload)
 
     @_edge
     def Disclose(self, request_iterator, context):
-        pid, _ = caller_id(context)
-        spec, chunks = _split_stream(request_iterator)
-        return self._receipt(pid, self.fed.disclose(pid, spec, chunks))
+        return self._bundle(request_iterator, context, "disclosure", self.fed.disclose)
 
     @_edge
     def Status(self, request, context):

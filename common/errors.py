@@ -64,3 +64,9 @@ class IntegrityError(InvalidInputError):
     """Transferred bytes do not match their declared digest, size or shape."""
 
     grpc_code = "DATA_LOSS"
+
+
+class StreamIdleError(NoisyAnchorError):
+    """A client stream sent nothing for longer than the server's idle timeout."""
+
+    grpc_code = "DEADLINE_EXCEEDED"

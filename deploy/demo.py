@@ -53,11 +53,12 @@ def write_analyst(root: Path, ids: tuple[str, ...], *, federation_id: str, metho
                   anchors: int | None, dim: int | None, sigma: float, v: float,
                   accept_collusion: bool, max_iter: int = 500, tol: float = 1e-7,
                   data: dict[str, Path] | None = None,
-                  extra_certificates: tuple[str, ...] = ()) -> FederationFiles:
+                  extra_certificates: tuple[str, ...] = (),
+                  stream_idle_timeout: float | None = None) -> FederationFiles:
     """Make the PKI and the analyst's config under ``root``.
 
     ``extra_certificates`` are client certificates from the same CA for ids outside the
-    federation (tests of unknown clients).
+    federation (tests of unknown clients); ``stream_idle_timeout`` None keeps the default.
     """
     root = Path(root)
     pki = write_pki(root / "pki", ids + tuple(extra_certificates))
@@ -67,7 +68,8 @@ def write_analyst(root: Path, ids: tuple[str, ...], *, federation_id: str, metho
                        "anchors": anchors, "dim": dim, "sigma": sigma, "v": v,
                        "reference": ids[0], "accept_collusion": accept_collusion},
         "solver": {"max_iter": max_iter, "tol": tol},
-        "server": {"host": "127.0.0.1", "port": 0, "port_file": port_file, "output_dir": store},
+        "server": {"host": "127.0.0.1", "port": 0, "port_file": port_file, "output_dir": store,
+                   "stream_idle_timeout": stream_idle_timeout},
         "tls": {"ca": pki.ca, "cert": pki.server_cert, "key": pki.server_key}})
     return FederationFiles(root, pki, ids, cfg, store, port_file, dict(data or {}))
 

@@ -16,11 +16,12 @@ def analyst(tmp_path):
     running: list[RunningAnalyst] = []
 
     def _start(ids, method="aa-igdp", *, dim=8, anchors=16, accept_collusion=False,
-               extra_certificates=(), port=0) -> RunningAnalyst:
+               extra_certificates=(), port=0, stream_idle_timeout=None) -> RunningAnalyst:
         files = write_analyst(tmp_path / f"fed{len(running)}", tuple(ids), federation_id=FEDERATION,
                               method=method, anchors=anchors, dim=dim, sigma=0.0, v=0.0,
                               accept_collusion=accept_collusion,
-                              extra_certificates=tuple(extra_certificates))
+                              extra_certificates=tuple(extra_certificates),
+                              stream_idle_timeout=stream_idle_timeout)
         log = files.root / "analyst.log"
         args = ["analyst", "serve", "--config", files.analyst_config]
         proc = start(args + (["--port", port] if port else []), log)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +17,14 @@ from deploy.launch import start, wait_for_port
 from participant.client import AnalystClient
 
 FEDERATION = "e2e"
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Poll ``condition`` every 50 ms until it holds or ``timeout`` seconds pass; its last value."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
 
 
 def free_port() -> int:

@@ -3,10 +3,12 @@ an identical retry is idempotent and a different second upload is refused."""
 
 from __future__ import annotations
 
+import threading
+
 import grpc
 import numpy as np
 import pytest
-from e2e_support import FEDERATION, random_upload, send
+from e2e_support import FEDERATION, random_upload, send, wait_until
 
 from common.errors import (
     AlreadyExistsError,
@@ -181,3 +183,33 @@ def test_participant_status_command_reports_progress(fed, rng, tmp_path):
     log = tmp_path / "status.log"
     assert start(["participant", "status", "--config", cfg], log).wait(60) == 0
     assert "federation e2e: collecting; committed 1 of 3 (p2)" in log.read_text()
+
+
+@pytest.mark.parametrize("sent_before_stalling", [0, 1, 2])
+def test_a_stalled_stream_is_cancelled_and_frees_the_participants_slot(analyst, rng,
+                                                                       sent_before_stalling):
+    """Silent after 0 messages, after the header, or mid-data: the analyst cancels the stream
+    after its idle timeout, keeps nothing of it, and the participant's retry commits."""
+    fed = analyst(["p0", "p1"], "aa-igdp", dim=D, anchors=R, stream_idle_timeout=1.0)
+    arrays = random_upload(rng, N, D, R)
+    spec = bundle_spec(FEDERATION, "aa-igdp", arrays)
+    raw = b"".join(iter_chunks(arrays))
+    messages = [pb.UploadRequest(header=spec.to_proto()),
+                pb.UploadRequest(chunk=raw[: len(raw) // 2])][:sent_before_stalling]
+    release = threading.Event()
+
+    def stalled():
+        yield from messages
+        release.wait(30.0)  # silent but connected; bounded so the sending thread always ends
+
+    try:
+        with fed.client("p1") as c, pytest.raises(grpc.RpcError) as err:
+            c.stub.Upload(stalled(), timeout=25.0)
+    finally:
+        release.set()
+    assert err.value.code() == grpc.StatusCode.CANCELLED  # not the client's own deadline
+    assert wait_until(lambda: _stored(fed) == [])  # the handler removes its partial file
+    assert "upload stream of 'p1' sent nothing for 1 s" in fed.log.read_text()
+    with fed.client("p1") as c:
+        assert not send(c, "aa-igdp", arrays).already_committed
+    assert _stored(fed) == ["p1.bundle"]

@@ -9,7 +9,7 @@ import time
 
 import grpc
 import pytest
-from e2e_support import FEDERATION, free_port, random_upload, send
+from e2e_support import FEDERATION, free_port, random_upload, send, wait_until
 
 from common.errors import AlreadyExistsError, NoisyAnchorError
 from common.wire import bundle_spec, request_stream
@@ -52,9 +52,7 @@ def test_analyst_killed_mid_upload_restarts_with_every_committed_upload(analyst,
     assert sent_first_chunk.wait(30)
     uploads_dir = fed.files.store / "uploads"
     # Kill only once the analyst has opened p2's temporary file (bounded wait: 30 s).
-    deadline = time.monotonic() + 30
-    while not list(uploads_dir.glob(".tmp-*")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: bool(list(uploads_dir.glob(".tmp-*"))))
     fed.kill()
     release.set()
     t.join(30)
@@ -118,10 +116,8 @@ def test_stream_dropped_by_the_client_commits_nothing_and_a_retry_goes_through(a
         future.cancel()
         cancelled.set()
         uploads_dir = fed.files.store / "uploads"
-        deadline = time.monotonic() + 30
-        while list(uploads_dir.iterdir()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert list(uploads_dir.iterdir()) == []  # no commit, temporary file removed
+        # no commit, temporary file removed
+        assert wait_until(lambda: list(uploads_dir.iterdir()) == [])
         first = send(c, "aa-igdp", arrays)
         again = send(c, "aa-igdp", arrays)
     assert not first.already_committed and again.already_committed
