@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from analyst.storage import FEDERATION_FILE, Store, atomic_write, npy_bytes, read_bundle
+from analyst.storage import FEDERATION_FILE, Store, npy_bytes, read_bundle
 from common.attacks import Disclosure, run_attacks
 from common.errors import InvalidInputError, NotFoundError, PreconditionError
+from common.files import atomic_write
 from common.gdp import GdpKey
 from common.methods import Method
 

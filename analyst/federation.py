@@ -16,7 +16,8 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -24,7 +25,6 @@ from analyst.config import AnalystConfig
 from analyst.storage import (
     FEDERATION_FILE,
     Store,
-    atomic_write,
     npy_bytes,
     read_bundle,
     read_bundle_spec,
@@ -38,6 +38,7 @@ from common.errors import (
     PermissionDeniedError,
     PreconditionError,
 )
+from common.files import atomic_write
 from common.methods import Method
 from common.sealing import verify_exchange_key
 from common.splits import SPLIT_NAMES
@@ -46,6 +47,8 @@ from common.wire import BundleSpec
 from protos.noisyanchor.v1 import analyst_pb2 as pb
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Seconds a second stream of the same participant waits for the first one to finish.
 LOCK_WAIT = 30.0
@@ -217,8 +220,16 @@ class Federation:
                             pid, public_key, signature)
         msg = pb.SignedKey(participant_id=pid, public_key=public_key, signature=signature,
                            certificate_pem=cert_pem)
-        self._publish_once(self.store.keys / f"{pid}.pb", msg.SerializeToString(deterministic=True),
-                           f"the exchange key of {pid!r}")
+        path = self.store.keys / f"{pid}.pb"
+        with self._lock:
+            # A restarted participant re-publishes its kept key; signatures may be randomized,
+            # so the public key decides (the first signed copy is kept).
+            if path.exists():
+                if _read(pb.SignedKey, path).public_key != public_key:
+                    raise AlreadyExistsError(f"the exchange key of {pid!r} was already "
+                                             "published differently")
+                return
+            atomic_write(path, msg.SerializeToString(deterministic=True))
 
     def list_keys(self) -> list[pb.SignedKey]:
         """Every published signed key."""
@@ -226,31 +237,39 @@ class Federation:
         for pid in self.config.participants:
             path = self.store.keys / f"{pid}.pb"
             if path.exists():
-                msg = pb.SignedKey()
-                msg.ParseFromString(path.read_bytes())
-                keys.append(msg)
+                keys.append(_read(pb.SignedKey, path))
         return keys
 
     def post_sealed(self, dealer: str, shares: list[pb.SealedShare]) -> None:
-        """Relay the dealer's sealed shares (ciphertext only) to their recipients."""
+        """Relay the dealer's sealed shares (ciphertext only) to their recipients, the dealer
+        itself included (its copy lets a restarted dealer reopen its seed).
+
+        A share for a recipient that already has one from the same dealer is a no-op (the first
+        is kept: a restarted dealer re-seals with fresh nonces); from another dealer it is
+        refused.
+        """
         for share in shares:
-            if share.recipient_id not in self._participant_locks or share.recipient_id == dealer:
-                raise InvalidInputError(f"sealed share for {share.recipient_id!r}: not another "
+            if share.recipient_id not in self._participant_locks:
+                raise InvalidInputError(f"sealed share for {share.recipient_id!r}: not a "
                                         "participant of this federation")
-            stored = pb.SealedShare(dealer_id=dealer, recipient_id=share.recipient_id,
-                                    nonce=share.nonce, ciphertext=share.ciphertext)
-            self._publish_once(self.store.sealed / f"{share.recipient_id}.pb",
-                               stored.SerializeToString(deterministic=True),
-                               f"the sealed share for {share.recipient_id!r}")
+        with self._lock:
+            for share in shares:
+                path = self.store.sealed / f"{share.recipient_id}.pb"
+                if path.exists():
+                    if _read(pb.SealedShare, path).dealer_id != dealer:
+                        raise AlreadyExistsError(f"the sealed share for {share.recipient_id!r} "
+                                                 "was already posted by another participant")
+                    continue
+                stored = pb.SealedShare(dealer_id=dealer, recipient_id=share.recipient_id,
+                                        nonce=share.nonce, ciphertext=share.ciphertext)
+                atomic_write(path, stored.SerializeToString(deterministic=True))
 
     def get_sealed(self, pid: str) -> pb.SealedShare:
         """The sealed share addressed to ``pid``."""
         path = self.store.sealed / f"{pid}.pb"
         if not path.exists():
             raise NotFoundError(f"no sealed share for {pid!r} yet")
-        msg = pb.SealedShare()
-        msg.ParseFromString(path.read_bytes())
-        return msg
+        return _read(pb.SealedShare, path)
 
     def publish_commitment(self, pid: str, digest: bytes) -> None:
         """Store ``pid``'s anchor commitment."""
@@ -332,3 +351,10 @@ class Federation:
             "shift.npy": npy_bytes(alignment.shift),
             "result.json": json.dumps(summary, indent=2).encode(),
         }
+
+
+def _read(message_type: type[T], path: Path) -> T:
+    """A protobuf message of ``message_type`` stored at ``path``."""
+    msg = message_type()
+    msg.ParseFromString(path.read_bytes())
+    return msg

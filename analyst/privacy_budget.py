@@ -32,8 +32,8 @@ from pathlib import Path
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 
-from analyst.storage import atomic_write
 from common.errors import BudgetExceededError, InvalidInputError, PreconditionError
+from common.files import atomic_write
 from common.scoreshield.calibration import gaussian_delta, gaussian_epsilon
 from common.validation import check_positive
 

@@ -19,7 +19,7 @@ import grpc
 
 from analyst.config import AnalystConfig
 from analyst.federation import Committed, Federation
-from analyst.storage import Store, atomic_write
+from analyst.storage import Store
 from analyst.stream_watchdog import IdleWatchdog
 from common.errors import (
     InvalidInputError,
@@ -27,6 +27,7 @@ from common.errors import (
     StreamIdleError,
     UnauthenticatedError,
 )
+from common.files import atomic_write
 from common.wire import BundleSpec
 from protos.noisyanchor.v1 import analyst_pb2 as pb
 from protos.noisyanchor.v1 import analyst_pb2_grpc as pb_grpc

@@ -1,9 +1,9 @@
 """The analyst's store on disk: committed array bundles, relay objects and the result.
 
-Every write is atomic: bytes go to a temporary file in the destination folder, are fsynced,
-renamed over the final name with ``os.replace``, and the folder is fsynced. A crash leaves
-either the old state or the new one, never a partial file; stale temporary files are swept at
-start-up.
+Every write is atomic (:mod:`common.files`): bytes go to a temporary file in the destination
+folder, are fsynced, renamed over the final name with ``os.replace``, and the folder is fsynced.
+A crash leaves either the old state or the new one, never a partial file; stale temporary files
+are swept at start-up.
 
 A bundle file holds ``MAGIC``, an 8-byte little-endian header length, the serialized
 ``BundleHeader`` and the arrays' raw bytes in header order, so arrays are read back with
@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from common.errors import IntegrityError, InvalidInputError
+from common.files import TMP_PREFIX, fsync_dir
 from common.wire import ArraySpec, BundleDigester, BundleSpec, wire_dtype
 from protos.noisyanchor.v1 import analyst_pb2 as pb
 
@@ -43,36 +44,8 @@ MAGIC = b"NABUNDL1"
 #: Public description of the federation (config without TLS paths), written at start-up.
 FEDERATION_FILE = "federation.json"
 
-#: Prefix of temporary files and folders (swept at start-up).
-TMP_PREFIX = ".tmp-"
-
 #: Chunks queued for the disk-writer thread at most (bounds memory to a few MiB).
 _WRITE_AHEAD = 8
-
-
-def fsync_dir(path: Path) -> None:
-    """Flush a folder's entries (a rename is durable only once its folder is synced)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically and durably."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
 
 
 def npy_bytes(arr: np.ndarray) -> bytes:

@@ -60,6 +60,18 @@ def new_exchange_key() -> X25519PrivateKey:
     return X25519PrivateKey.generate()
 
 
+def private_bytes(key: X25519PrivateKey) -> bytes:
+    """The raw 32-byte private key (for the participant's own state file only)."""
+    return key.private_bytes_raw()
+
+
+def exchange_key_from_bytes(raw: bytes) -> X25519PrivateKey:
+    """The X25519 key of :func:`private_bytes`."""
+    if len(raw) != 32:
+        raise InvalidInputError(f"an X25519 private key is 32 bytes, got {len(raw)}")
+    return X25519PrivateKey.from_private_bytes(raw)
+
+
 def public_bytes(key: X25519PrivateKey) -> bytes:
     """The raw 32-byte public key."""
     return key.public_key().public_bytes(serialization.Encoding.Raw,

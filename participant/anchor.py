@@ -9,6 +9,11 @@ relay (issue 3, item 4).
 4. Everyone publishes a commitment to the seed and parameters and checks that all commitments
    are equal before uploading anything derived from the seed.
 
+A participant restarted mid-agreement resumes it: its X25519 key is kept in its state folder
+(mode 0600) until its upload is committed, and the dealer seals the seed to itself first, so a
+restarted dealer reopens the seed it already sent instead of drawing another. Re-publishing the
+same key, shares or commitment is a no-op at the relay.
+
 The analyst sees only public keys, signatures, certificates, ciphertexts and commitments.
 """
 
@@ -17,13 +22,19 @@ from __future__ import annotations
 import logging
 import secrets
 from dataclasses import dataclass
+from pathlib import Path
 
-from common.errors import IntegrityError, InvalidInputError
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+
+from common.errors import IntegrityError, InvalidInputError, NotFoundError
+from common.files import atomic_write
 from common.sealing import (
     SEED_BYTES,
     anchor_commitment,
+    exchange_key_from_bytes,
     new_exchange_key,
     open_sealed,
+    private_bytes,
     public_bytes,
     seal,
     sign_exchange_key,
@@ -45,6 +56,44 @@ class SharedParameters:
     translation_scale: float
 
 
+def exchange_key_path(state_dir: Path, federation_id: str) -> Path:
+    """Where a participant keeps its X25519 key for ``federation_id`` during the agreement."""
+    return Path(state_dir) / f"exchange-{federation_id}.key"
+
+
+def kept_exchange_key(path: Path) -> X25519PrivateKey:
+    """The X25519 key kept at ``path``, made from OS entropy and written (mode 0600, atomically)
+    on first use, so that a restarted participant presents the key the relay already holds."""
+    path = Path(path)
+    if path.is_file():
+        return exchange_key_from_bytes(path.read_bytes())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = new_exchange_key()
+    atomic_write(path, private_bytes(key))
+    return key
+
+
+def _open_share(client: AnalystClient, own: X25519PrivateKey, dealer_public: bytes,
+                share: pb.SealedShare, *, participant_id: str, dealer: str) -> pb.AnchorSecret:
+    """Check and open the dealer's sealed share addressed to this participant."""
+    if share.dealer_id != dealer:
+        raise IntegrityError(f"the sealed share comes from {share.dealer_id!r}, not from the "
+                             f"dealer {dealer!r}")
+    secret = pb.AnchorSecret()
+    secret.ParseFromString(open_sealed(own, dealer_public, client.federation_id, dealer,
+                                       participant_id, share.nonce, share.ciphertext))
+    return secret
+
+
+def _own_share(client: AnalystClient) -> pb.SealedShare | None:
+    """The share addressed to this participant, or None when the relay has none yet."""
+    try:
+        return client.call("fetch sealed share", lambda: client.stub.GetSealed(
+            pb.GetSealedRequest(federation_id=client.federation_id)))
+    except NotFoundError:
+        return None
+
+
 def _verified_keys(client: AnalystClient, ca_pem: bytes, wanted: list[str]) -> dict[str, bytes]:
     """Wait for the signed keys of ``wanted`` and verify each; ``{id: X25519 public key}``."""
     fid = client.federation_id
@@ -63,9 +112,9 @@ def _verified_keys(client: AnalystClient, ca_pem: bytes, wanted: list[str]) -> d
 
 def agree_on_seed(
     client: AnalystClient, *, participant_id: str, dealer: str, tls_key_pem: bytes,
-    ca_pem: bytes, params: SharedParameters, dealer_seed: bytes | None = None,
+    ca_pem: bytes, params: SharedParameters, key_path: Path, dealer_seed: bytes | None = None,
 ) -> bytes:
-    """Run the agreement and return the 256-bit seed every participant now holds.
+    """Run (or resume) the agreement and return the 256-bit seed every participant now holds.
 
     Parameters
     ----------
@@ -75,11 +124,13 @@ def agree_on_seed(
         Own TLS private key (signs the exchange key) and the federation CA.
     params : SharedParameters
         This participant's own view of the parameters; a dealer sending others is refused.
+    key_path : Path
+        Where the X25519 exchange key is kept (:func:`kept_exchange_key`).
     dealer_seed : bytes, optional
         The dealer's explicit seed (experiments only); OS entropy when omitted.
     """
     fid = client.federation_id
-    own = new_exchange_key()
+    own = kept_exchange_key(key_path)
     pub = public_bytes(own)
     client.call("publish exchange key", lambda: client.stub.PublishKey(pb.PublishKeyRequest(
         federation_id=fid, public_key=pub,
@@ -89,28 +140,13 @@ def agree_on_seed(
         raise InvalidInputError(f"participant {participant_id!r} and dealer {dealer!r} must both "
                                 f"be in the federation {expected}")
     if participant_id == dealer:
-        seed = dealer_seed if dealer_seed is not None else secrets.token_bytes(SEED_BYTES)
-        others = [p for p in expected if p != dealer]
-        keys = _verified_keys(client, ca_pem, others)
-        secret = pb.AnchorSecret(seed=seed, method=params.method, anchors=params.anchors,
-                                 dim=params.dim, translation_scale=params.translation_scale)
-        plaintext = secret.SerializeToString(deterministic=True)
-        shares = []
-        for pid in others:
-            nonce, ciphertext = seal(own, keys[pid], fid, dealer, pid, plaintext)
-            shares.append(pb.SealedShare(recipient_id=pid, nonce=nonce, ciphertext=ciphertext))
-        client.call("post sealed shares", lambda: client.stub.PostSealed(
-            pb.PostSealedRequest(federation_id=fid, shares=shares)))
+        seed = _deal(client, own, dealer, params, dealer_seed, expected, ca_pem)
     else:
         share = client.wait_for("the dealer's sealed share", lambda: client.stub.GetSealed(
             pb.GetSealedRequest(federation_id=fid)), lambda s: True)
-        if share.dealer_id != dealer:
-            raise IntegrityError(f"the sealed share comes from {share.dealer_id!r}, not from the "
-                                 f"dealer {dealer!r}")
         dealer_key = _verified_keys(client, ca_pem, [dealer])[dealer]
-        secret = pb.AnchorSecret()
-        secret.ParseFromString(open_sealed(own, dealer_key, fid, dealer, participant_id,
-                                           share.nonce, share.ciphertext))
+        secret = _open_share(client, own, dealer_key, share, participant_id=participant_id,
+                             dealer=dealer)
         theirs = SharedParameters(secret.method, secret.anchors, secret.dim,
                                   secret.translation_scale)
         if theirs != params or len(secret.seed) != SEED_BYTES:
@@ -129,4 +165,31 @@ def agree_on_seed(
     if differ:
         raise IntegrityError(f"participant(s) {differ} committed to a different anchor")
     log.info("anchor agreed with %d participants", len(expected))
+    return seed
+
+
+def _deal(client: AnalystClient, own: X25519PrivateKey, dealer: str, params: SharedParameters,
+          dealer_seed: bytes | None, expected: list[str], ca_pem: bytes) -> bytes:
+    """The dealer's part: draw the seed (or reopen the one this dealer already sealed to itself
+    before a restart) and seal it to every participant, itself first."""
+    fid = client.federation_id
+    kept = _own_share(client)
+    if kept is not None:
+        seed = bytes(_open_share(client, own, public_bytes(own), kept, participant_id=dealer,
+                                 dealer=dealer).seed)
+        log.info("resuming the anchor agreement with the seed sealed before a restart")
+    else:
+        seed = dealer_seed if dealer_seed is not None else secrets.token_bytes(SEED_BYTES)
+    secret = pb.AnchorSecret(seed=seed, method=params.method, anchors=params.anchors,
+                             dim=params.dim, translation_scale=params.translation_scale)
+    plaintext = secret.SerializeToString(deterministic=True)
+    keys = {dealer: public_bytes(own)} | _verified_keys(
+        client, ca_pem, [p for p in expected if p != dealer])
+    for batch in ([dealer], [p for p in expected if p != dealer]):  # own share durable first
+        shares = []
+        for pid in batch:
+            nonce, ciphertext = seal(own, keys[pid], fid, dealer, pid, plaintext)
+            shares.append(pb.SealedShare(recipient_id=pid, nonce=nonce, ciphertext=ciphertext))
+        client.call("post sealed shares", lambda shares=shares: client.stub.PostSealed(
+            pb.PostSealedRequest(federation_id=fid, shares=shares)))
     return seed

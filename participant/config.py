@@ -36,7 +36,8 @@ class ParticipantConfig:
     label_index : int
         Label column of a ``.npy`` file.
     state_dir : Path
-        Where secrets are kept when ``keep_secrets`` (the colluder role needs them).
+        Where the anchor-agreement exchange key is kept until the upload commits (so a restart
+        resumes the agreement), and the secrets when ``keep_secrets`` (the colluder role).
     keep_secrets : bool
     seed : int or None
         Seed of the participant's secret generator, for experiments only (default: OS entropy).

@@ -15,7 +15,7 @@ import numpy as np
 from common.errors import NotFoundError
 from common.gdp import anchor_from_seed, gaussian_projection, secret_rng
 from common.wire import bundle_spec
-from participant.anchor import SharedParameters, agree_on_seed
+from participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
 from participant.client import AnalystClient
 from participant.compute import compute_upload
 from participant.config import ParticipantConfig
@@ -93,6 +93,7 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
                 client, participant_id=cfg.id, dealer=cfg.dealer,
                 tls_key_pem=cfg.tls.key.read_bytes(), ca_pem=cfg.tls.ca.read_bytes(),
                 params=SharedParameters(cfg.method, r, d, cfg.translation_scale),
+                key_path=exchange_key_path(cfg.state_dir, cfg.federation_id),
                 dealer_seed=cfg.anchor_seed)
         upload, state = compute_upload(cfg.method, x, rng, shared_seed=seed, anchors=r,
                                        sigma=cfg.sigma, v=cfg.v,
@@ -103,6 +104,8 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
         arrays |= {"labels": data.labels.astype("<i8"), "tags": tags.astype("|i1")}
         spec = bundle_spec(cfg.federation_id, cfg.method, arrays)
         receipt = client.send_bundle("upload", spec, arrays)
+    # Committed: the agreement cannot be resumed any more, so its key need not stay on disk.
+    exchange_key_path(cfg.state_dir, cfg.federation_id).unlink(missing_ok=True)
     if cfg.keep_secrets:
         kept = {"rotation": state.key.rotation, "translation": state.key.translation}
         if cfg.method_enum.uses_anchor:

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from analyst.storage import Store, atomic_write, read_bundle, receive_bundle
+from analyst.storage import Store, read_bundle, receive_bundle
 from common.errors import IntegrityError, InvalidInputError
+from common.files import atomic_write
 from common.wire import bundle_spec, iter_chunks
 
 

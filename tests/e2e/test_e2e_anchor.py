@@ -7,10 +7,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from e2e_support import wait_until
 
 from common.errors import IntegrityError, PreconditionError, UnauthenticatedError
 from common.sealing import new_exchange_key, public_bytes, sign_exchange_key
 from deploy.demo import write_participant
+from deploy.launch import start, stop
 from participant.config import load_participant_config
 from participant.run import run_upload
 from protos.noisyanchor.v1 import analyst_pb2 as pb
@@ -58,7 +60,44 @@ def test_agreeing_participants_hold_the_same_seed_and_upload(analyst, rng):
     commitments = {p.read_bytes() for p in (fed.files.store / "relay/commitments").iterdir()}
     assert len(commitments) == 1  # one anchor for everyone
     sealed = sorted(p.name for p in (fed.files.store / "relay/sealed").iterdir())
-    assert sealed == ["p1.pb", "p2.pb"]  # the dealer sealed to each other participant
+    assert sealed == ["p0.pb", "p1.pb", "p2.pb"]  # the dealer sealed to everyone, itself too
+    # Uploads committed: no participant keeps its exchange key any more.
+    assert not list((fed.files.root / "state").glob("*/exchange-*.key"))
+
+
+def test_participants_killed_mid_agreement_resume_it_when_restarted(analyst, rng):
+    """p2 dies right after publishing its key; the dealer p0 dies after sealing the seed and
+    committing, while it waits for p2's commitment. Both processes are run again: they reuse
+    their kept keys, the dealer reopens its own share, and the federation ends with one anchor."""
+    fed = analyst(["p0", "p1", "p2"], "aa-igdp", dim=D, anchors=16)
+    paths = {c.id: c for c in _configs(fed, rng, {"p0": 16, "p1": 16, "p2": 16}, timeout=60.0)}
+    relay, procs = fed.files.store / "relay", []
+
+    def run(pid):
+        procs.append(start(["participant", "upload", "--config", fed.files.root / f"{pid}.toml"],
+                           fed.files.root / f"{pid}-{len(procs)}.log"))
+        return procs[-1]
+
+    def kill(proc):
+        proc.kill()
+        proc.wait(10)
+
+    try:
+        p2 = run("p2")
+        assert wait_until(lambda: (relay / "keys/p2.pb").exists())
+        kill(p2)
+        p0, p1 = run("p0"), run("p1")
+        assert wait_until(lambda: (relay / "commitments/p0.bin").exists())
+        kill(p0)
+        p0, p2 = run("p0"), run("p2")
+        assert [p.wait(60) for p in (p0, p1, p2)] == [0, 0, 0]
+    finally:
+        for proc in procs:
+            stop(proc)
+    # A dealer that drew a new seed would have been refused its different commitment.
+    assert len({p.read_bytes() for p in (relay / "commitments").iterdir()}) == 1
+    assert sorted(p.name for p in (fed.files.store / "uploads").iterdir()) == [
+        f"{pid}.bundle" for pid in sorted(paths)]
 
 
 def test_analyst_refuses_an_exchange_key_whose_signature_does_not_verify(analyst):
