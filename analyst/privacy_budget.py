@@ -21,11 +21,13 @@ Section 5 limitations (one release analysed); Google ``dp_accounting`` (PLD acco
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -113,6 +115,7 @@ class PrivacyLedger:
         self._interval = 1e-4 * max(1.0, self.epsilon_budget)
         self._lock = threading.Lock()
         self._charges: dict[str, list[Charge]] = {}
+        self._composed: dict[str, pld_privacy_accountant.PLDAccountant] = {}
         if self._path.exists():
             self._load()
 
@@ -123,18 +126,35 @@ class PrivacyLedger:
 
     # ---- accounting ------------------------------------------------------------------------
 
-    def _epsilon(self, multipliers: list[float]) -> float:
-        """Smallest epsilon at ``delta_budget`` of the composition of Gaussian mechanisms."""
-        if not multipliers:
-            return 0.0
+    def _accountant(self, multipliers: Sequence[float] = ()
+                    ) -> pld_privacy_accountant.PLDAccountant:
+        """A PLD accountant with the Gaussian mechanisms of ``multipliers`` composed in order."""
         # Our sensitivities are already replacement sensitivities, so the privacy-loss pair is
         # N(0, z^2) vs N(1, z^2): dp_accounting's ADD_OR_REMOVE_ONE semantics for GaussianDpEvent.
         # (Its REPLACE_ONE would double the sensitivity a second time.)
         acc = pld_privacy_accountant.PLDAccountant(
             dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
             value_discretization_interval=self._interval)
-        acc.compose(dp_accounting.ComposedDpEvent(
-            [dp_accounting.GaussianDpEvent(z) for z in multipliers]))
+        for z in multipliers:
+            acc.compose(dp_accounting.GaussianDpEvent(z))
+        return acc
+
+    def _composed_with(self, dataset: str, z: float) -> pld_privacy_accountant.PLDAccountant:
+        """The composition of ``dataset``'s charges and one more Gaussian release ``z``.
+
+        The composition of the charges so far is cached per dataset, so a charge costs one
+        convolution instead of re-composing every release (sequential composition gives the
+        same PLD, bit for bit, as composing the whole list at once).
+        """
+        if dataset not in self._composed:
+            self._composed[dataset] = self._accountant(
+                [c.noise_multiplier for c in self._charges.get(dataset, [])])
+        candidate = copy.deepcopy(self._composed[dataset])
+        candidate.compose(dp_accounting.GaussianDpEvent(z))
+        return candidate
+
+    def _epsilon(self, acc: pld_privacy_accountant.PLDAccountant) -> float:
+        """Smallest epsilon at ``delta_budget`` of the composition held by ``acc``."""
         return float(acc.get_epsilon(self.delta_budget))
 
     def _exact_lower_bound(self, multipliers: list[float]) -> float:
@@ -150,14 +170,19 @@ class PrivacyLedger:
             return 0.0  # within budget: no cheap verdict, let the PLD decide
         return gaussian_epsilon(z_eff, self.delta_budget, 1.0)
 
-    def _check(self, dataset: str, z: float) -> tuple[float, float, float]:
-        """``(spent, alone, after)`` epsilons for adding multiplier ``z`` to ``dataset``."""
+    def _check(self, dataset: str, z: float
+               ) -> tuple[float, float, float, pld_privacy_accountant.PLDAccountant | None]:
+        """``(spent, alone, after, composed)`` for adding multiplier ``z`` to ``dataset``;
+        ``composed`` is the accountant after the release (None when refused by the exact
+        pre-check)."""
         current = [c.noise_multiplier for c in self._charges.get(dataset, [])]
         spent = self._charges[dataset][-1].spent_epsilon if current else 0.0
         bound = self._exact_lower_bound([*current, z])
         if bound > self.epsilon_budget:
-            return spent, self._exact_lower_bound([z]) or self._epsilon([z]), bound
-        return spent, self._epsilon([z]), self._epsilon([*current, z])
+            alone = self._exact_lower_bound([z]) or self._epsilon(self._accountant([z]))
+            return spent, alone, bound, None
+        composed = self._composed_with(dataset, z)
+        return spent, self._epsilon(self._accountant([z])), self._epsilon(composed), composed
 
     @staticmethod
     def _multiplier(sigma: float, sensitivity: float) -> float:
@@ -176,7 +201,7 @@ class PrivacyLedger:
         dataset = self._check_name(dataset, "dataset")
         z = self._multiplier(sigma, sensitivity)
         with self._lock:
-            _, _, after = self._check(dataset, z)
+            after = self._check(dataset, z)[2]
         return after > self.epsilon_budget
 
     def charge(self, dataset: str, sigma: float, sensitivity: float, *, label: str) -> Charge:
@@ -208,7 +233,7 @@ class PrivacyLedger:
         label = self._check_name(label, "label")
         z = self._multiplier(sigma, sensitivity)
         with self._lock:
-            spent, alone, after = self._check(dataset, z)
+            spent, alone, after, composed = self._check(dataset, z)
             if after > self.epsilon_budget:
                 raise BudgetExceededError(
                     f"privacy budget of dataset {dataset!r} exceeded: release {label!r} "
@@ -223,6 +248,7 @@ class PrivacyLedger:
             charges.setdefault(dataset, []).append(charge)
             self._write(charges)  # persist first; memory changes only if the write succeeded
             self._charges = charges
+            self._composed[dataset] = composed
         return charge
 
     def spent(self, dataset: str) -> tuple[float, float]:

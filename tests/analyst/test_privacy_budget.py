@@ -7,7 +7,9 @@ import math
 import threading
 from pathlib import Path
 
+import dp_accounting
 import pytest
+from dp_accounting.pld import pld_privacy_accountant
 
 from analyst.privacy_budget import Charge, LedgerError, PrivacyLedger
 from common.errors import BudgetExceededError, InvalidInputError
@@ -79,6 +81,28 @@ def test_ledger_survives_a_restart(tmp_path: Path) -> None:
     with pytest.raises(BudgetExceededError):
         again.charge("d", _sigma_for(1.0), 2.0, label="second")
     assert not list(path.parent.glob("*.tmp"))  # no stray temporary files
+
+
+def test_cached_composition_equals_composing_every_release_at_once(tmp_path: Path) -> None:
+    """Each charge composes one release onto the cached composition; the spent epsilon is the
+    one of a single ComposedDpEvent of all releases, and a reopened ledger (which re-composes
+    its charges) continues identically."""
+    path = tmp_path / "l.json"
+    sigmas = [_sigma_for(e) for e in (0.3, 0.1, 0.5, 0.2, 0.1, 0.4)]
+    ledger = PrivacyLedger(path, 10.0, DELTA)
+    for i, s in enumerate(sigmas[:4]):
+        ledger.charge("d", s, 2.0, label=f"r{i}")
+    copy = tmp_path / "copy.json"  # one process owns a ledger file: reopen a copy
+    copy.write_bytes(path.read_bytes())
+    reopened = PrivacyLedger(copy, 10.0, DELTA)
+    for i, s in enumerate(sigmas[4:], start=4):
+        ledger.charge("d", s, 2.0, label=f"r{i}")
+        reopened.charge("d", s, 2.0, label=f"r{i}")
+    acc = pld_privacy_accountant.PLDAccountant(
+        dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=1e-3)
+    acc.compose(dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(s / 2.0)
+                                               for s in sigmas]))
+    assert ledger.spent("d") == reopened.spent("d") == (acc.get_epsilon(DELTA), DELTA)
 
 
 def test_corrupt_ledger_is_an_error_not_a_reset(tmp_path: Path) -> None:
