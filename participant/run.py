@@ -5,14 +5,15 @@ References: SPEC.md sections 1 and 3; issue 3, items 3-5.
 
 from __future__ import annotations
 
+import io
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from common.errors import NotFoundError
+from common.files import atomic_write
 from common.gdp import anchor_from_seed, gaussian_projection, secret_rng
 from common.wire import bundle_spec
 from participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
@@ -69,12 +70,12 @@ def _client(cfg: ParticipantConfig) -> AnalystClient:
 
 
 def _write_secrets(cfg: ParticipantConfig, arrays: dict[str, np.ndarray]) -> Path:
-    # Created with mode 0600: the secrets never leave this machine unless the colluder says so.
+    # Mode 0600 (atomic_write): the secrets never leave this machine unless the colluder says so.
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
     path = cfg.state_dir / SECRETS_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        np.savez(fh, **arrays)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write(path, buf.getvalue())
     return path
 
 

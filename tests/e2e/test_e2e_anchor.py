@@ -3,6 +3,7 @@ dealer's refuse the sealed seed, and nobody uploads without matching commitments
 
 from __future__ import annotations
 
+import stat
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -86,6 +87,8 @@ def test_participants_killed_mid_agreement_resume_it_when_restarted(analyst, rng
         p2 = run("p2")
         assert wait_until(lambda: (relay / "keys/p2.pb").exists())
         kill(p2)
+        kept = fed.files.root / "state/p2/exchange-e2e.key"
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o600  # kept for the restart, owner only
         p0, p1 = run("p0"), run("p1")
         assert wait_until(lambda: (relay / "commitments/p0.bin").exists())
         kill(p0)

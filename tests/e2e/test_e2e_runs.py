@@ -5,6 +5,7 @@ runs, and the colluder's attack reconstructs what the engine says it can."""
 from __future__ import annotations
 
 import json
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,7 @@ def test_colluder_run_discloses_and_the_attack_inverts_noiseless_uploads(tmp_pat
     assert {"p0-collude", "attack"} <= set(s["pids"])
     kept = [p.relative_to(tmp_path) for p in tmp_path.rglob("secrets.npz")]
     assert kept == [Path("state/p0/secrets.npz")]  # only the colluder keeps its secrets
+    assert stat.S_IMODE((tmp_path / kept[0]).stat().st_mode) == 0o600  # readable by owner only
     assert set(s["attacks"][attack]["per_target"]) == {"p1", "p2"}
     assert s["attacks"][attack]["relative_error"] < 1e-9  # exact up to rounding without noise
     traces = anchor_traces(tmp_path / "store", *_secrets(method, 0.0, 0.0, 0))
