@@ -71,7 +71,8 @@ def _demo(args: argparse.Namespace) -> int:
     solver = s["solver"]
     print(f"alignment: {solver.get('name')}, converged {solver.get('converged')}, certified "
           f"{solver.get('certified')}; Z equals the in-process simulator's: "
-          f"{s['z_matches_inprocess']} (max |diff| {s['z_max_abs_diff']:.2g})")
+          f"{s['z_matches_inprocess']} (max |diff| {s['z_max_abs_diff']:.2g}, "
+          f"{s['z_max_rel_diff']:.2g} of max |Z|)")
     for name, res in s["attacks"].items():
         print(f"attack {name} by colluder {s['colluder']}: relative reconstruction error "
               f"{res['relative_error']:.4g}")
