@@ -29,13 +29,21 @@ C_GRID = (0.01, 0.1, 1.0, 10.0)
 
 @dataclass(frozen=True)
 class Utility:
-    """Held-out balanced accuracy of the downstream classifier and the chosen ``C``."""
+    """Held-out balanced accuracy of the downstream classifier and the chosen ``C``.
+
+    ``participant_only_balanced_accuracy`` (when participants are given) is the same model
+    trained on the one-hot participant index alone: what a classifier gets from knowing whose
+    record it is, without any shared feature. A method whose ``Z`` keeps participants apart but
+    shares nothing else (I-GDP) scores near it, and it can lie well below chance: train and
+    test class counts of one participant are anti-correlated under a global stratified split.
+    """
 
     balanced_accuracy: float
     validation_balanced_accuracy: float | None
     c: float
     n_train: int
     n_test: int
+    participant_only_balanced_accuracy: float | None = None
 
 
 def _logistic(c: float) -> Any:
@@ -62,7 +70,7 @@ def _fit_predict(x_tr, y_tr, x_ev, c: float, model: Callable[[float], Any]) -> n
 
 def evaluate_utility(
     z: np.ndarray, labels: np.ndarray, tags: np.ndarray, *,
-    model: str | Callable[[float], Any] = "logistic",
+    model: str | Callable[[float], Any] = "logistic", participants: np.ndarray | None = None,
 ) -> Utility:
     """Train on TRAIN rows, select ``C`` on VALIDATION rows (if any), score on TEST rows.
 
@@ -74,6 +82,8 @@ def evaluate_utility(
     tags : (n,) ndarray of {0: train, 1: validation, 2: test}
     model : str or callable
         A name from :data:`MODELS` or ``c -> unfitted estimator``.
+    participants : (n,) ndarray of int, optional
+        Participant index of every row; adds ``participant_only_balanced_accuracy``.
     """
     if isinstance(model, str):
         if model not in MODELS:
@@ -105,5 +115,14 @@ def evaluate_utility(
         best = int(np.argmax(scores))
         best_c, val_score = C_GRID[best], float(scores[best])
     pred = _fit_predict(x[tr], labels[tr], x[te], best_c, model)
+    participant_only = None
+    if participants is not None:
+        participants = np.asarray(participants)
+        if participants.shape != labels.shape:
+            raise InvalidInputError(f"participants must give one index per row ({len(labels)}), "
+                                    f"got shape {participants.shape}")
+        onehot = (participants[:, None] == np.unique(participants)[None, :]).astype(float)
+        participant_only = float(balanced_accuracy_score(
+            labels[te], _fit_predict(onehot[tr], labels[tr], onehot[te], best_c, model)))
     return Utility(float(balanced_accuracy_score(labels[te], pred)), val_score, best_c,
-                   int(tr.sum()), int(te.sum()))
+                   int(tr.sum()), int(te.sum()), participant_only)

@@ -220,7 +220,9 @@ def simulate(config: SimulationConfig, federation: Federation | None = None) -> 
     if config.utility:
         from analyst.downstream import evaluate_utility
 
-        util = evaluate_utility(alignment.z, np.concatenate(fed.labels), np.concatenate(fed.tags))
+        owners = np.concatenate([np.full(len(y), i) for i, y in enumerate(fed.labels)])
+        util = evaluate_utility(alignment.z, np.concatenate(fed.labels), np.concatenate(fed.tags),
+                                participants=owners)
         utility = asdict(util)
 
     summary = {

@@ -41,3 +41,8 @@ def test_a_callable_model_is_used_for_every_fit(task):
 def test_unknown_model_name_is_refused(task):
     with pytest.raises(InvalidInputError, match="unknown downstream model"):
         evaluate_utility(*task, model="cnn")
+
+
+def test_participant_indices_must_match_the_rows(task):
+    with pytest.raises(InvalidInputError, match="one index per row"):
+        evaluate_utility(*task, participants=np.zeros(3, int))

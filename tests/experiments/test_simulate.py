@@ -56,3 +56,16 @@ def test_noiseless_c_gdp_and_aa_igdp_have_equal_utility_above_i_gdp():
            .summary()["utility"]["balanced_accuracy"] for m in ("c-gdp", "aa-igdp", "i-gdp")}
     assert acc["c-gdp"] == pytest.approx(acc["aa-igdp"], abs=1e-9)
     assert acc["aa-igdp"] > acc["i-gdp"] + 0.3
+
+
+def test_i_gdp_utility_is_what_the_participant_index_alone_gives():
+    """I-GDP's Z shares no feature across participants, only which participant a row is from:
+    its utility sits near the participant-only classifier's, below chance (0.1 on digits),
+    while a method that aligns the participants is far above that reference."""
+    util = {m: simulate(SimulationConfig(method=m, participants=10, seed=3, colluder=None))
+            .summary()["utility"] for m in ("i-gdp", "aa-igdp")}
+    reference = util["i-gdp"]["participant_only_balanced_accuracy"]
+    assert reference == util["aa-igdp"]["participant_only_balanced_accuracy"]  # same rows
+    assert reference < 0.1
+    assert abs(util["i-gdp"]["balanced_accuracy"] - reference) < 0.05
+    assert util["aa-igdp"]["balanced_accuracy"] > reference + 0.5
