@@ -129,6 +129,7 @@ def align(
                 "gopp_residual": gopp.gopp_residual,
                 "certificate_min_eig": gopp.certificate_min_eig,
                 "certificate_tol": gopp.certificate_tol, "certified": gopp.certified,
-                "seconds": gopp.seconds}
+                "mixed_precision_steps": gopp.mixed_precision_steps,
+                "product_drift": gopp.product_drift, "seconds": gopp.seconds}
     z = np.vstack([(y - means[i]) @ rotations[i] for i, y in enumerate(blocks)]) + shift
     return Alignment(z, row_ranges, rotations, means, shift, diag)
