@@ -227,3 +227,17 @@ def test_mixed_precision_drift_estimate_bounds_the_measured_drift(mixed_everywhe
 def test_precision_must_be_a_known_mode():
     with pytest.raises(InvalidInputError, match="precision"):
         solve_gopp(_anchors(0, 3, 4, 10, 0.5), precision="half")
+
+
+@pytest.mark.parametrize("accelerate", [False, True])
+def test_mixed_precision_with_worker_threads_matches_the_serial_double_run(threaded, accelerate):
+    b = _anchors(12, 6, 30, 120, 0.5)
+    mixed = solve_gopp(b, precision="mixed", accelerate=accelerate)
+    gopp_module.PARALLEL_MIN_FLOPS = np.inf  # monkeypatched: restored after the test
+    double = solve_gopp(b, precision="double", accelerate=accelerate)
+    assert mixed.mixed_precision_steps > 0 and mixed.converged and mixed.certified
+    assert mixed.objective == pytest.approx(double.objective, rel=1e-12)
+    assert np.abs(mixed.rotations - double.rotations).max() < 1e-8
+    # Carried objectives may dip by the drift budget, never more.
+    slack = 2 * gopp_module.PRODUCT_DRIFT_BUDGET * abs(mixed.objective)
+    assert np.all(np.diff(mixed.objective_trace) >= -slack)
