@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from common.errors import ConfigError
+from common.gopp import PRECISIONS
 from common.methods import Method
 from common.tomlconfig import Table, TlsFiles, check_id, read_toml
 
@@ -62,6 +63,8 @@ class AnalystConfig:
         Reference participant ``s`` of Procrustes alignment.
     max_iter, tol : int, float
         GOPP solver's ``T_max`` and ``eps``.
+    precision : str
+        GOPP products: ``"auto"``, ``"double"`` or ``"mixed"`` (:func:`common.gopp.solve_gopp`).
     output_dir : Path
         The analyst's store: committed uploads, relay, result.
     tls : TlsFiles
@@ -98,6 +101,7 @@ class AnalystConfig:
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT
     privacy: PrivacyBudget | None = None
+    precision: str = "auto"
 
     @property
     def ledger_path(self) -> Path:
@@ -146,6 +150,9 @@ def load_analyst_config(path: Path) -> AnalystConfig:
     fed.done()
     solver = Table(doc, "solver", path, required=False)
     max_iter, tol = solver.int("max_iter", 500, minimum=1), solver.float("tol", 1e-7, minimum=0.0)
+    precision = solver.str("precision", "auto")
+    if precision not in PRECISIONS:
+        raise solver.error("precision", f"expected one of {', '.join(PRECISIONS)}")
     solver.done()
     server = Table(doc, "server", path)
     privacy = _privacy(doc, path)
@@ -156,7 +163,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         accept_collusion=accept, host=server.str("host", "127.0.0.1"),
         port=server.int("port", 0, minimum=0), port_file=server.path("port_file", None),
         max_upload_bytes=server.int("max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES, minimum=1),
-        stream_idle_timeout=_idle_timeout(server), privacy=privacy)
+        stream_idle_timeout=_idle_timeout(server), privacy=privacy, precision=precision)
     server.done()
     return cfg
 

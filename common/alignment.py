@@ -72,6 +72,7 @@ def align(
     tol: float = 1e-7,
     certify: bool = True,
     solver: str | None = None,
+    precision: str = "auto",
 ) -> Alignment:
     """Align the uploads ``Y_i`` (with anchors ``B_i`` where the method has them) into ``Z``.
 
@@ -84,8 +85,8 @@ def align(
         ``B_i`` (AA-I-GDP variants).
     reference : int
         Reference participant ``s`` for Procrustes.
-    max_iter, tol, certify
-        GOPP solver parameters.
+    max_iter, tol, certify, precision
+        GOPP solver parameters (:func:`common.gopp.solve_gopp`).
     solver : {"procrustes", "gopp"}, optional
         Override the method's default solver (anchor methods only).
     """
@@ -122,7 +123,8 @@ def align(
         diag: dict[str, Any] = {"name": "procrustes", "reference": res.reference,
                                 "seconds": res.seconds}
     else:
-        gopp = solve_gopp(anchors, max_iter=max_iter, tol=tol, certify=certify)
+        gopp = solve_gopp(anchors, max_iter=max_iter, tol=tol, certify=certify,
+                          precision=precision)
         rotations, means, shift = gopp.rotations, gopp.means, np.zeros(d)
         diag = {"name": "gopp", "iterations": gopp.iterations, "converged": gopp.converged,
                 "objective": gopp.objective, "fixed_point_residual": gopp.fixed_point_residual,

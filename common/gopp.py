@@ -73,6 +73,9 @@ INCREMENT_ERROR_RATE = 16 * 2.0**-24
 #: Largest estimated relative drift of the carried ``G R`` before an exact float64 refresh.
 PRODUCT_DRIFT_BUDGET = 1e-10
 
+#: Accepted values of ``solve_gopp(..., precision=...)``.
+PRECISIONS = ("auto", "double", "mixed")
+
 #: Steps within this factor of ``tol`` use the exact product, so that the stopping rule is only
 #: ever met on a step computed from an exact ``G R``.
 EXACT_NEAR_TOL = 10.0
@@ -455,8 +458,9 @@ def solve_gopp(
         raise InvalidInputError(f"anchors need r >= d + 1 rows, got r={r}, d={d}")
     max_iter = check_count(max_iter, "max_iter", minimum=0)
     tol = check_positive(tol, "tol")
-    if precision not in ("auto", "double", "mixed"):
-        raise InvalidInputError(f"precision must be 'auto', 'double' or 'mixed', got {precision!r}")
+    if precision not in PRECISIONS:
+        raise InvalidInputError(f"precision must be one of {', '.join(PRECISIONS)}, got "
+                                f"{precision!r}")
     means, bc = center_rows(b)
     op = _GramOperator(bc)
     mixed = precision == "mixed" or (precision == "auto"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from common.gopp import PRECISIONS
 from common.methods import Method
 from experiments.datasets import DATASETS
 
@@ -27,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="root seed for a reproducible run (default: OS entropy)")
     ps.add_argument("--max-iter", type=int, default=500, help="GPM iteration cap T_max")
     ps.add_argument("--tol", type=float, default=1e-7, help="GPM stopping tolerance eps")
+    ps.add_argument("--precision", choices=PRECISIONS, default="auto",
+                    help="GOPP products: float64 throughout (double), float32 increments once "
+                         "steps are small (mixed), or mixed for large problems (auto)")
     ps.add_argument("--no-utility", action="store_true", help="skip the downstream classifier")
     ps.add_argument("--json", action="store_true", help="print the summary as JSON")
     ps.set_defaults(handler=_run)
@@ -39,7 +43,8 @@ def _run(args: argparse.Namespace) -> int:
         dataset=args.dataset, method=args.method, participants=args.participants,
         anchors=args.anchors, dim=args.dim, sigma=args.sigma, v=args.v,
         colluder=None if args.colluder < 0 else args.colluder, seed=args.seed,
-        max_iter=args.max_iter, tol=args.tol, utility=not args.no_utility)
+        max_iter=args.max_iter, tol=args.tol, precision=args.precision,
+        utility=not args.no_utility)
     summary = simulate(config).summary()
     if args.json:
         print(json.dumps(summary, indent=2))

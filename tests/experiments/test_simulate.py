@@ -69,3 +69,12 @@ def test_i_gdp_utility_is_what_the_participant_index_alone_gives():
     assert reference < 0.1
     assert abs(util["i-gdp"]["balanced_accuracy"] - reference) < 0.05
     assert util["aa-igdp"]["balanced_accuracy"] > reference + 0.5
+
+
+def test_simulate_cli_precision_reaches_the_gopp_solver():
+    runs = {pr: _cli("--method", "aa-igdp-an", "--v", "0.02", "--seed", "3", "--no-utility",
+                     "--precision", pr)["solver"] for pr in ("double", "mixed")}
+    assert runs["double"]["mixed_precision_steps"] == 0
+    assert runs["mixed"]["mixed_precision_steps"] > 0
+    assert runs["mixed"]["certified"] and runs["double"]["certified"]
+    assert runs["mixed"]["objective"] == pytest.approx(runs["double"]["objective"], rel=1e-12)
