@@ -85,6 +85,16 @@ def _open_share(client: AnalystClient, own: X25519PrivateKey, dealer_public: byt
     return secret
 
 
+def _checked_seed(secret: pb.AnchorSecret, params: SharedParameters) -> bytes:
+    """The seed of an opened share, refused unless it was dealt for ``params``."""
+    theirs = SharedParameters(secret.method, secret.anchors, secret.dim,
+                              secret.translation_scale)
+    if theirs != params or len(secret.seed) != SEED_BYTES:
+        raise IntegrityError(f"the dealer's parameters {theirs} differ from this "
+                             f"participant's {params}")
+    return bytes(secret.seed)
+
+
 def _own_share(client: AnalystClient) -> pb.SealedShare | None:
     """The share addressed to this participant, or None when the relay has none yet."""
     try:
@@ -145,14 +155,8 @@ def agree_on_seed(
         share = client.wait_for("the dealer's sealed share", lambda: client.stub.GetSealed(
             pb.GetSealedRequest(federation_id=fid)), lambda s: True)
         dealer_key = _verified_keys(client, ca_pem, [dealer])[dealer]
-        secret = _open_share(client, own, dealer_key, share, participant_id=participant_id,
-                             dealer=dealer)
-        theirs = SharedParameters(secret.method, secret.anchors, secret.dim,
-                                  secret.translation_scale)
-        if theirs != params or len(secret.seed) != SEED_BYTES:
-            raise IntegrityError(f"the dealer's parameters {theirs} differ from this "
-                                 f"participant's {params}")
-        seed = bytes(secret.seed)
+        seed = _checked_seed(_open_share(client, own, dealer_key, share,
+                                         participant_id=participant_id, dealer=dealer), params)
     digest = anchor_commitment(fid, seed, method=params.method, anchors=params.anchors,
                                dim=params.dim, translation_scale=params.translation_scale)
     client.call("publish commitment", lambda: client.stub.PublishCommitment(
@@ -175,8 +179,8 @@ def _deal(client: AnalystClient, own: X25519PrivateKey, dealer: str, params: Sha
     fid = client.federation_id
     kept = _own_share(client)
     if kept is not None:
-        seed = bytes(_open_share(client, own, public_bytes(own), kept, participant_id=dealer,
-                                 dealer=dealer).seed)
+        seed = _checked_seed(_open_share(client, own, public_bytes(own), kept,
+                                         participant_id=dealer, dealer=dealer), params)
         log.info("resuming the anchor agreement with the seed sealed before a restart")
     else:
         seed = dealer_seed if dealer_seed is not None else secrets.token_bytes(SEED_BYTES)

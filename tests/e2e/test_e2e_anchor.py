@@ -112,3 +112,21 @@ def test_analyst_refuses_an_exchange_key_whose_signature_does_not_verify(analyst
         c.call("publish", lambda: c.stub.PublishKey(pb.PublishKeyRequest(
             federation_id="e2e", public_key=pub, signature=signed_by_p1)))
     assert not list((fed.files.store / "relay/keys").iterdir())
+
+
+def test_a_dealer_restarted_with_other_parameters_refuses_its_earlier_seed(analyst, rng):
+    """The dealer seals (to itself first), then dies waiting for p1's commitment; run again with
+    another r, it reopens its own share and refuses the seed dealt for the old parameters."""
+    fed = analyst(["p0", "p1"], "aa-igdp", dim=D, anchors=16)
+    pub = public_bytes(new_exchange_key())  # p1 publishes a key and then goes silent
+    with fed.client("p1") as c:
+        c.call("publish", lambda: c.stub.PublishKey(pb.PublishKeyRequest(
+            federation_id="e2e", public_key=pub, signature=sign_exchange_key(
+                fed.files.pki.clients["p1"][1].read_bytes(), "e2e", "p1", pub))))
+    first = _configs(fed, rng, {"p0": 16}, timeout=2.0)[0]
+    with pytest.raises(PreconditionError, match="commitment"):
+        run_upload(first)
+    assert (fed.files.store / "relay/sealed/p0.pb").exists()
+    again = _configs(fed, rng, {"p0": 20}, timeout=2.0)[0]
+    with pytest.raises(IntegrityError, match="parameters"):
+        run_upload(again)
