@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import NotFoundError
+from common.errors import AlreadyExistsError, NotFoundError
 from common.files import atomic_write
 from common.gdp import anchor_from_seed, gaussian_projection, secret_rng
 from common.wire import bundle_spec
@@ -104,9 +104,15 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
             arrays["anchor"] = upload.anchor
         arrays |= {"labels": data.labels.astype("<i8"), "tags": tags.astype("|i1")}
         spec = bundle_spec(cfg.federation_id, cfg.method, arrays)
-        receipt = client.send_bundle("upload", spec, arrays)
-    # Committed: the agreement cannot be resumed any more, so its key need not stay on disk.
-    exchange_key_path(cfg.state_dir, cfg.federation_id).unlink(missing_ok=True)
+        # Once an upload is committed (by this run or an earlier one) the agreement cannot be
+        # resumed any more, so its key need not stay on disk.
+        key_file = exchange_key_path(cfg.state_dir, cfg.federation_id)
+        try:
+            receipt = client.send_bundle("upload", spec, arrays)
+        except AlreadyExistsError:
+            key_file.unlink(missing_ok=True)
+            raise
+    key_file.unlink(missing_ok=True)
     if cfg.keep_secrets:
         kept = {"rotation": state.key.rotation, "translation": state.key.translation}
         if cfg.method_enum.uses_anchor:

@@ -10,10 +10,16 @@ import numpy as np
 import pytest
 from e2e_support import wait_until
 
-from common.errors import IntegrityError, PreconditionError, UnauthenticatedError
-from common.sealing import new_exchange_key, public_bytes, sign_exchange_key
+from common.errors import (
+    AlreadyExistsError,
+    IntegrityError,
+    PreconditionError,
+    UnauthenticatedError,
+)
+from common.sealing import new_exchange_key, private_bytes, public_bytes, sign_exchange_key
 from deploy.demo import write_participant
 from deploy.launch import start, stop
+from participant.anchor import exchange_key_path, kept_exchange_key
 from participant.config import load_participant_config
 from participant.run import run_upload
 from protos.noisyanchor.v1 import analyst_pb2 as pb
@@ -130,3 +136,19 @@ def test_a_dealer_restarted_with_other_parameters_refuses_its_earlier_seed(analy
     again = _configs(fed, rng, {"p0": 20}, timeout=2.0)[0]
     with pytest.raises(IntegrityError, match="parameters"):
         run_upload(again)
+
+
+def test_a_rerun_after_the_upload_committed_is_refused_and_forgets_its_key(analyst, rng):
+    """A participant that died after its upload committed but before it deleted its exchange
+    key is run again: the agreement resumes, the new upload is refused, the key goes."""
+    fed = analyst(["p0", "p1"], "aa-igdp", dim=D, anchors=16)
+    configs = _configs(fed, rng, {"p0": 16, "p1": 16}, timeout=30.0)
+    key_file = exchange_key_path(configs[1].state_dir, "e2e")
+    kept = private_bytes(kept_exchange_key(key_file))
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(run_upload, configs))
+    assert not key_file.exists()
+    key_file.write_bytes(kept)  # as if the first run had died before deleting it
+    with pytest.raises(AlreadyExistsError, match="exactly once"):
+        run_upload(configs[1])
+    assert not key_file.exists()
