@@ -179,7 +179,9 @@ def summarize(study: Study) -> dict[str, Any]:
     """Every number the markdown summary quotes, for one ``p``."""
     ctrl = study.controls
     controls = {m: {"utility": r["utility"], "linkage": r["linkage"],
-                    "relative_error": r["relative_error"]} for m, r in ctrl.items()}
+                    "relative_error": r["relative_error"],
+                    "participant_only_utility": r.get("participant_only_utility")}
+                for m, r in ctrl.items()}
     matched = {aset: {f"{lvl:.3f}": {m: study.matched_utility(m, lvl, aset) for m in NOISY}
                       for lvl in (*MATCHED_LEVELS, CHANCE)} for aset in ATTACK_SETS}
     crossings = {name: fit.first_crossing(CHANCE) for name, fit in study.fits.items()
@@ -256,12 +258,18 @@ def markdown(main: dict[str, Any], config: dict[str, Any], others: list[dict[str
                   "so cross-record identity linkage is not measured.", ""]
     else:
         lines += [f"Every linkage below is {METRICS[main['metric']][1]} (report --metric).", ""]
-    lines += ["## Noiseless controls", "", "| method | utility (balanced acc.) | linkage per "
-              "attack | relative error |", "|---|---|---|---|"]
+    lines += ["## Noiseless controls", "", "| method | utility (balanced acc.) | participant "
+              "index only | linkage per attack | relative error |", "|---|---|---|---|---|"]
     for m, c in main["controls"].items():
         link = ", ".join(f"{a} {_pct(v)}" for a, v in c["linkage"].items()) or "no attack"
         err = ", ".join(f"{a} {v:.2g}" for a, v in c["relative_error"].items()) or "-"
-        lines.append(f"| {m} | {_pct(c['utility'])} | {link} | {err} |")
+        alone = c.get("participant_only_utility")
+        lines.append(f"| {m} | {_pct(c['utility'])} | {'-' if alone is None else _pct(alone)} "
+                     f"| {link} | {err} |")
+    lines += ["", "Participant index only: the same model trained on the one-hot participant "
+              "index of each row, on the same split: what a `Z` that tells only whose record a "
+              "row is would give (it can lie below chance: a participant's train and test class "
+              "counts are anti-correlated under a global stratified split)."]
     lines += ["", "## Mean relative reconstruction error over the draws (working space X F)", "",
               "| method | " + " | ".join(ATTACK_NAMES) + " |",
               "|---|" + "---|" * len(ATTACK_NAMES)]

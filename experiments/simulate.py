@@ -119,6 +119,11 @@ class Federation:
         """Anchor rows ``r`` (default ``4 d``, the paper's ratio)."""
         return self.config.anchors or 4 * self.d
 
+    @property
+    def owners(self) -> np.ndarray:
+        """Participant index of every row, in the row order of ``Z``."""
+        return np.concatenate([np.full(len(y), i) for i, y in enumerate(self.labels)])
+
     def working(self, i: int) -> np.ndarray:
         """``X_i F`` (``X_i`` without a projection)."""
         return self.x[i] if self.projection is None else self.x[i] @ self.projection
@@ -221,9 +226,8 @@ def simulate(config: SimulationConfig, federation: Federation | None = None) -> 
     if config.utility:
         from analyst.downstream import evaluate_utility
 
-        owners = np.concatenate([np.full(len(y), i) for i, y in enumerate(fed.labels)])
         util = evaluate_utility(alignment.z, np.concatenate(fed.labels), np.concatenate(fed.tags),
-                                participants=owners)
+                                participants=fed.owners)
         utility = asdict(util)
 
     summary = {

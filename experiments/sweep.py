@@ -193,9 +193,11 @@ def _utility(fed: Federation, z: np.ndarray, model: str) -> dict[str, float | No
     """Honest-setting utility: the analyst's model on the aligned training rows of ``Z``."""
     from analyst.downstream import evaluate_utility
 
-    util = evaluate_utility(z, np.concatenate(fed.labels), np.concatenate(fed.tags), model=model)
+    util = evaluate_utility(z, np.concatenate(fed.labels), np.concatenate(fed.tags), model=model,
+                            participants=fed.owners)
     return {"utility": util.balanced_accuracy,
-            "validation_utility": util.validation_balanced_accuracy}
+            "validation_utility": util.validation_balanced_accuracy,
+            "participant_only_utility": util.participant_only_balanced_accuracy}
 
 
 def _coupled_c_gdp_pn(
