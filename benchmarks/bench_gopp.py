@@ -17,7 +17,8 @@ Peak memory is the tracemalloc peak of a short run (spectral start, 3 iterations
 certificate), so it counts numpy's arrays (the baseline's dense ``G`` included) but not BLAS
 threads' private buffers.
 
-Run: ``python -m benchmarks.bench_gopp [--quick] [--out PATH]``. BLAS threads are whatever the
+Run: ``python -m benchmarks.bench_gopp [--quick] [--out PATH]`` (JSON, and a bar chart of (a) as
+PNG beside it; ``--replot`` redraws the chart of an existing JSON). BLAS threads are whatever the
 environment gives (the machine's default unless ``OPENBLAS_NUM_THREADS`` is set); they are
 recorded with the load average in the JSON.
 """
@@ -295,17 +296,51 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def plot(report: dict, path: Path) -> None:
+    """Bar chart of (a), one panel per size: wall seconds of the baseline, of ours and of ours in
+    float64 throughout, at each iteration count, each bar labelled with its speedup."""
+    from experiments.figures import pyplot, save_figure
+
+    plt = pyplot()
+    sizes = report["sizes"]
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5.2 * len(sizes), 3.8), squeeze=False)
+    variants = (("baseline", "straightforward", "0.6"), ("ours", "ours (default)", "C0"),
+                ("ours_double", "ours, float64 only", "C1"))
+    for ax, e in zip(axes[0], sizes, strict=True):
+        rows = e["fixed_iterations"]
+        x = np.arange(len(rows))
+        for k, (key, label, color) in enumerate(variants):
+            secs = [f[key]["seconds"] for f in rows]
+            bars = ax.bar(x + (k - 1) * 0.27, secs, 0.27, label=label, color=color)
+            if key != "baseline":
+                ax.bar_label(bars, [f"{f['speedup' + key[4:]]:.1f}x" for f in rows],
+                             fontsize=8)
+        ax.set_xticks(x, [f"{f['iterations']} iterations" for f in rows])
+        ax.set_ylabel("wall seconds, start included")
+        ax.set_title(f"p={e['p']}, d={e['d']}, r={e['r']}")
+        ax.legend(fontsize=8, loc="upper left")
+    save_figure(plt, fig, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     parser.add_argument("--out", type=Path, default=None,
-                        help=f"JSON path (default {RESULTS}; --quick writes nothing unless set)")
+                        help=f"JSON path (default {RESULTS}; --quick writes nothing unless set); "
+                             "the bar chart goes beside it as .png")
+    parser.add_argument("--replot", action="store_true",
+                        help="only redraw the chart of an existing JSON (--out or the default)")
     args = parser.parse_args(argv)
+    if args.replot:
+        out = args.out or RESULTS
+        plot(json.loads(out.read_text()), out.with_suffix(".png"))
+        return 0
     report = run(args.quick)
     out = args.out if args.out is not None else (None if args.quick else RESULTS)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")
+        plot(report, out.with_suffix(".png"))
     print(table(report))
     agree = all(f["objective_agrees"] for e in report["sizes"] for f in e["fixed_iterations"])
     if not agree:

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 CHANCE = 0.1
 
 
-def _plt():
+def pyplot():
+    """matplotlib's pyplot on the non-interactive Agg backend (matplotlib is in the eval extra)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -25,7 +26,8 @@ def _plt():
     return plt
 
 
-def _save(plt, fig, path: Path) -> None:
+def save_figure(plt, fig, path: Path) -> None:
+    """Write ``fig`` to ``path`` (PNG, 120 dpi) and close it."""
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -49,7 +51,7 @@ def _scatter_fit(ax, study, method, key, color, label, value):
 def linkage(study: Study, path: Path) -> None:
     """Fig. 2/6: linkage (exact-source or identity) vs noise per attack; (a) the paired
     private-data-noise trajectory, (b) every attack on anchor noise."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     _scatter_fit(axes[0], study, "c-gdp-pn", "known_secret", "C0", "C-GDP-pn known-secret",
                  lambda r: r["linkage"]["known_secret"])
@@ -71,13 +73,13 @@ def linkage(study: Study, path: Path) -> None:
         ax.set_ylabel(study.metric_label)
         ax.set_title(title)
         ax.legend(fontsize=7)
-    _save(plt, fig, path)
+    save_figure(plt, fig, path)
 
 
 def utility(study: Study, path: Path) -> None:
     """Fig. 4/7: test balanced accuracy vs noise; open markers are GPM runs capped at the
     iteration limit."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     _scatter_fit(axes[0], study, "c-gdp-pn", "utility", "C0", "C-GDP-pn", lambda r: r["utility"])
     _scatter_fit(axes[0], study, "aa-igdp-pn", "utility", "C1", "AA-I-GDP-pn",
@@ -105,7 +107,7 @@ def utility(study: Study, path: Path) -> None:
             ax.axhline(1.0 / study.meta["classes"], color="gray", ls=":", label="chance")
         ax.set_ylabel("test balanced accuracy")
         ax.legend(fontsize=7)
-    _save(plt, fig, path)
+    save_figure(plt, fig, path)
 
 
 def _frontier_axes(ax, study, methods, colors, attack_set, label_suffix=""):
@@ -126,7 +128,7 @@ def _frontier_axes(ax, study, methods, colors, attack_set, label_suffix=""):
 def frontier(study: Study, path: Path) -> None:
     """Fig. 5/8: utility vs the strongest attack's linkage (fitted curves parametrised by
     noise); (a) the paper's attacks, (b) every attack of the engine."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
     for ax, aset, title in zip(axes, ("paper", "all"),
                                ("(a) paper's attacks (anchor noise: max of MP/OP/AM)",
@@ -139,12 +141,12 @@ def frontier(study: Study, path: Path) -> None:
         ax.set_ylabel("test balanced accuracy")
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7)
-    _save(plt, fig, path)
+    save_figure(plt, fig, path)
 
 
 def solver(study: Study, path: Path) -> None:
     """Fig. 9: GPM iterations, fixed-point residual and wall time vs v, with v_PT marked."""
-    plt = _plt()
+    plt = pyplot()
     rs = study.draws.get("aa-igdp-an", [])
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     v = np.array([r["v"] for r in rs])
@@ -163,7 +165,7 @@ def solver(study: Study, path: Path) -> None:
         ax.set_xlabel("v")
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=7)
-    _save(plt, fig, path)
+    save_figure(plt, fig, path)
 
 
 def grid(study: Study, path: Path) -> bool:
@@ -172,7 +174,7 @@ def grid(study: Study, path: Path) -> bool:
     shape = study.meta.get("image_shape")
     if not shape:
         return False
-    plt = _plt()
+    plt = pyplot()
     rows = [("original", study.meta["grid_original"]),
             ("projection only\nX F F+", study.meta["grid_projection_floor"])]
     for method, attack in (("c-gdp-pn", "known_secret"), ("aa-igdp-an", "op"),
@@ -199,14 +201,14 @@ def grid(study: Study, path: Path) -> bool:
             if len(row) > 2:
                 ax.set_xlabel(f"{100 * row[2][j]:.1f}%", fontsize=6, labelpad=1)
         axes[i][0].set_ylabel(row[0], fontsize=6, rotation=0, ha="right", va="center")
-    _save(plt, fig, path)
+    save_figure(plt, fig, path)
     return True
 
 
 def participants(studies: dict[int, Study], path: Path) -> None:
     """Fig. 11: utility vs the paper's strongest attack's linkage for each participant count
     ``p``."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for k, (p, study) in enumerate(sorted(studies.items())):
         _frontier_axes(axes[0], study, ("aa-igdp-pn",), (f"C{k}",), "paper", f" p={p}")
@@ -217,7 +219,7 @@ def participants(studies: dict[int, Study], path: Path) -> None:
         ax.set_ylabel("test balanced accuracy")
         ax.set_title(title)
         ax.legend(fontsize=7)
-    _save(plt, fig, path)
+    save_figure(plt, fig, path)
 
 
 def draw_all(studies: dict[int, Study], main_p: int, out: Path) -> list[str]:

@@ -179,6 +179,7 @@ def test_quick_benchmark_writes_its_report(tmp_path, mixed_everywhere):
     out = tmp_path / "gopp.json"
     assert bench_gopp.main(["--quick", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the bar chart
     assert {"loadavg_start", "loadavg_end", "blas"} <= set(report["meta"])
     assert all(f["objective_agrees"] for s in report["sizes"] for f in s["fixed_iterations"])
     assert any(f["ours"]["mixed_precision_steps"] for s in report["sizes"]
