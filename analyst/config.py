@@ -163,17 +163,11 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         accept_collusion=accept, host=server.str("host", "127.0.0.1"),
         port=server.int("port", 0, minimum=0), port_file=server.path("port_file", None),
         max_upload_bytes=server.int("max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES, minimum=1),
-        stream_idle_timeout=_idle_timeout(server), privacy=privacy, precision=precision)
+        stream_idle_timeout=server.positive_float("stream_idle_timeout",
+                                                  DEFAULT_STREAM_IDLE_TIMEOUT),
+        privacy=privacy, precision=precision)
     server.done()
     return cfg
-
-
-def _idle_timeout(server: Table) -> float:
-    """``[server] stream_idle_timeout``: a finite number of seconds > 0."""
-    timeout = server.float("stream_idle_timeout", DEFAULT_STREAM_IDLE_TIMEOUT, minimum=0.0)
-    if not 0.0 < timeout < float("inf"):
-        raise server.error("stream_idle_timeout", f"must be a finite number > 0, got {timeout}")
-    return timeout
 
 
 def _privacy(doc: dict, path: Path) -> PrivacyBudget | None:
@@ -181,9 +175,7 @@ def _privacy(doc: dict, path: Path) -> PrivacyBudget | None:
     if "privacy" not in doc:
         return None
     table = Table(doc, "privacy", path)
-    eps = table.float("epsilon_budget", minimum=0.0)
-    if not 0.0 < eps < float("inf"):
-        raise table.error("epsilon_budget", f"must be a finite number > 0, got {eps}")
+    eps = table.positive_float("epsilon_budget")
     delta = table.float("delta_budget", minimum=0.0)
     if not 0.0 < delta < 1.0:
         raise table.error("delta_budget", f"must be in (0, 1), got {delta}")

@@ -14,7 +14,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,7 +39,6 @@ from common.errors import (
     PreconditionError,
 )
 from common.files import atomic_write
-from common.methods import Method
 from common.sealing import verify_exchange_key
 from common.splits import SPLIT_NAMES
 from common.theory import phase_transition_v
@@ -74,7 +73,7 @@ class Federation:
 
     def __init__(self, config: AnalystConfig, store: Store) -> None:
         self.config = config
-        self.method = Method(config.method)
+        self.method = config.method_enum
         self.store = store.open()
         self._lock = threading.Lock()
         self._participant_locks = {pid: threading.Lock() for pid in config.participants}
@@ -204,11 +203,16 @@ class Federation:
         return self._commit(pid, spec, chunks, "disclosure")
 
     # -- relay ---------------------------------------------------------------------------------
-    def _publish_once(self, path, data: bytes, what: str) -> None:
+    def _publish_once(self, path: Path, data: bytes, refusal: str,
+                      same: Callable[[bytes], bool] | None = None) -> None:
+        """Write ``data`` at ``path`` unless something is there already. Publishing again is a
+        no-op (the first copy is kept) when ``same(stored bytes)`` holds (default: identical
+        bytes), else refused with ``refusal``: a restarted participant may repeat itself."""
         with self._lock:
             if path.exists():
-                if path.read_bytes() != data:
-                    raise AlreadyExistsError(f"{what} was already published differently")
+                stored = path.read_bytes()
+                if not (same(stored) if same is not None else stored == data):
+                    raise AlreadyExistsError(refusal)
                 return
             atomic_write(path, data)
 
@@ -220,16 +224,10 @@ class Federation:
                             pid, public_key, signature)
         msg = pb.SignedKey(participant_id=pid, public_key=public_key, signature=signature,
                            certificate_pem=cert_pem)
-        path = self.store.keys / f"{pid}.pb"
-        with self._lock:
-            # A restarted participant re-publishes its kept key; signatures may be randomized,
-            # so the public key decides (the first signed copy is kept).
-            if path.exists():
-                if _read(pb.SignedKey, path).public_key != public_key:
-                    raise AlreadyExistsError(f"the exchange key of {pid!r} was already "
-                                             "published differently")
-                return
-            atomic_write(path, msg.SerializeToString(deterministic=True))
+        # Signatures may be randomized, so the public key decides whether it is the same.
+        self._publish_once(self.store.keys / f"{pid}.pb", msg.SerializeToString(deterministic=True),
+                           f"the exchange key of {pid!r} was already published differently",
+                           lambda stored: _parse(pb.SignedKey, stored).public_key == public_key)
 
     def list_keys(self) -> list[pb.SignedKey]:
         """Every published signed key."""
@@ -237,7 +235,7 @@ class Federation:
         for pid in self.config.participants:
             path = self.store.keys / f"{pid}.pb"
             if path.exists():
-                keys.append(_read(pb.SignedKey, path))
+                keys.append(_parse(pb.SignedKey, path.read_bytes()))
         return keys
 
     def post_sealed(self, dealer: str, shares: list[pb.SealedShare]) -> None:
@@ -252,31 +250,29 @@ class Federation:
             if share.recipient_id not in self._participant_locks:
                 raise InvalidInputError(f"sealed share for {share.recipient_id!r}: not a "
                                         "participant of this federation")
-        with self._lock:
-            for share in shares:
-                path = self.store.sealed / f"{share.recipient_id}.pb"
-                if path.exists():
-                    if _read(pb.SealedShare, path).dealer_id != dealer:
-                        raise AlreadyExistsError(f"the sealed share for {share.recipient_id!r} "
-                                                 "was already posted by another participant")
-                    continue
-                stored = pb.SealedShare(dealer_id=dealer, recipient_id=share.recipient_id,
-                                        nonce=share.nonce, ciphertext=share.ciphertext)
-                atomic_write(path, stored.SerializeToString(deterministic=True))
+        for share in shares:
+            stored = pb.SealedShare(dealer_id=dealer, recipient_id=share.recipient_id,
+                                    nonce=share.nonce, ciphertext=share.ciphertext)
+            self._publish_once(
+                self.store.sealed / f"{share.recipient_id}.pb",
+                stored.SerializeToString(deterministic=True),
+                f"the sealed share for {share.recipient_id!r} was already posted by another "
+                "participant",
+                lambda old: _parse(pb.SealedShare, old).dealer_id == dealer)
 
     def get_sealed(self, pid: str) -> pb.SealedShare:
         """The sealed share addressed to ``pid``."""
         path = self.store.sealed / f"{pid}.pb"
         if not path.exists():
             raise NotFoundError(f"no sealed share for {pid!r} yet")
-        return _read(pb.SealedShare, path)
+        return _parse(pb.SealedShare, path.read_bytes())
 
     def publish_commitment(self, pid: str, digest: bytes) -> None:
         """Store ``pid``'s anchor commitment."""
         if len(digest) != 32:
             raise InvalidInputError(f"a commitment is a 32-byte SHA-256 digest, got {len(digest)}")
         self._publish_once(self.store.commitments / f"{pid}.bin", digest,
-                           f"the commitment of {pid!r}")
+                           f"the commitment of {pid!r} was already published differently")
 
     def list_commitments(self) -> list[pb.Commitment]:
         """Every published commitment."""
@@ -285,6 +281,11 @@ class Federation:
                 if (path := self.store.commitments / f"{pid}.bin").exists()]
 
     # -- alignment -----------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        """``collecting``, ``aligning``, ``done`` or ``failed``."""
+        return self._state
+
     def status(self) -> dict[str, Any]:
         """Progress: state, expected, committed and disclosed ids, error, result summary."""
         result = self.store.result / "result.json"
@@ -353,8 +354,8 @@ class Federation:
         }
 
 
-def _read(message_type: type[T], path: Path) -> T:
-    """A protobuf message of ``message_type`` stored at ``path``."""
+def _parse(message_type: type[T], raw: bytes) -> T:
+    """A protobuf message of ``message_type`` from its serialized bytes."""
     msg = message_type()
-    msg.ParseFromString(path.read_bytes())
+    msg.ParseFromString(raw)
     return msg

@@ -222,7 +222,7 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
         if self.ledger is None:
             raise PreconditionError("the analyst config has no [privacy] table (epsilon_budget, "
                                     "delta_budget): DP releases are disabled")
-        state = self.fed.status()["state"]
+        state = self.fed.state  # no store listing: this runs on every release
         if state != "done":
             raise PreconditionError(f"federation {name!r} is {state}; releases need the aligned "
                                     "collaboration matrix")

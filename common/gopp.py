@@ -161,6 +161,11 @@ class _GramOperator:
             k = scipy.linalg.qr(k, mode="r", check_finite=False)[0][: p * d]
         self.k = k
 
+    @property
+    def product_flops(self) -> float:
+        """Flops of one exact product ``G R = K^T (K R)`` (two ``m x pd`` by ``pd x d`` GEMMs)."""
+        return 4.0 * self.k.shape[0] * self.p * self.d * self.d
+
     def apply(self, r_blocks: np.ndarray) -> np.ndarray:
         """``(G R)_i = Bc_i^T sum_j Bc_j R_j`` for ``R`` given as ``(p, d, d)``."""
         s = self.k @ r_blocks.reshape(self.p * self.d, self.d)
@@ -276,13 +281,13 @@ def _lanczos_complement_min_eig(op: _GramOperator, lam: np.ndarray, basis: np.nd
         return float(np.min(err.eigenvalues))
 
 
-def _worker_count(p: int, d: int, m: int) -> int:
-    """Threads for one GPM step: one per core (at most ``p``) when the step is large enough and
-    BLAS can be held to one thread per worker, else 1."""
-    flops = 4.0 * m * p * d * d + 12.0 * p * d**3
+def _worker_count(op: _GramOperator) -> int:
+    """Threads for one GPM step: one per core (at most ``p``) when the step (product plus
+    ``p`` polar factors) is large enough and BLAS can be held to one thread per worker, else 1."""
+    flops = op.product_flops + 12.0 * op.p * op.d**3
     if flops < PARALLEL_MIN_FLOPS or not can_limit_blas_threads():
         return 1
-    return min(available_cpus(), p)
+    return min(available_cpus(), op.p)
 
 
 @dataclass(frozen=True)
@@ -328,12 +333,14 @@ class _GpmStep:
         ``drift`` is the estimated relative drift of the carried ``gr``."""
         d = self.op.d
         new = np.empty_like(gr)
+        delta = np.empty_like(gr)  # R' - R: the step's size, and the increment's input
         gr_new = np.empty_like(gr)
 
         def polar_part(g: slice) -> float:
             m = gr[g] if beta == 0.0 else gr[g] + beta * (gr[g] - gr_prev[g])
             new[g] = polar_factor_fast(m)
-            return float(np.sum((new[g] - rot[g]) ** 2))
+            np.subtract(new[g], rot[g], out=delta[g])
+            return float(np.sum(delta[g] ** 2))
 
         size = float(np.sqrt(sum(self.workers.map(polar_part))))
         # ||R||_F = sqrt(p d) for orthogonal blocks.
@@ -343,7 +350,7 @@ class _GpmStep:
         k = self.k32 if increment else self.op.k
 
         def share_part(g: slice) -> np.ndarray:
-            x = (new[g] - rot[g]).astype(np.float32) if increment else new[g]
+            x = delta[g].astype(np.float32) if increment else new[g]
             return k[:, g.start * d:g.stop * d] @ x.reshape(-1, d)
 
         parts = self.workers.map(share_part)
@@ -463,9 +470,8 @@ def solve_gopp(
                                 f"{precision!r}")
     means, bc = center_rows(b)
     op = _GramOperator(bc)
-    mixed = precision == "mixed" or (precision == "auto"
-                                     and 4.0 * op.k.shape[0] * p * d * d >= MIXED_MIN_FLOPS)
-    workers = BlockWorkers(p, _worker_count(p, d, op.k.shape[0]))
+    mixed = precision == "mixed" or (precision == "auto" and op.product_flops >= MIXED_MIN_FLOPS)
+    workers = BlockWorkers(p, _worker_count(op))
     # Worker threads run with BLAS held to one thread; whole-matrix products outside them don't.
     blas_limit = single_threaded_blas if len(workers.groups) > 1 else contextlib.nullcontext
     u, lambda_1 = op.top_eigvecs()

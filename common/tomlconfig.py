@@ -90,6 +90,13 @@ class Table:
             raise ConfigError(f"{self._where(key)} must be >= {minimum}, got {value}")
         return float(value)
 
+    def positive_float(self, key: str, default: Any = _MISSING) -> Any:
+        """A finite number ``> 0`` as float."""
+        value = self.float(key, default, minimum=0.0)
+        if value is not None and not 0.0 < value < float("inf"):
+            raise self.error(key, f"must be a finite number > 0, got {value}")
+        return value
+
     def bool(self, key: str, default: Any = _MISSING) -> Any:
         """A boolean value."""
         return self._get(key, default, (bool,), "true or false")

@@ -125,10 +125,9 @@ def query_record(cfg: ParticipantConfig, record: Path | None, row_index: int | N
             raise InvalidInputError(f"{record}: a query record is one numeric row, got shape "
                                     f"{x.shape} and dtype {x.dtype}")
         return x.astype(np.float64)
-    from participant.data import load_local_data
+    from participant.run import local_data
 
-    data = load_local_data(cfg.data, label_column=cfg.label_column, tag_column=cfg.tag_column,
-                           label_index=cfg.label_index)
+    data = local_data(cfg)
     if not 0 <= row_index < len(data.x):
         raise InvalidInputError(f"--row-index {row_index} is outside the {len(data.x)} local "
                                 "records")
@@ -143,16 +142,11 @@ def transform_query(cfg: ParticipantConfig, x: np.ndarray, key: GdpKey) -> np.nd
 
 
 # -- the RPCs ----------------------------------------------------------------------------------
-def _client(cfg: ParticipantConfig):
-    from participant.client import AnalystClient
-
-    return AnalystClient(cfg.analyst, cfg.tls, cfg.server_name, cfg.federation_id, cfg.timeout)
-
-
 def release_scores(cfg: ParticipantConfig, t: np.ndarray, epsilon: float, delta: float, *,
                    top_k: int = 0, dataset: str = "") -> ScoreResult:
     """Send query ``t`` (already in this participant's GDP frame) and receive the release."""
     from common.wire import ArraySpec, decode_array
+    from participant.run import analyst_client
     from protos.noisyanchor.v1 import release_pb2 as pb
     from protos.noisyanchor.v1 import release_pb2_grpc as pb_grpc
 
@@ -160,7 +154,7 @@ def release_scores(cfg: ParticipantConfig, t: np.ndarray, epsilon: float, delta:
     query = pb.ScoreQuery(federation_id=cfg.federation_id, dataset=dataset,
                           record_header=ArraySpec.of("record", t).to_proto(), record=t.tobytes(),
                           epsilon=epsilon, delta=delta, top_k=top_k)
-    with _client(cfg) as client:
+    with analyst_client(cfg) as client:
         stub = pb_grpc.ReleaseStub(client.channel)
         start = time.perf_counter()
         reply = client.call("score release", lambda: stub.ReleaseScores(query,
@@ -203,12 +197,13 @@ def release_gram(cfg: ParticipantConfig, epsilon: float, delta: float, *,
     ``max_iterations`` caps the analyst's projection (0: its default). The RPC deadline is the
     config's ``timeout``: at n = 1,797 one projection iteration takes about a second.
     """
+    from participant.run import analyst_client
     from protos.noisyanchor.v1 import release_pb2 as pb
     from protos.noisyanchor.v1 import release_pb2_grpc as pb_grpc
 
     query = pb.GramQuery(federation_id=cfg.federation_id, dataset=dataset, epsilon=epsilon,
                          delta=delta, projector=projector, max_iterations=max_iterations)
-    with _client(cfg) as client:
+    with analyst_client(cfg) as client:
         stub = pb_grpc.ReleaseStub(client.channel)
         start = time.perf_counter()
         header, matrix = client.call("Gram release", lambda: _receive_gram(

@@ -49,7 +49,8 @@ def working_data(cfg: ParticipantConfig, x: np.ndarray) -> np.ndarray:
     return x @ f
 
 
-def _local(cfg: ParticipantConfig) -> LocalData:
+def local_data(cfg: ParticipantConfig) -> LocalData:
+    """This participant's records, labels and (optional) tags, as its config describes them."""
     return load_local_data(cfg.data, label_column=cfg.label_column, tag_column=cfg.tag_column,
                            label_index=cfg.label_index)
 
@@ -65,7 +66,8 @@ def _tags(cfg: ParticipantConfig, data: LocalData) -> np.ndarray:
     return split_tags(data.labels, rng).astype("|i1")
 
 
-def _client(cfg: ParticipantConfig) -> AnalystClient:
+def analyst_client(cfg: ParticipantConfig) -> AnalystClient:
+    """A mutual-TLS client to this participant's analyst (use as a context manager)."""
     return AnalystClient(cfg.analyst, cfg.tls, cfg.server_name, cfg.federation_id, cfg.timeout)
 
 
@@ -81,13 +83,13 @@ def _write_secrets(cfg: ParticipantConfig, arrays: dict[str, np.ndarray]) -> Pat
 
 def run_upload(cfg: ParticipantConfig) -> Sent:
     """Load the data, agree on the anchor, compute the upload with the engine, stream it once."""
-    data = _local(cfg)
+    data = local_data(cfg)
     x = working_data(cfg, data.x)
     tags = _tags(cfg, data)
     rng = secret_rng(cfg.seed)
     d = x.shape[1]
     r = cfg.anchors or 4 * d
-    with _client(cfg) as client:
+    with analyst_client(cfg) as client:
         seed = None
         if cfg.needs_shared_seed:
             seed = agree_on_seed(
@@ -127,7 +129,7 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
 
 def analyst_status(cfg: ParticipantConfig):
     """The analyst's ``StatusReply`` for this participant's federation."""
-    with _client(cfg) as client:
+    with analyst_client(cfg) as client:
         return client.status()
 
 
@@ -139,9 +141,9 @@ def run_collude(cfg: ParticipantConfig) -> Sent:
                             "keep_secrets = true first")
     with np.load(path, allow_pickle=False) as kept:
         secrets_ = {k: kept[k] for k in kept.files}
-    arrays = {"data": working_data(cfg, _local(cfg).x)} | secrets_
+    arrays = {"data": working_data(cfg, local_data(cfg).x)} | secrets_
     spec = bundle_spec(cfg.federation_id, cfg.method, arrays)
-    with _client(cfg) as client:
+    with analyst_client(cfg) as client:
         receipt = client.send_bundle("disclosure", spec, arrays)
     return Sent(cfg.id, "disclosure", receipt.receipt.hex(), receipt.already_committed,
                 len(arrays["data"]), spec.nbytes)
