@@ -89,6 +89,9 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
     rng = secret_rng(cfg.seed)
     d = x.shape[1]
     r = cfg.anchors or 4 * d
+    # Kept until an upload is committed (by this run or an earlier one): after that the
+    # agreement cannot be resumed any more, so the key need not stay on disk.
+    key_file = exchange_key_path(cfg.state_dir, cfg.federation_id)
     with analyst_client(cfg) as client:
         seed = None
         if cfg.needs_shared_seed:
@@ -96,7 +99,7 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
                 client, participant_id=cfg.id, dealer=cfg.dealer,
                 tls_key_pem=cfg.tls.key.read_bytes(), ca_pem=cfg.tls.ca.read_bytes(),
                 params=SharedParameters(cfg.method, r, d, cfg.translation_scale),
-                key_path=exchange_key_path(cfg.state_dir, cfg.federation_id),
+                key_path=key_file,
                 dealer_seed=cfg.anchor_seed)
         upload, state = compute_upload(cfg.method, x, rng, shared_seed=seed, anchors=r,
                                        sigma=cfg.sigma, v=cfg.v,
@@ -106,9 +109,6 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
             arrays["anchor"] = upload.anchor
         arrays |= {"labels": data.labels.astype("<i8"), "tags": tags.astype("|i1")}
         spec = bundle_spec(cfg.federation_id, cfg.method, arrays)
-        # Once an upload is committed (by this run or an earlier one) the agreement cannot be
-        # resumed any more, so its key need not stay on disk.
-        key_file = exchange_key_path(cfg.state_dir, cfg.federation_id)
         try:
             receipt = client.send_bundle("upload", spec, arrays)
         except AlreadyExistsError:
