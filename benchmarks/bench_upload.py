@@ -35,6 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from common.linalg import available_cpus  # noqa: E402
 from common.tomlconfig import TlsFiles  # noqa: E402
 from common.wire import CHUNK_SIZE, bundle_spec  # noqa: E402
 from deploy.demo import write_analyst  # noqa: E402
@@ -174,7 +175,7 @@ def main() -> None:
         "analyst_peak_rss_growth_mib": growth,
         "analyst_peak_rss_growth_over_upload_size": growth / args.size_mib,
         "runs": runs,
-        "machine": {"cpus": len(os.sched_getaffinity(0)),
+        "machine": {"cpus": available_cpus(),
                     "load_average_1_5_15": list(os.getloadavg()),
                     "python": platform.python_version(), "grpcio": grpc.__version__,
                     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},

@@ -11,7 +11,7 @@ References: SPEC.md section 3; noisy-anchor GDP paper, Section 3 and Algorithm 3
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,13 +53,38 @@ def _invert(y: np.ndarray, psi: np.ndarray, o_inv: np.ndarray) -> np.ndarray:
     return (y - psi) @ o_inv
 
 
+def _disclosed_anchor(anchor: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The checked disclosed anchor ``A`` with ``a`` and ``Ac``."""
+    anchor = as_matrix(anchor, "anchor")
+    a, ac = center_rows(anchor)
+    return anchor, a, ac
+
+
+def _check_upload(b: np.ndarray, anchor: np.ndarray) -> np.ndarray:
+    """``B_i`` checked to have the shape of the (checked) disclosed anchor ``A``."""
+    return as_matrix(b, "anchor upload", rows=anchor.shape[0], cols=anchor.shape[1])
+
+
 def _anchor_parts(anchor: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
     """``a, Ac, b_i, Bc_i`` after checking shapes."""
-    anchor = as_matrix(anchor, "anchor")
-    b = as_matrix(b, "anchor upload", rows=anchor.shape[0], cols=anchor.shape[1])
-    a, ac = center_rows(anchor)
-    bi, bc = center_rows(b)
+    anchor, a, ac = _disclosed_anchor(anchor)
+    bi, bc = center_rows(_check_upload(b, anchor))
     return a, ac, bi, bc
+
+
+def _rotation_attack(y: np.ndarray, a: np.ndarray, bi: np.ndarray, o_hat: np.ndarray) -> np.ndarray:
+    """``X^_i = (Y_i - 1 Psi^_i^T) O^_i^T`` with ``Psi^_i = b_i - O^_i^T a``."""
+    return _invert(y, bi - o_hat.T @ a, o_hat.T)
+
+
+def _mp_core(y: np.ndarray, a: np.ndarray, bi: np.ndarray, o_hat: np.ndarray) -> np.ndarray:
+    """``X^_i = (Y_i - 1 Psi^_i^T) (O^_i)^+`` with ``Psi^_i = b_i - O^_i^T a``."""
+    return _invert(y, bi - o_hat.T @ a, np.linalg.pinv(o_hat))
+
+
+def _am_calibration(colluder_rotation: np.ndarray, colluder_alignment: np.ndarray) -> np.ndarray:
+    """``Q^ = Pi(O_c R_c)``."""
+    return polar_factor(np.asarray(colluder_rotation) @ np.asarray(colluder_alignment))
 
 
 def known_secret_attack(y: np.ndarray, key: GdpKey) -> np.ndarray:
@@ -71,22 +96,19 @@ def known_secret_attack(y: np.ndarray, key: GdpKey) -> np.ndarray:
 def known_anchor_attack(y: np.ndarray, b: np.ndarray, anchor: np.ndarray) -> np.ndarray:
     """Algorithm 3: ``O^_i = Ac^+ Bc_i``, ``X^_i = (Y_i - 1 Psi^_i^T) O^_i^T`` (exact w/o noise)."""
     a, ac, bi, bc = _anchor_parts(anchor, b)
-    o_hat = np.linalg.pinv(ac) @ bc
-    return _invert(as_matrix(y, "data upload"), bi - o_hat.T @ a, o_hat.T)
+    return _rotation_attack(as_matrix(y, "data upload"), a, bi, np.linalg.pinv(ac) @ bc)
 
 
 def mp_attack(y: np.ndarray, b: np.ndarray, anchor: np.ndarray) -> np.ndarray:
     """Moore-Penrose: ``O^_i = Ac^+ Bc_i``, ``X^_i = (Y_i - 1 Psi^_i^T) (O^_i)^+``."""
     a, ac, bi, bc = _anchor_parts(anchor, b)
-    o_hat = np.linalg.pinv(ac) @ bc
-    return _invert(as_matrix(y, "data upload"), bi - o_hat.T @ a, np.linalg.pinv(o_hat))
+    return _mp_core(as_matrix(y, "data upload"), a, bi, np.linalg.pinv(ac) @ bc)
 
 
 def op_attack(y: np.ndarray, b: np.ndarray, anchor: np.ndarray) -> np.ndarray:
     """Orthogonal Procrustes: ``O^_i = Pi(Ac^T Bc_i)``, ``X^_i = (Y_i - 1 Psi^_i^T) O^_i^T``."""
     a, ac, bi, bc = _anchor_parts(anchor, b)
-    o_hat = polar_factor(ac.T @ bc)
-    return _invert(as_matrix(y, "data upload"), bi - o_hat.T @ a, o_hat.T)
+    return _rotation_attack(as_matrix(y, "data upload"), a, bi, polar_factor(ac.T @ bc))
 
 
 def am_attack(
@@ -101,10 +123,39 @@ def am_attack(
     """Alignment-map calibration: ``Q^ = Pi(O_c R_c)``, ``O^_i = Q^ R_i^T``,
     ``X^_i = (Y_i - 1 Psi^_i^T) O^_i^T``, using the analyst's own alignment ``R_i``.
     """
-    a, _, bi, _ = _anchor_parts(anchor, b)
-    q_hat = polar_factor(np.asarray(colluder_rotation) @ np.asarray(colluder_alignment))
+    anchor = as_matrix(anchor, "anchor")
+    bi = _check_upload(b, anchor).mean(axis=-2)
+    q_hat = _am_calibration(colluder_rotation, colluder_alignment)
     o_hat = q_hat @ np.asarray(target_alignment).T
-    return _invert(as_matrix(y, "data upload"), bi - o_hat.T @ a, o_hat.T)
+    return _rotation_attack(as_matrix(y, "data upload"), anchor.mean(axis=-2), bi, o_hat)
+
+
+def _anchor_attacks(
+    disclosure: Disclosure,
+    data: Sequence[np.ndarray],
+    anchors: Sequence[np.ndarray],
+    rotations: np.ndarray,
+    targets: Sequence[int],
+) -> dict[str, dict[int, np.ndarray]]:
+    """``known_anchor``, ``mp``, ``op`` and ``am`` against every target, as the public attacks
+    compute them, with the disclosed-anchor work (``a``, ``Ac``, ``Ac^+``, ``Q^``) done once and
+    each target's (``Y_i`` check, ``b_i``, ``Bc_i``, ``Ac^+ Bc_i``) once.
+    """
+    out: dict[str, dict[int, np.ndarray]] = {"known_anchor": {}, "mp": {}, "op": {}, "am": {}}
+    if not targets:
+        return out
+    anchor, a, ac = _disclosed_anchor(disclosure.anchor)
+    ac_pinv = np.linalg.pinv(ac)
+    q_hat = _am_calibration(disclosure.key.rotation, rotations[disclosure.colluder])
+    for i in targets:
+        bi, bc = center_rows(_check_upload(anchors[i], anchor))
+        y = as_matrix(data[i], "data upload")
+        o_hat = ac_pinv @ bc
+        out["known_anchor"][i] = _rotation_attack(y, a, bi, o_hat)
+        out["mp"][i] = _mp_core(y, a, bi, o_hat)
+        out["op"][i] = _rotation_attack(y, a, bi, polar_factor(ac.T @ bc))
+        out["am"][i] = _rotation_attack(y, a, bi, q_hat @ np.asarray(rotations[i]).T)
+    return out
 
 
 def run_attacks(
@@ -138,21 +189,14 @@ def run_attacks(
     if not 0 <= c < p:
         raise InvalidInputError(f"colluder index {c} is not a participant index in [0, {p})")
     targets = [i for i in range(p) if i != c]
-    attacks: dict[str, Callable[[int], np.ndarray]] = {}
     if method.shared_key:
-        attacks["known_secret"] = lambda i: known_secret_attack(data[i], disclosure.key)
-    elif method.uses_anchor:
+        return {"known_secret": {i: known_secret_attack(data[i], disclosure.key) for i in targets}}
+    if method.uses_anchor:
         if disclosure.anchor is None or anchors is None or rotations is None:
             raise InvalidInputError(f"attacks on {method.value} need the disclosed anchor, the "
                                     "anchor uploads and the analyst's rotations")
-        anchor = disclosure.anchor
-        attacks["known_anchor"] = lambda i: known_anchor_attack(data[i], anchors[i], anchor)
-        attacks["mp"] = lambda i: mp_attack(data[i], anchors[i], anchor)
-        attacks["op"] = lambda i: op_attack(data[i], anchors[i], anchor)
-        attacks["am"] = lambda i: am_attack(
-            data[i], anchors[i], anchor, colluder_rotation=disclosure.key.rotation,
-            colluder_alignment=rotations[c], target_alignment=rotations[i])
-    return {name: {i: attack(i) for i in targets} for name, attack in attacks.items()}
+        return _anchor_attacks(disclosure, data, anchors, rotations, targets)
+    return {}
 
 
 def relative_error(x_hat: np.ndarray, x: np.ndarray) -> float:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import InvalidInputError
-from common.validation import as_matrix, check_count, check_positive
+from common.validation import as_matrix, check_anchor_rows, check_count, check_positive
 
 #: Default standard deviation ``s`` of the secret translation ``Psi_i ~ N(0, s^2 I)``: large
 #: compared with unit-scale data so the translation is not guessable.
@@ -108,8 +108,7 @@ def make_anchor(r: int, d: int, rng: np.random.Generator) -> np.ndarray:
     """
     d = check_count(d, "d", minimum=1)
     r = check_count(r, "r", minimum=1)
-    if r < d + 1:
-        raise InvalidInputError(f"the anchor needs r >= d + 1 rows, got r={r}, d={d}")
+    check_anchor_rows(r, d, "the anchor needs")
     omega = rng.standard_normal((r, d))
     q, rr = np.linalg.qr(omega - omega.mean(axis=0))
     return q * np.where(np.diag(rr) < 0, -1.0, 1.0)

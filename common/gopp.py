@@ -37,7 +37,7 @@ from common.linalg import (
     polar_factor_fast,
     single_threaded_blas,
 )
-from common.validation import check_count, check_positive, stack_blocks
+from common.validation import check_anchor_rows, check_count, check_positive, stack_blocks
 
 #: Largest ``pd`` for which the certificate uses a dense ``pd x pd`` eigensolver.
 DENSE_CERTIFICATE_MAX = 1500
@@ -142,11 +142,6 @@ class GoppResult:
     mixed_precision_steps: int = 0
     product_drift: float = 0.0
     product_drift_estimate: float = 0.0
-
-    def template(self, anchors: Sequence[np.ndarray]) -> np.ndarray:
-        """Consensus template ``C = (1/p) sum_i Bc_i R_i`` (``r x d``)."""
-        _, bc = center_rows(stack_blocks(anchors, "anchors"))
-        return np.einsum("prd,pde->re", bc, self.rotations) / len(bc)
 
 
 class _GramOperator:
@@ -461,8 +456,7 @@ def solve_gopp(
     start = time.perf_counter()
     b = stack_blocks(anchors, "anchors")
     p, r, d = b.shape
-    if r < d + 1:
-        raise InvalidInputError(f"anchors need r >= d + 1 rows, got r={r}, d={d}")
+    check_anchor_rows(r, d, "anchors need")
     max_iter = check_count(max_iter, "max_iter", minimum=0)
     tol = check_positive(tol, "tol")
     if precision not in PRECISIONS:

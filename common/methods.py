@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.errors import InvalidInputError
-from common.gdp import GdpKey, gdp_map
-from common.validation import as_matrix, check_nonnegative
+from common.gdp import GdpKey, gdp_map, secret_rng
+from common.validation import as_matrix, check_anchor_rows, check_nonnegative
 
 
 class Method(str, enum.Enum):
@@ -142,7 +142,7 @@ def make_upload(
         raise InvalidInputError(f"sigma > 0 needs a private-data-noise method, not {method.value}")
     if v and not method.anchor_noise:
         raise InvalidInputError(f"v > 0 needs method aa-igdp-an, not {method.value}")
-    rng = np.random.default_rng() if rng is None else rng
+    rng = secret_rng() if rng is None else rng
 
     y = gdp_map(x, key)
     data_noise = sigma * rng.standard_normal(y.shape) if method.data_noise else None
@@ -154,9 +154,7 @@ def make_upload(
         if anchor is None:
             raise InvalidInputError(f"method {method.value} needs the shared anchor")
         anchor = as_matrix(anchor, "anchor", cols=d)
-        if anchor.shape[0] < d + 1:
-            raise InvalidInputError(f"the anchor needs r >= d + 1 rows, got r={anchor.shape[0]}, "
-                                    f"d={d}")
+        check_anchor_rows(anchor.shape[0], d, "the anchor needs")
         b = gdp_map(anchor, key)
         if method.anchor_noise:
             anchor_noise = v * rng.standard_normal(b.shape)

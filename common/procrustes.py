@@ -13,7 +13,7 @@ import numpy as np
 
 from common.errors import InvalidInputError
 from common.linalg import center_rows, polar_factor
-from common.validation import stack_blocks
+from common.validation import check_anchor_rows, stack_blocks
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,7 @@ def align_to_reference(anchors: Sequence[np.ndarray], *, reference: int = 0) -> 
     start = time.perf_counter()
     b = stack_blocks(anchors, "anchors")
     p, r, d = b.shape
-    if r < d + 1:
-        raise InvalidInputError(f"anchors need r >= d + 1 rows, got r={r}, d={d}")
+    check_anchor_rows(r, d, "anchors need")
     if isinstance(reference, bool) or not 0 <= int(reference) < p:
         raise InvalidInputError(f"reference must be an index in [0, {p}), got {reference!r}")
     s = int(reference)

@@ -9,15 +9,14 @@ from __future__ import annotations
 import math
 
 from common.errors import InvalidInputError
-from common.validation import check_count, check_nonnegative
+from common.validation import check_anchor_rows, check_count, check_nonnegative
 
 
 def _check_sizes(p: int, d: int, r: int) -> tuple[int, int, int]:
     p = check_count(p, "p", minimum=2)
     d = check_count(d, "d", minimum=1)
     r = check_count(r, "r", minimum=2)
-    if r < d + 1:
-        raise InvalidInputError(f"r must be >= d + 1, got r={r}, d={d}")
+    check_anchor_rows(r, d, "the anchor needs")
     return p, d, r
 
 

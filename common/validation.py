@@ -42,7 +42,6 @@ def as_matrix(
     *,
     rows: int | None = None,
     cols: int | None = None,
-    min_rows: int | None = None,
 ) -> np.ndarray:
     """Return ``x`` as a finite float64 2-D array with the required shape."""
     arr = as_float_array(x, name, ndim=2)
@@ -51,19 +50,14 @@ def as_matrix(
         raise InvalidInputError(f"{name} must have {rows} rows, got shape {arr.shape}")
     if cols is not None and m != cols:
         raise InvalidInputError(f"{name} must have {cols} columns, got shape {arr.shape}")
-    if min_rows is not None and n < min_rows:
-        raise InvalidInputError(f"{name} must have at least {min_rows} rows, got shape {arr.shape}")
     if arr.size == 0:
         raise InvalidInputError(f"{name} is empty (shape {arr.shape})")
     return arr
 
 
-def as_vector(x: object, name: str, *, size: int | None = None) -> np.ndarray:
-    """Return ``x`` as a finite float64 1-D array of the required length."""
-    arr = as_float_array(x, name, ndim=1)
-    if size is not None and arr.shape[0] != size:
-        raise InvalidInputError(f"{name} must have length {size}, got {arr.shape[0]}")
-    return arr
+def as_vector(x: object, name: str) -> np.ndarray:
+    """Return ``x`` as a finite float64 1-D array."""
+    return as_float_array(x, name, ndim=1)
 
 
 def check_nonnegative(value: float, name: str) -> float:
@@ -89,18 +83,27 @@ def check_count(value: int, name: str, *, minimum: int) -> int:
     return int(value)
 
 
-def stack_blocks(blocks: Sequence[object], name: str, *, min_blocks: int = 2) -> np.ndarray:
-    """Stack ``p`` equally shaped finite ``(r, d)`` blocks into a ``(p, r, d)`` array.
+def check_anchor_rows(r: int, d: int, what: str) -> None:
+    """Raise unless an anchor has ``r >= d + 1`` rows for dimension ``d``.
 
-    Raises when there are fewer than ``min_blocks`` blocks or when any block differs in shape.
+    ``what`` starts the message, e.g. ``"anchors need"`` gives
+    ``"anchors need r >= d + 1 rows, got r=3, d=4"``.
+    """
+    if r < d + 1:
+        raise InvalidInputError(f"{what} r >= d + 1 rows, got r={r}, d={d}")
+
+
+def stack_blocks(blocks: Sequence[object], name: str) -> np.ndarray:
+    """Stack ``p >= 2`` equally shaped finite ``(r, d)`` blocks into a ``(p, r, d)`` array.
+
+    Raises when there are fewer than two blocks or when any block differs in shape.
     """
     if isinstance(blocks, np.ndarray) and blocks.ndim == 3:
         blocks = list(blocks)
     if not isinstance(blocks, Sequence) or isinstance(blocks, str | bytes):
         raise InvalidInputError(f"{name} must be a list of 2-D arrays")
-    if len(blocks) < min_blocks:
-        raise InvalidInputError(f"{name} needs at least {min_blocks} blocks (p >= {min_blocks}), "
-                                f"got {len(blocks)}")
+    if len(blocks) < 2:
+        raise InvalidInputError(f"{name} needs at least 2 blocks (p >= 2), got {len(blocks)}")
     mats = [as_matrix(b, f"{name}[{i}]") for i, b in enumerate(blocks)]
     shape = mats[0].shape
     for i, m in enumerate(mats):

@@ -10,10 +10,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from experiments.linkage import GALLERY_SIZE
+
 if TYPE_CHECKING:
     from experiments.report import Study
 
-CHANCE = 0.1
+#: Chance linkage: one true candidate in a gallery of ``GALLERY_SIZE``.
+CHANCE = 1.0 / GALLERY_SIZE
 
 
 def pyplot():
@@ -26,10 +29,10 @@ def pyplot():
     return plt
 
 
-def save_figure(plt, fig, path: Path) -> None:
-    """Write ``fig`` to ``path`` (PNG, 120 dpi) and close it."""
+def save_figure(plt, fig, path: Path, dpi: int = 120) -> None:
+    """Write ``fig`` to ``path`` (PNG, ``dpi``, default 120) and close it."""
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
 
 

@@ -9,6 +9,13 @@ from common.splits import TEST, TRAIN, VALIDATION
 from common.validation import check_count
 
 
+def _check_fractions(test_fraction: float, validation_fraction: float) -> None:
+    """Raise unless ``0 < test_fraction < 1`` and ``0 <= validation_fraction < 1 - test``."""
+    if not 0 < test_fraction < 1 or not 0 <= validation_fraction < 1 - test_fraction:
+        raise InvalidInputError("need 0 < test_fraction < 1 and "
+                                "0 <= validation_fraction < 1 - test_fraction")
+
+
 def stratified_iid(y: np.ndarray, p: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Deal the records of every class round-robin (after a shuffle) to ``p`` participants.
 
@@ -33,9 +40,7 @@ def split_tags(
     validation_fraction: float = 0.0,
 ) -> np.ndarray:
     """Per-record tags TRAIN / VALIDATION / TEST, stratified by label."""
-    if not 0 < test_fraction < 1 or not 0 <= validation_fraction < 1 - test_fraction:
-        raise InvalidInputError("need 0 < test_fraction < 1 and "
-                                "0 <= validation_fraction < 1 - test_fraction")
+    _check_fractions(test_fraction, validation_fraction)
     y = np.asarray(y)
     tags = np.full(len(y), TRAIN, dtype=np.int8)
     for label in np.unique(y):
@@ -93,9 +98,7 @@ def identity_disjoint(
     reference : (n,) bool ndarray
         True for the one held-out reference record per identity.
     """
-    if not 0 < test_fraction < 1 or not 0 <= validation_fraction < 1 - test_fraction:
-        raise InvalidInputError("need 0 < test_fraction < 1 and "
-                                "0 <= validation_fraction < 1 - test_fraction")
+    _check_fractions(test_fraction, validation_fraction)
     ids = np.asarray(ids)
     people = rng.permutation(np.unique(ids))
     n_test = round(test_fraction * len(people))

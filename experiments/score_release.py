@@ -40,13 +40,13 @@ from common.errors import InvalidInputError
 from common.scoreshield import (
     auc,
     calibrate_sigma,
-    clean_threshold,
     eer,
     gaussian_epsilon,
     gram_record_sensitivity,
     per_entry_sensitivity,
     project_correlation,
     recalibrate_threshold,
+    release_gram,
     score_vector_sensitivity,
     symmetrize,
     tar_at_far,
@@ -107,7 +107,7 @@ def _splits(config: ScoresConfig, rng: np.random.Generator):
                      perm[config.n + config.queries:])
     mean = data.x[pub].mean(axis=0)  # public encoder parameter: never the private rows
     enc = _encode(data.x, mean)
-    return data, enc, mean, gal, qry, pub
+    return data, enc, gal, qry, pub
 
 
 # ---- regime (i) -------------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def regime_i(config: ScoresConfig, enc, y, gal, qry, pub, rng, progress) -> dict
         imp_noisy = clipped[~genuine]
         for target in (1e-2, 1e-3):
             rec = recalibrate_threshold(imp_pub, sigma, target)
-            tau0 = clean_threshold(imp_pub, target)
+            tau0 = rec.clean_threshold
             row["recalibration"][f"{target:g}"] = {
                 "clean_threshold": tau0,
                 "recalibrated_threshold": rec.threshold,
@@ -223,9 +223,9 @@ def regime_ii(config: ScoresConfig, enc, y, gal, rng, progress) -> dict:
         out["calibrations"][cal] = {"sensitivity": sens[cal], "guarantee": GUARANTEES[cal],
                                     "epsilons": []}
     for cal, eps in progress(jobs, desc="regime (ii) Gram releases"):
-        sigma = calibrate_sigma(eps, config.delta, sens[cal])
-        noisy = symmetrize(clean + rng.normal(0.0, sigma, size=clean.shape))
-        aap = project_correlation(noisy, method="aap", tol=config.tol, max_iter=config.aap_iter)
+        rel = release_gram(clean, eps, config.delta, rng=rng, projector="aap",
+                           sensitivity=sens[cal], tol=config.tol, max_iter=config.aap_iter)
+        sigma, noisy, aap = rel.sigma, rel.noisy, rel.projection
         dyk = project_correlation(noisy, method="dykstra", tol=config.tol,
                                   max_iter=config.dykstra_iter)
         row = {"epsilon": eps, "sigma": sigma}
@@ -250,11 +250,10 @@ def scaling(config: ScoresConfig, data_x, rng, progress) -> dict:
         e = _encode(data_x[idx], mean)
         clean = e @ e.T
         np.fill_diagonal(clean, 1.0)
-        sens = gram_record_sensitivity(n)
-        sigma = calibrate_sigma(config.scaling_epsilon, config.delta, sens)
-        noisy = symmetrize(clean + rng.normal(0.0, sigma, size=clean.shape))
-        aap = project_correlation(noisy, method="aap", tol=config.tol,
-                                  max_iter=config.scaling_iter)
+        rel = release_gram(clean, config.scaling_epsilon, config.delta, rng=rng,
+                           projector="aap", sensitivity=gram_record_sensitivity(n),
+                           tol=config.tol, max_iter=config.scaling_iter)
+        sigma, noisy, aap = rel.sigma, rel.noisy, rel.projection
         err_noisy = float(np.linalg.norm(noisy - clean) ** 2)
         err_aap = float(np.linalg.norm(aap.matrix - clean) ** 2)
         rows.append({"n": n, "sampled_with_replacement": replace, "sigma": sigma,
@@ -276,7 +275,7 @@ def run_scores(config: ScoresConfig) -> dict:
             return it
     t0 = time.perf_counter()
     rng = np.random.default_rng(config.seed)
-    data, enc, _, gal, qry, pub = _splits(config, rng)
+    data, enc, gal, qry, pub = _splits(config, rng)
     y = data.y
     chance = float(np.sum((np.bincount(y[gal]) / len(gal)) ** 2))
     summary = {
@@ -301,11 +300,9 @@ def run_scores(config: ScoresConfig) -> dict:
 
 def figures(summary: dict, out: Path) -> None:
     """regime_i.png, regime_ii.png and scaling.png (matplotlib, Agg backend)."""
-    import matplotlib
+    from experiments.figures import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     r1 = summary["regime_i"]
     eps = [r["epsilon"] for r in r1["epsilons"]]
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
@@ -320,9 +317,7 @@ def figures(summary: dict, out: Path) -> None:
         ax.set_title(title)
     axes[0].legend()
     fig.suptitle("Regime (i): DP score vectors on digits (record-level, sensitivity 2)")
-    fig.tight_layout()
-    fig.savefig(out / "regime_i.png", dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, out / "regime_i.png", dpi=110)
 
     r2 = summary["regime_ii"]
     keys = [("knn_accuracy", "10-NN accuracy"), ("recall_at_1", "Recall@1"),
@@ -351,9 +346,7 @@ def figures(summary: dict, out: Path) -> None:
         axes[row, 3].legend(fontsize=7)
     fig.suptitle("Regime (ii): DP Gram on digits; top: record-level DP; bottom: per-entry "
                  "calibration (NOT record-level DP)")
-    fig.tight_layout()
-    fig.savefig(out / "regime_ii.png", dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, out / "regime_ii.png", dpi=110)
 
     sc = summary["scaling"]["rows"]
     fig, ax = plt.subplots(figsize=(5, 3.6))
@@ -366,9 +359,7 @@ def figures(summary: dict, out: Path) -> None:
     ax.set_ylabel("||S_hat - S||_F^2")
     ax.set_title(f"record-level, epsilon = {summary['scaling']['epsilon']:g}")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "scaling.png", dpi=110)
-    plt.close(fig)
+    save_figure(plt, fig, out / "scaling.png", dpi=110)
 
 
 def _f(v, digits: int = 3) -> str:

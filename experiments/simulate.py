@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -124,9 +125,19 @@ class Federation:
         """Participant index of every row, in the row order of ``Z``."""
         return np.concatenate([np.full(len(y), i) for i, y in enumerate(self.labels)])
 
+    @cached_property
+    def _working(self) -> list[np.ndarray]:
+        """Every participant's ``X_i F``, computed once per federation (read-only arrays)."""
+        if self.projection is None:
+            return self.x
+        blocks = [x @ self.projection for x in self.x]
+        for block in blocks:
+            block.flags.writeable = False  # shared by every caller of working()
+        return blocks
+
     def working(self, i: int) -> np.ndarray:
-        """``X_i F`` (``X_i`` without a projection)."""
-        return self.x[i] if self.projection is None else self.x[i] @ self.projection
+        """``X_i F`` (``X_i`` without a projection); the same array on every call."""
+        return self._working[i]
 
 
 def prepare(config: SimulationConfig) -> Federation:
@@ -167,6 +178,19 @@ def participant_upload(fed: Federation, i: int) -> tuple[Upload, SecretState]:
                           np.random.default_rng(fed.participant_seeds[i]),
                           shared_seed=fed.shared_seed, anchors=fed.r, sigma=cfg.sigma, v=cfg.v,
                           translation_scale=cfg.translation_scale)
+
+
+def attack_errors(
+    fed: Federation, reconstructions: dict[str, dict[int, np.ndarray]]
+) -> dict[str, dict[str, Any]]:
+    """Per attack: ``relative_error`` (mean over targets) and ``per_target`` (keyed by ``str(i)``)
+    of each reconstruction against the target's working data ``X_i F``."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, per_target in reconstructions.items():
+        errors = {i: relative_error(x_hat, fed.working(i)) for i, x_hat in per_target.items()}
+        out[name] = {"relative_error": float(np.mean(list(errors.values()))),
+                     "per_target": {str(i): e for i, e in errors.items()}}
+    return out
 
 
 @dataclass
@@ -217,10 +241,7 @@ def simulate(config: SimulationConfig, federation: Federation | None = None) -> 
         disclosure = Disclosure(c, fed.working(c), states[c].key, anchor)
         reconstructions = run_attacks(method, disclosure, [u.data for u in uploads],
                                       [u.anchor for u in uploads], alignment.rotations)
-        for name, per_target in reconstructions.items():
-            errors = {i: relative_error(x_hat, fed.working(i)) for i, x_hat in per_target.items()}
-            attacks[name] = {"relative_error": float(np.mean(list(errors.values()))),
-                             "per_target": {str(i): e for i, e in errors.items()}}
+        attacks = attack_errors(fed, reconstructions)
 
     utility: dict[str, Any] | None = None
     if config.utility:

@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 
 from common.alignment import align
-from common.attacks import Disclosure, relative_error, run_attacks
+from common.attacks import Disclosure, run_attacks
 from common.errors import InvalidInputError
 from common.methods import Method, make_upload
 from common.theory import phase_transition_v
 from experiments.bench import Bench, BenchConfig, prepare_bench
 from experiments.linkage import linkage_accuracy
-from experiments.simulate import Federation, SimulationResult, simulate
+from experiments.simulate import Federation, SimulationResult, attack_errors, simulate
 
 #: Controls run once per ``p`` without noise.
 CONTROLS = (Method.C_GDP, Method.AA_IGDP, Method.I_GDP)
@@ -120,10 +120,14 @@ class _Decoder:
 
 def measure(
     bench: Bench, decoder: _Decoder, reconstructions: dict[str, dict[int, np.ndarray]],
-    with_grid: bool,
+    with_grid: bool, errors: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Linkage (exact-source and, with ids, identity), relative error and grid per attack."""
-    fed = bench.federation
+    """Linkage (exact-source and, with ids, identity), relative error and grid per attack.
+
+    ``errors`` are the reconstructions' :func:`experiments.simulate.attack_errors` when already
+    computed (a simulation summary's ``attacks``); computed here otherwise."""
+    if errors is None:
+        errors = attack_errors(bench.federation, reconstructions)
     out: dict[str, Any] = {"linkage": {}, "identity_linkage": None, "relative_error": {},
                            "relative_error_per_target": {}, "grid": None}
     if bench.identity is not None:
@@ -131,9 +135,8 @@ def measure(
     if with_grid and reconstructions:
         out["grid"] = {}
     for name, per_target in reconstructions.items():
-        errors = {i: relative_error(x_hat, fed.working(i)) for i, x_hat in per_target.items()}
-        out["relative_error"][name] = float(np.mean(list(errors.values())))
-        out["relative_error_per_target"][name] = {str(i): e for i, e in errors.items()}
+        out["relative_error"][name] = errors[name]["relative_error"]
+        out["relative_error_per_target"][name] = errors[name]["per_target"]
         q = bench.auditor.embed(decoder.gather(per_target, bench.exact.queries))
         out["linkage"][name] = linkage_accuracy(q, bench.bank_embeddings, bench.exact)
         if bench.identity is not None:
@@ -177,7 +180,7 @@ def run_task(bench: Bench, decoder: _Decoder, task: tuple[int, str, int, float])
             "v_pt": summary["v_pt"]}
     row = {**base, "method": method.value, **_utility(fed, res.alignment.z, cfg.model),
            "solver": _solver(summary["solver"]),
-           **measure(bench, decoder, res.reconstructions, with_grid)}
+           **measure(bench, decoder, res.reconstructions, with_grid, summary["attacks"])}
     rows = [row]
     if method is Method.AA_IGDP_PN:
         rows.append({**base, "method": Method.C_GDP_PN.value,
