@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from analyst.storage import FEDERATION_FILE, Store, npy_bytes, read_bundle
-from common.attacks import Disclosure, run_attacks
-from common.errors import InvalidInputError, NotFoundError, PreconditionError
-from common.files import atomic_write
-from common.gdp import GdpKey
-from common.methods import Method
+from noisyanchor.analyst.storage import FEDERATION_FILE, Store, npy_bytes, read_bundle
+from noisyanchor.common.attacks import Disclosure, run_attacks
+from noisyanchor.common.errors import InvalidInputError, NotFoundError, PreconditionError
+from noisyanchor.common.files import atomic_write
+from noisyanchor.common.gdp import GdpKey
+from noisyanchor.common.methods import Method
 
 
 def attack_store(store_dir: Path, out_dir: Path | None = None,

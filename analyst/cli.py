@@ -30,8 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from analyst.config import load_analyst_config
-    from analyst.service import serve
+    from noisyanchor.analyst.config import load_analyst_config
+    from noisyanchor.analyst.service import serve
 
     config = load_analyst_config(args.config).with_overrides(
         port=args.port, port_file=args.port_file, output_dir=args.output_dir)
@@ -40,7 +40,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _attack(args: argparse.Namespace) -> int:
-    from analyst.attack import attack_store
+    from noisyanchor.analyst.attack import attack_store
 
     summary = attack_store(args.store, args.out)
     if args.json:

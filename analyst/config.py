@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from common.errors import ConfigError
-from common.gopp import PRECISIONS
-from common.methods import Method
-from common.tomlconfig import Table, TlsFiles, check_id, read_toml
+from noisyanchor.common.errors import ConfigError
+from noisyanchor.common.gopp import PRECISIONS
+from noisyanchor.common.methods import Method
+from noisyanchor.common.tomlconfig import Table, TlsFiles, check_id, read_toml
 
 #: Default cap on one upload's array bytes (8 GiB).
 DEFAULT_MAX_UPLOAD_BYTES = 8 << 30

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from common.errors import InvalidInputError
-from common.splits import TEST, TRAIN, VALIDATION
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.splits import TEST, TRAIN, VALIDATION
 
 #: Regularisation grid searched on validation rows (inverse strength ``C``).
 C_GRID = (0.01, 0.1, 1.0, 10.0)

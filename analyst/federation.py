@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from analyst.config import AnalystConfig
-from analyst.storage import (
+from noisyanchor.analyst.config import AnalystConfig
+from noisyanchor.analyst.storage import (
     FEDERATION_FILE,
     Store,
     npy_bytes,
@@ -30,20 +30,20 @@ from analyst.storage import (
     read_bundle_spec,
     receive_bundle,
 )
-from common.alignment import align
-from common.errors import (
+from noisyanchor.common.alignment import align
+from noisyanchor.common.errors import (
     AlreadyExistsError,
     InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
     PreconditionError,
 )
-from common.files import atomic_write
-from common.sealing import verify_exchange_key
-from common.splits import SPLIT_NAMES
-from common.theory import phase_transition_v
-from common.wire import BundleSpec
-from protos.noisyanchor.v1 import analyst_pb2 as pb
+from noisyanchor.common.files import atomic_write
+from noisyanchor.common.sealing import verify_exchange_key
+from noisyanchor.common.splits import SPLIT_NAMES
+from noisyanchor.common.theory import phase_transition_v
+from noisyanchor.common.wire import BundleSpec
+from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 log = logging.getLogger(__name__)
 

@@ -34,10 +34,10 @@ from pathlib import Path
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
 
-from common.errors import BudgetExceededError, InvalidInputError, PreconditionError
-from common.files import atomic_write
-from common.scoreshield.calibration import gaussian_delta, gaussian_epsilon
-from common.validation import check_positive
+from noisyanchor.common.errors import BudgetExceededError, InvalidInputError, PreconditionError
+from noisyanchor.common.files import atomic_write
+from noisyanchor.common.scoreshield.calibration import gaussian_delta, gaussian_epsilon
+from noisyanchor.common.validation import check_positive
 
 #: Version of the ledger file layout.
 LEDGER_VERSION = 1

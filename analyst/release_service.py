@@ -45,11 +45,11 @@ from dataclasses import dataclass
 import grpc
 import numpy as np
 
-from analyst.federation import Federation
-from analyst.privacy_budget import Charge, PrivacyLedger
-from analyst.service import _edge, caller_id
-from common.errors import InvalidInputError, NotFoundError, PreconditionError
-from common.scoreshield import (
+from noisyanchor.analyst.federation import Federation
+from noisyanchor.analyst.privacy_budget import Charge, PrivacyLedger
+from noisyanchor.analyst.service import _edge, caller_id
+from noisyanchor.common.errors import InvalidInputError, NotFoundError, PreconditionError
+from noisyanchor.common.scoreshield import (
     GRAM_PROJECTORS,
     calibrate_sigma,
     gram_record_sensitivity,
@@ -57,9 +57,9 @@ from common.scoreshield import (
     release_score_vector,
     score_vector_sensitivity,
 )
-from common.wire import ArraySpec, decode_array, iter_chunks
-from protos.noisyanchor.v1 import release_pb2 as pb
-from protos.noisyanchor.v1 import release_pb2_grpc as pb_grpc
+from noisyanchor.common.wire import ArraySpec, decode_array, iter_chunks
+from noisyanchor.protos.v1 import release_pb2 as pb
+from noisyanchor.protos.v1 import release_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 

@@ -17,20 +17,20 @@ from pathlib import Path
 
 import grpc
 
-from analyst.config import AnalystConfig
-from analyst.federation import Committed, Federation
-from analyst.storage import Store
-from analyst.stream_watchdog import IdleWatchdog
-from common.errors import (
+from noisyanchor.analyst.config import AnalystConfig
+from noisyanchor.analyst.federation import Committed, Federation
+from noisyanchor.analyst.storage import Store
+from noisyanchor.analyst.stream_watchdog import IdleWatchdog
+from noisyanchor.common.errors import (
     InvalidInputError,
     NoisyAnchorError,
     StreamIdleError,
     UnauthenticatedError,
 )
-from common.files import atomic_write
-from common.wire import BundleSpec
-from protos.noisyanchor.v1 import analyst_pb2 as pb
-from protos.noisyanchor.v1 import analyst_pb2_grpc as pb_grpc
+from noisyanchor.common.files import atomic_write
+from noisyanchor.common.wire import BundleSpec
+from noisyanchor.protos.v1 import analyst_pb2 as pb
+from noisyanchor.protos.v1 import analyst_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def start_server(config: AnalystConfig) -> tuple[grpc.Server, Federation, int]:
     # One worker per participant for its upload stream, plus room for relay polls.
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=len(config.participants) + 16))
     pb_grpc.add_AnalystServicer_to_server(AnalystServicer(fed), server)
-    from analyst.release_service import add_release_servicer  # it imports this module
+    from noisyanchor.analyst.release_service import add_release_servicer  # it imports this module
 
     add_release_servicer(server, fed)  # DP similarity release on the same mTLS port
     port = server.add_secure_port(f"{config.host}:{config.port}", server_credentials(config))

@@ -33,10 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import IntegrityError, InvalidInputError
-from common.files import TMP_PREFIX, fsync_dir
-from common.wire import ArraySpec, BundleDigester, BundleSpec, wire_dtype
-from protos.noisyanchor.v1 import analyst_pb2 as pb
+from noisyanchor.common.errors import IntegrityError, InvalidInputError
+from noisyanchor.common.files import TMP_PREFIX, fsync_dir
+from noisyanchor.common.wire import ArraySpec, BundleDigester, BundleSpec, wire_dtype
+from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 #: First bytes of every bundle file (format version 1).
 MAGIC = b"NABUNDL1"

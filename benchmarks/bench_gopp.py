@@ -39,9 +39,9 @@ from pathlib import Path
 import numpy as np
 import scipy
 
-from common.gdp import make_anchor, sample_key
-from common.gopp import solve_gopp
-from common.theory import phase_transition_v
+from noisyanchor.common.gdp import make_anchor, sample_key
+from noisyanchor.common.gopp import solve_gopp
+from noisyanchor.common.theory import phase_transition_v
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gopp.json"
 
@@ -299,7 +299,7 @@ def table(report: dict) -> str:
 def plot(report: dict, path: Path) -> None:
     """Bar chart of (a), one panel per size: wall seconds of the baseline, of ours and of ours in
     float64 throughout, at each iteration count, each bar labelled with its speedup."""
-    from experiments.figures import pyplot, save_figure
+    from noisyanchor.experiments.figures import pyplot, save_figure
 
     plt = pyplot()
     sizes = report["sizes"]

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -37,11 +36,9 @@ from pathlib import Path
 import numpy as np
 import scipy.linalg
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
+from noisyanchor.common.scoreshield import analytic_sigma, project_correlation, symmetrize
 
-from common.scoreshield import analytic_sigma, project_correlation, symmetrize  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 #: Iteration cap per n (one eigendecomposition each); n = 4000 costs ~15 s per eigh here.
 DEFAULT_CAPS = {1000: 300, 2000: 20, 4000: 3}

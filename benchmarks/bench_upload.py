@@ -32,15 +32,14 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from noisyanchor.common.linalg import available_cpus
+from noisyanchor.common.tomlconfig import TlsFiles
+from noisyanchor.common.wire import CHUNK_SIZE, bundle_spec
+from noisyanchor.deploy.demo import write_analyst
+from noisyanchor.deploy.launch import child_env, start, stop, wait_for_port
+from noisyanchor.participant.client import AnalystClient
 
-from common.linalg import available_cpus  # noqa: E402
-from common.tomlconfig import TlsFiles  # noqa: E402
-from common.wire import CHUNK_SIZE, bundle_spec  # noqa: E402
-from deploy.demo import write_analyst  # noqa: E402
-from deploy.launch import child_env, start, stop, wait_for_port  # noqa: E402
-from participant.client import AnalystClient  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 #: Fully qualified name of the baseline's one method.
 BASELINE_METHOD = "/baseline.Bytes/Stream"

@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from common.errors import InvalidInputError
-from common.gopp import solve_gopp
-from common.methods import Method
-from common.procrustes import align_to_reference
-from common.validation import as_matrix
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.gopp import solve_gopp
+from noisyanchor.common.methods import Method
+from noisyanchor.common.procrustes import align_to_reference
+from noisyanchor.common.validation import as_matrix
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import InvalidInputError
-from common.gdp import GdpKey
-from common.linalg import center_rows, polar_factor
-from common.methods import Method
-from common.validation import as_matrix
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.gdp import GdpKey
+from noisyanchor.common.linalg import center_rows, polar_factor
+from noisyanchor.common.methods import Method
+from noisyanchor.common.validation import as_matrix
 
 #: Attack names used in every JSON and API.
 ATTACK_NAMES = ("known_secret", "known_anchor", "mp", "op", "am")

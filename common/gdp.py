@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import InvalidInputError
-from common.validation import as_matrix, check_anchor_rows, check_count, check_positive
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.validation import as_matrix, check_anchor_rows, check_count, check_positive
 
 #: Default standard deviation ``s`` of the secret translation ``Psi_i ~ N(0, s^2 I)``: large
 #: compared with unit-scale data so the translation is not guessable.

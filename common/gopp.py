@@ -27,8 +27,8 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse.linalg
 
-from common.errors import InvalidInputError
-from common.linalg import (
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.linalg import (
     BlockWorkers,
     available_cpus,
     can_limit_blas_threads,
@@ -37,7 +37,12 @@ from common.linalg import (
     polar_factor_fast,
     single_threaded_blas,
 )
-from common.validation import check_anchor_rows, check_count, check_positive, stack_blocks
+from noisyanchor.common.validation import (
+    check_anchor_rows,
+    check_count,
+    check_positive,
+    stack_blocks,
+)
 
 #: Largest ``pd`` for which the certificate uses a dense ``pd x pd`` eigensolver.
 DENSE_CERTIFICATE_MAX = 1500

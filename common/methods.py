@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import InvalidInputError
-from common.gdp import GdpKey, gdp_map, secret_rng
-from common.validation import as_matrix, check_anchor_rows, check_nonnegative
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.gdp import GdpKey, gdp_map, secret_rng
+from noisyanchor.common.validation import as_matrix, check_anchor_rows, check_nonnegative
 
 
-class Method(str, enum.Enum):
+class Method(enum.StrEnum):
     """The six methods; values are the command-line and wire names."""
 
     C_GDP = "c-gdp"

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import InvalidInputError
-from common.linalg import center_rows, polar_factor
-from common.validation import check_anchor_rows, stack_blocks
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.linalg import center_rows, polar_factor
+from noisyanchor.common.validation import check_anchor_rows, stack_blocks
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.x509.oid import NameOID
 
-from common.errors import IntegrityError, InvalidInputError, UnauthenticatedError
+from noisyanchor.common.errors import IntegrityError, InvalidInputError, UnauthenticatedError
 
 #: Domain labels: one per kind of signed, derived or hashed value.
 KEY_DOMAIN = b"noisyanchor/v1/x25519-key"
@@ -146,7 +146,7 @@ def verify_exchange_key(
     except (ValueError, TypeError, InvalidSignature):
         raise UnauthenticatedError(f"the certificate of {participant_id!r} was not issued by "
                                    "the federation CA") from None
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
         raise UnauthenticatedError(f"the certificate of {participant_id!r} is not valid now")
     if certificate_id(cert) != participant_id:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from common.errors import InvalidInputError
-from common.validation import check_anchor_rows, check_count, check_nonnegative
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.validation import check_anchor_rows, check_count, check_nonnegative
 
 
 def _check_sizes(p: int, d: int, r: int) -> tuple[int, int, int]:

@@ -8,13 +8,12 @@ paths resolve against the config file's folder, so a config directory can be mov
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
-from common.errors import ConfigError
+from noisyanchor.common.errors import ConfigError
 
 _MISSING = object()
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from common.errors import InvalidInputError
+from noisyanchor.common.errors import InvalidInputError
 
 
 def as_float_array(x: object, name: str, *, ndim: int | None = None) -> np.ndarray:

@@ -7,7 +7,7 @@ feeds the chunk bytes, in whatever sizes they arrive, to a :class:`BundleDigeste
 array boundaries, hashes incrementally and refuses a stream that is too long, too short or
 corrupt.
 
-References: issue 3 (wire format); ``protos/noisyanchor/v1/analyst.proto``.
+References: issue 3 (wire format); ``protos/v1/analyst.proto``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import IntegrityError, InvalidInputError
-from protos.noisyanchor.v1 import analyst_pb2 as pb
+from noisyanchor.common.errors import IntegrityError, InvalidInputError
+from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 #: Bytes per chunk message: far below gRPC's 4 MB default message limit, large enough that the
 #: per-message overhead is negligible.

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from common.errors import InvalidInputError
+from noisyanchor.common.errors import InvalidInputError
 
 #: Validity of demo certificates.
 VALIDITY = datetime.timedelta(days=30)
@@ -54,7 +54,7 @@ def _name(common_name: str) -> x509.Name:
 
 
 def _builder(subject: str, issuer: x509.Name, public_key) -> x509.CertificateBuilder:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     return (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(issuer)
             .public_key(public_key).serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + VALIDITY))

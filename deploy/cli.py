@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _certs(args: argparse.Namespace) -> int:
-    from deploy.certs import write_pki
+    from noisyanchor.deploy.certs import write_pki
 
     pki = write_pki(args.out, args.participants, server_name=args.server_name)
     paths = {"ca": str(pki.ca), "server_cert": str(pki.server_cert),
@@ -56,7 +56,7 @@ def _certs(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from deploy.demo import run_demo
+    from noisyanchor.deploy.demo import run_demo
 
     s = run_demo(participants=args.participants, method=args.method, v=args.v,
                  sigma=args.sigma, dim=args.dim, anchors=args.anchors,

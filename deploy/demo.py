@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from common.attacks import relative_error
-from common.errors import InvalidInputError, PreconditionError
-from common.linalg import single_threaded_blas
-from deploy.certs import Pki, write_pki
-from deploy.launch import start, stop, wait_for_port, write_toml
+from noisyanchor.common.attacks import relative_error
+from noisyanchor.common.errors import InvalidInputError, PreconditionError
+from noisyanchor.common.linalg import single_threaded_blas
+from noisyanchor.deploy.certs import Pki, write_pki
+from noisyanchor.deploy.launch import start, stop, wait_for_port, write_toml
 
 #: Tolerance of ``z_matches_inprocess``: max absolute difference of the two ``Z`` relative to
 #: ``max |Z|``. The reference runs with one BLAS thread like the child processes, so the two
@@ -126,9 +126,9 @@ def run_demo(*, participants: int = 4, method: str = "aa-igdp-an", v: float = 0.
              colluder: int | None = 0, seed: int | None = None,
              workdir: Path | None = None) -> dict[str, Any]:
     """Run the demo and return its summary (keys pinned by issue 3)."""
-    from analyst.downstream import evaluate_utility
-    from common.methods import Method
-    from experiments.simulate import SimulationConfig, prepare, simulate
+    from noisyanchor.analyst.downstream import evaluate_utility
+    from noisyanchor.common.methods import Method
+    from noisyanchor.experiments.simulate import SimulationConfig, prepare, simulate
 
     start_time = time.perf_counter()
     seed = secrets.randbits(32) if seed is None else seed

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from common.errors import PreconditionError
+from noisyanchor.common.errors import PreconditionError
 
 
 def toml_text(tables: Mapping[str, Mapping[str, Any]]) -> str:
@@ -53,11 +53,12 @@ def write_toml(path: Path, tables: Mapping[str, Mapping[str, Any]]) -> Path:
 
 
 def child_env() -> dict[str, str]:
-    """Environment of a child process: one BLAS thread, the current import path."""
+    """Environment of a child process: one BLAS thread, unbuffered output.
+
+    Children run ``sys.executable -m noisyanchor``, so they import the same installed package.
+    """
     env = dict(os.environ)
     env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
 
 

@@ -16,25 +16,30 @@ from typing import Any
 
 import numpy as np
 
-from common.errors import InvalidInputError
-from common.gdp import gaussian_projection, pool_projection
-from common.tomlconfig import read_toml
-from experiments.datasets import (
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.gdp import gaussian_projection, pool_projection
+from noisyanchor.common.tomlconfig import read_toml
+from noisyanchor.experiments.datasets import (
     Dataset,
     load_array_file,
     load_digits,
     load_mnist_idx,
     make_synthetic,
 )
-from experiments.linkage import (
+from noisyanchor.experiments.linkage import (
     Auditor,
     Galleries,
     exact_source_galleries,
     fit_auditor,
     identity_galleries,
 )
-from experiments.partition import identity_disjoint, label_skewed, split_tags, stratified_iid
-from experiments.simulate import Federation, SimulationConfig
+from noisyanchor.experiments.partition import (
+    identity_disjoint,
+    label_skewed,
+    split_tags,
+    stratified_iid,
+)
+from noisyanchor.experiments.simulate import Federation, SimulationConfig
 
 DATA_KINDS = ("digits", "synthetic", "mnist-idx", "file")
 PARTITIONS = ("stratified", "label-skew")
@@ -109,7 +114,7 @@ class BenchConfig:
             lo, hi = getattr(self, key)
             if not 0 <= lo <= hi:
                 raise InvalidInputError(f"config key {key!r}: need 0 <= low <= high")
-        from analyst.downstream import MODELS
+        from noisyanchor.analyst.downstream import MODELS
 
         if self.model not in MODELS:
             raise InvalidInputError(f"config key 'model': {self.model!r} is not one of "

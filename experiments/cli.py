@@ -10,13 +10,14 @@ import argparse
 import importlib
 
 #: Modules contributing ``noisyanchor experiment <name>`` subcommands.
-EXPERIMENT_MODULES: tuple[str, ...] = ("experiments.sweep", "experiments.report",
-                                       "experiments.score_release")
+EXPERIMENT_MODULES: tuple[str, ...] = ("noisyanchor.experiments.sweep",
+                                       "noisyanchor.experiments.report",
+                                       "noisyanchor.experiments.score_release")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``simulate`` and the ``experiment`` group to the top-level parser."""
-    importlib.import_module("experiments.simulate_cli").register(sub)
+    importlib.import_module("noisyanchor.experiments.simulate_cli").register(sub)
     if EXPERIMENT_MODULES:
         group = sub.add_parser("experiment", help="sweeps, reports and evaluations")
         inner = group.add_subparsers(dest="experiment_command", required=True, metavar="EXPERIMENT")

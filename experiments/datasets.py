@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import InvalidInputError
-from common.validation import check_count
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.validation import check_count
 
 DATASETS = ("digits", "synthetic")
 

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from experiments.linkage import GALLERY_SIZE
+from noisyanchor.experiments.linkage import GALLERY_SIZE
 
 if TYPE_CHECKING:
-    from experiments.report import Study
+    from noisyanchor.experiments.report import Study
 
 #: Chance linkage: one true candidate in a gallery of ``GALLERY_SIZE``.
 CHANCE = 1.0 / GALLERY_SIZE
@@ -114,7 +114,7 @@ def utility(study: Study, path: Path) -> None:
 
 
 def _frontier_axes(ax, study, methods, colors, attack_set, label_suffix=""):
-    from experiments.report import strongest
+    from noisyanchor.experiments.report import strongest
 
     for m, color in zip(methods, colors, strict=True):
         rs = study.draws.get(m, [])

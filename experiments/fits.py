@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.interpolate import make_lsq_spline
 
-from common.errors import InvalidInputError
+from noisyanchor.common.errors import InvalidInputError
 
 #: Interior knots and degree of the paper's fits.
 INTERIOR_KNOTS, DEGREE = 5, 3

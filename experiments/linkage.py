@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import InvalidInputError
-from common.validation import as_matrix, check_count
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.validation import as_matrix, check_count
 
 #: Candidates per gallery (true one + 9 distractors); chance is ``1 / GALLERY_SIZE``.
 GALLERY_SIZE = 10

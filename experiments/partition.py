@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.errors import InvalidInputError
-from common.splits import TEST, TRAIN, VALIDATION
-from common.validation import check_count
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.splits import TEST, TRAIN, VALIDATION
+from noisyanchor.common.validation import check_count
 
 
 def _check_fractions(test_fraction: float, validation_fraction: float) -> None:

@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from common.attacks import ATTACK_NAMES
-from common.errors import InvalidInputError
-from common.methods import Method
-from experiments.fits import SplineFit, fit_spline
-from experiments.linkage import GALLERY_SIZE
-from experiments.sweep import META_FILE, ROWS_FILE, RUNS_FILE
+from noisyanchor.common.attacks import ATTACK_NAMES
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.methods import Method
+from noisyanchor.experiments.fits import SplineFit, fit_spline
+from noisyanchor.experiments.linkage import GALLERY_SIZE
+from noisyanchor.experiments.sweep import META_FILE, ROWS_FILE, RUNS_FILE
 
 CHANCE = 1.0 / GALLERY_SIZE
 #: Linkage levels at which methods' fitted utilities are compared (paper: 12.4% and chance).
@@ -387,7 +387,7 @@ def make_report(results: Path, out: Path | None = None, *, resamples: int | None
     ``metric``: ``"exact"`` or ``"identity"`` linkage (default: identity when the data set
     carries identity ids, as in the paper's CelebA protocol).
     """
-    from experiments import figures
+    from noisyanchor.experiments import figures
 
     meta, rows = load_rows(results)
     runtime = runtime_text(results)

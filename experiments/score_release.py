@@ -36,8 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import InvalidInputError
-from common.scoreshield import (
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.scoreshield import (
     auc,
     calibrate_sigma,
     eer,
@@ -95,7 +95,7 @@ def _encode(x: np.ndarray, mean: np.ndarray) -> np.ndarray:
 
 
 def _splits(config: ScoresConfig, rng: np.random.Generator):
-    from experiments.datasets import load_digits
+    from noisyanchor.experiments.datasets import load_digits
 
     data = load_digits()
     total = data.x.shape[0]
@@ -300,7 +300,7 @@ def run_scores(config: ScoresConfig) -> dict:
 
 def figures(summary: dict, out: Path) -> None:
     """regime_i.png, regime_ii.png and scaling.png (matplotlib, Agg backend)."""
-    from experiments.figures import pyplot, save_figure
+    from noisyanchor.experiments.figures import pyplot, save_figure
 
     plt = pyplot()
     r1 = summary["regime_i"]

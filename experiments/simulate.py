@@ -17,21 +17,21 @@ from typing import Any
 
 import numpy as np
 
-from common.alignment import Alignment, align
-from common.attacks import Disclosure, relative_error, run_attacks
-from common.errors import InvalidInputError
-from common.gdp import (
+from noisyanchor.common.alignment import Alignment, align
+from noisyanchor.common.attacks import Disclosure, relative_error, run_attacks
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.gdp import (
     DEFAULT_TRANSLATION_SCALE,
     anchor_from_seed,
     gaussian_projection,
 )
-from common.gopp import rotational_error
-from common.methods import Method, SecretState, Upload
-from common.theory import phase_transition_v
-from common.validation import check_count, check_nonnegative
-from experiments.datasets import load_dataset
-from experiments.partition import split_tags, stratified_iid
-from participant.compute import compute_upload
+from noisyanchor.common.gopp import rotational_error
+from noisyanchor.common.methods import Method, SecretState, Upload
+from noisyanchor.common.theory import phase_transition_v
+from noisyanchor.common.validation import check_count, check_nonnegative
+from noisyanchor.experiments.datasets import load_dataset
+from noisyanchor.experiments.partition import split_tags, stratified_iid
+from noisyanchor.participant.compute import compute_upload
 
 #: Stream identifiers of :class:`SeedPlan` (stable: changing them changes every result).
 _PURPOSES = {"data": 0, "partition": 1, "projection": 2, "shared": 3, "participant": 4,
@@ -245,7 +245,7 @@ def simulate(config: SimulationConfig, federation: Federation | None = None) -> 
 
     utility: dict[str, Any] | None = None
     if config.utility:
-        from analyst.downstream import evaluate_utility
+        from noisyanchor.analyst.downstream import evaluate_utility
 
         util = evaluate_utility(alignment.z, np.concatenate(fed.labels), np.concatenate(fed.tags),
                                 participants=fed.owners)

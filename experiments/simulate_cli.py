@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from common.gopp import PRECISIONS
-from common.methods import Method
-from experiments.datasets import DATASETS
+from noisyanchor.common.gopp import PRECISIONS
+from noisyanchor.common.methods import Method
+from noisyanchor.experiments.datasets import DATASETS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from experiments.simulate import SimulationConfig, simulate
+    from noisyanchor.experiments.simulate import SimulationConfig, simulate
 
     config = SimulationConfig(
         dataset=args.dataset, method=args.method, participants=args.participants,

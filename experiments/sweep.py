@@ -29,14 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from common.alignment import align
-from common.attacks import Disclosure, run_attacks
-from common.errors import InvalidInputError
-from common.methods import Method, make_upload
-from common.theory import phase_transition_v
-from experiments.bench import Bench, BenchConfig, prepare_bench
-from experiments.linkage import linkage_accuracy
-from experiments.simulate import Federation, SimulationResult, attack_errors, simulate
+from noisyanchor.common.alignment import align
+from noisyanchor.common.attacks import Disclosure, run_attacks
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.methods import Method, make_upload
+from noisyanchor.common.theory import phase_transition_v
+from noisyanchor.experiments.bench import Bench, BenchConfig, prepare_bench
+from noisyanchor.experiments.linkage import linkage_accuracy
+from noisyanchor.experiments.simulate import Federation, SimulationResult, attack_errors, simulate
 
 #: Controls run once per ``p`` without noise.
 CONTROLS = (Method.C_GDP, Method.AA_IGDP, Method.I_GDP)
@@ -194,7 +194,7 @@ def run_task(bench: Bench, decoder: _Decoder, task: tuple[int, str, int, float])
 
 def _utility(fed: Federation, z: np.ndarray, model: str) -> dict[str, float | None]:
     """Honest-setting utility: the analyst's model on the aligned training rows of ``Z``."""
-    from analyst.downstream import evaluate_utility
+    from noisyanchor.analyst.downstream import evaluate_utility
 
     util = evaluate_utility(z, np.concatenate(fed.labels), np.concatenate(fed.tags), model=model,
                             participants=fed.owners)
@@ -325,7 +325,7 @@ def run_sweep(cfg: BenchConfig, out: Path, *, progress: bool = True) -> dict[str
             fh.flush()
             bar.update(1)
     bar.close()
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     run = {"finished_utc": now.isoformat(timespec="seconds"),
            "tasks": total, "ran": len(todo), "rows_written": written,
            "seconds": time.perf_counter() - start, "workers": cfg.workers,

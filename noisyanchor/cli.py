@@ -15,10 +15,11 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from common.errors import NoisyAnchorError
+from noisyanchor.common.errors import NoisyAnchorError
 
 #: Role modules that contribute subcommands, in the order they appear in ``--help``.
-ROLE_MODULES = ("experiments.cli", "analyst.cli", "participant.cli", "deploy.cli")
+ROLE_MODULES = ("noisyanchor.experiments.cli", "noisyanchor.analyst.cli",
+                "noisyanchor.participant.cli", "noisyanchor.deploy.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

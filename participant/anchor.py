@@ -26,9 +26,9 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from common.errors import IntegrityError, InvalidInputError, NotFoundError
-from common.files import atomic_write
-from common.sealing import (
+from noisyanchor.common.errors import IntegrityError, InvalidInputError, NotFoundError
+from noisyanchor.common.files import atomic_write
+from noisyanchor.common.sealing import (
     SEED_BYTES,
     anchor_commitment,
     exchange_key_from_bytes,
@@ -40,8 +40,8 @@ from common.sealing import (
     sign_exchange_key,
     verify_exchange_key,
 )
-from participant.client import AnalystClient
-from protos.noisyanchor.v1 import analyst_pb2 as pb
+from noisyanchor.participant.client import AnalystClient
+from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 log = logging.getLogger(__name__)
 

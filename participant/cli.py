@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from participant import release_client
+from noisyanchor.participant import release_client
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _config(args: argparse.Namespace):
-    from participant.config import load_participant_config
+    from noisyanchor.participant.config import load_participant_config
 
     return load_participant_config(args.config).with_overrides(
         analyst=args.analyst, keep_secrets=getattr(args, "keep_secrets", None))
@@ -52,13 +52,13 @@ def _print(sent, as_json: bool) -> int:
 
 
 def _upload(args: argparse.Namespace) -> int:
-    from participant.run import run_upload
+    from noisyanchor.participant.run import run_upload
 
     return _print(run_upload(_config(args)), args.json)
 
 
 def _collude(args: argparse.Namespace) -> int:
-    from participant.run import run_collude
+    from noisyanchor.participant.run import run_collude
 
     return _print(run_collude(_config(args)), args.json)
 
@@ -66,7 +66,7 @@ def _collude(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from google.protobuf.json_format import MessageToDict
 
-    from participant.run import analyst_status
+    from noisyanchor.participant.run import analyst_status
 
     status = MessageToDict(analyst_status(_config(args)), preserving_proto_field_name=True,
                            always_print_fields_with_no_presence=True)

@@ -16,12 +16,12 @@ from typing import Any
 import grpc
 import numpy as np
 
-from common import errors
-from common.errors import NoisyAnchorError
-from common.tomlconfig import TlsFiles
-from common.wire import CHUNK_SIZE, BundleSpec, request_stream
-from protos.noisyanchor.v1 import analyst_pb2 as pb
-from protos.noisyanchor.v1 import analyst_pb2_grpc as pb_grpc
+from noisyanchor.common import errors
+from noisyanchor.common.errors import NoisyAnchorError
+from noisyanchor.common.tomlconfig import TlsFiles
+from noisyanchor.common.wire import CHUNK_SIZE, BundleSpec, request_stream
+from noisyanchor.protos.v1 import analyst_pb2 as pb
+from noisyanchor.protos.v1 import analyst_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.gdp import DEFAULT_TRANSLATION_SCALE, anchor_from_seed, key_from_seed, sample_key
-from common.methods import Method, SecretState, Upload, make_upload
+from noisyanchor.common.gdp import (
+    DEFAULT_TRANSLATION_SCALE,
+    anchor_from_seed,
+    key_from_seed,
+    sample_key,
+)
+from noisyanchor.common.methods import Method, SecretState, Upload, make_upload
 
 
 def compute_upload(

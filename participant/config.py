@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from common.errors import ConfigError
-from common.gdp import DEFAULT_TRANSLATION_SCALE
-from common.methods import Method
-from common.sealing import SEED_BYTES
-from common.tomlconfig import Table, TlsFiles, check_id, read_toml
+from noisyanchor.common.errors import ConfigError
+from noisyanchor.common.gdp import DEFAULT_TRANSLATION_SCALE
+from noisyanchor.common.methods import Method
+from noisyanchor.common.sealing import SEED_BYTES
+from noisyanchor.common.tomlconfig import Table, TlsFiles, check_id, read_toml
 
 
 @dataclass(frozen=True)

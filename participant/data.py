@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import InvalidInputError
-from common.splits import SPLIT_NAMES
-from common.validation import as_matrix
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.splits import SPLIT_NAMES
+from noisyanchor.common.validation import as_matrix
 
 
 @dataclass(frozen=True)

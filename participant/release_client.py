@@ -11,7 +11,7 @@ connection. A Gram query needs no key.
 Exit status 0 when the analyst released, 1 on any refusal (e.g. RESOURCE_EXHAUSTED when the
 release would exceed the dataset's privacy budget; nothing is released then).
 
-References: SPEC.md section 5; ``protos/noisyanchor/v1/release.proto``; issue 5, item 3.
+References: SPEC.md section 5; ``protos/v1/release.proto``; issue 5, item 3.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import InvalidInputError, PreconditionError
-from common.gdp import GdpKey, gdp_map
-from participant.config import ParticipantConfig
+from noisyanchor.common.errors import InvalidInputError, PreconditionError
+from noisyanchor.common.gdp import GdpKey, gdp_map
+from noisyanchor.participant.config import ParticipantConfig
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class GramResult:
 # -- the query record --------------------------------------------------------------------------
 def load_key(cfg: ParticipantConfig) -> GdpKey:
     """The participant's GDP key ``(O_i, Psi_i)`` kept in ``state_dir`` at upload time."""
-    from participant.run import SECRETS_FILE
+    from noisyanchor.participant.run import SECRETS_FILE
 
     path = cfg.state_dir / SECRETS_FILE
     if not path.is_file():
@@ -125,7 +125,7 @@ def query_record(cfg: ParticipantConfig, record: Path | None, row_index: int | N
             raise InvalidInputError(f"{record}: a query record is one numeric row, got shape "
                                     f"{x.shape} and dtype {x.dtype}")
         return x.astype(np.float64)
-    from participant.run import local_data
+    from noisyanchor.participant.run import local_data
 
     data = local_data(cfg)
     if not 0 <= row_index < len(data.x):
@@ -136,7 +136,7 @@ def query_record(cfg: ParticipantConfig, record: Path | None, row_index: int | N
 
 def transform_query(cfg: ParticipantConfig, x: np.ndarray, key: GdpKey) -> np.ndarray:
     """``t = (x F) O_i + Psi_i``: the record as this participant's upload would carry it."""
-    from participant.run import working_data
+    from noisyanchor.participant.run import working_data
 
     return gdp_map(working_data(cfg, np.asarray(x, dtype=np.float64)[None, :]), key)[0]
 
@@ -145,10 +145,10 @@ def transform_query(cfg: ParticipantConfig, x: np.ndarray, key: GdpKey) -> np.nd
 def release_scores(cfg: ParticipantConfig, t: np.ndarray, epsilon: float, delta: float, *,
                    top_k: int = 0, dataset: str = "") -> ScoreResult:
     """Send query ``t`` (already in this participant's GDP frame) and receive the release."""
-    from common.wire import ArraySpec, decode_array
-    from participant.run import analyst_client
-    from protos.noisyanchor.v1 import release_pb2 as pb
-    from protos.noisyanchor.v1 import release_pb2_grpc as pb_grpc
+    from noisyanchor.common.wire import ArraySpec, decode_array
+    from noisyanchor.participant.run import analyst_client
+    from noisyanchor.protos.v1 import release_pb2 as pb
+    from noisyanchor.protos.v1 import release_pb2_grpc as pb_grpc
 
     t = np.ascontiguousarray(t, dtype="<f8")
     query = pb.ScoreQuery(federation_id=cfg.federation_id, dataset=dataset,
@@ -167,7 +167,7 @@ def release_scores(cfg: ParticipantConfig, t: np.ndarray, epsilon: float, delta:
 
 def _receive_gram(parts) -> tuple[object, np.ndarray]:
     """Header and matrix of a ReleaseGram stream, checked by size and SHA-256 as it arrives."""
-    from common.wire import ArraySpec, BundleDigester, BundleSpec, wire_dtype
+    from noisyanchor.common.wire import ArraySpec, BundleDigester, BundleSpec, wire_dtype
 
     first = next(parts, None)
     if first is None or first.WhichOneof("part") != "header":
@@ -197,9 +197,9 @@ def release_gram(cfg: ParticipantConfig, epsilon: float, delta: float, *,
     ``max_iterations`` caps the analyst's projection (0: its default). The RPC deadline is the
     config's ``timeout``: at n = 1,797 one projection iteration takes about a second.
     """
-    from participant.run import analyst_client
-    from protos.noisyanchor.v1 import release_pb2 as pb
-    from protos.noisyanchor.v1 import release_pb2_grpc as pb_grpc
+    from noisyanchor.participant.run import analyst_client
+    from noisyanchor.protos.v1 import release_pb2 as pb
+    from noisyanchor.protos.v1 import release_pb2_grpc as pb_grpc
 
     query = pb.GramQuery(federation_id=cfg.federation_id, dataset=dataset, epsilon=epsilon,
                          delta=delta, projector=projector, max_iterations=max_iterations)
@@ -246,7 +246,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _config(args: argparse.Namespace) -> ParticipantConfig:
-    from participant.config import load_participant_config
+    from noisyanchor.participant.config import load_participant_config
 
     return load_participant_config(args.config).with_overrides(analyst=args.analyst,
                                                                 timeout=args.timeout)

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import numpy as np
 
-from common.errors import AlreadyExistsError, NotFoundError
-from common.files import atomic_write
-from common.gdp import anchor_from_seed, gaussian_projection, secret_rng
-from common.wire import bundle_spec
-from participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
-from participant.client import AnalystClient
-from participant.compute import compute_upload
-from participant.config import ParticipantConfig
-from participant.data import LocalData, load_local_data
+from noisyanchor.common.errors import AlreadyExistsError, NotFoundError
+from noisyanchor.common.files import atomic_write
+from noisyanchor.common.gdp import anchor_from_seed, gaussian_projection, secret_rng
+from noisyanchor.common.wire import bundle_spec
+from noisyanchor.participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
+from noisyanchor.participant.client import AnalystClient
+from noisyanchor.participant.compute import compute_upload
+from noisyanchor.participant.config import ParticipantConfig
+from noisyanchor.participant.data import LocalData, load_local_data
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def _tags(cfg: ParticipantConfig, data: LocalData) -> np.ndarray:
     # a generator separate from the secret one (so keys do not depend on it).
     if data.tags is not None:
         return data.tags
-    from experiments.partition import split_tags
+    from noisyanchor.experiments.partition import split_tags
 
     rng = np.random.default_rng(None if cfg.seed is None else [cfg.seed, 1])
     return split_tags(data.labels, rng).astype("|i1")

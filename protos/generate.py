@@ -1,42 +1,60 @@
-"""Regenerate the checked-in protobuf and gRPC modules: ``python -m protos.generate``.
+"""Regenerate the checked-in protobuf and gRPC modules: ``python -m noisyanchor.protos.generate``.
 
-The ``.proto`` files live under ``protos/noisyanchor/v1/``; compiling with the repository root as
-the include path makes the generated modules import each other as ``protos.noisyanchor.v1.*``,
-so they work as an installed package without path hacks.
+The ``.proto`` files live in ``protos/v1/`` of the repository, which installs as the Python package
+``noisyanchor.protos.v1``. protoc is given that folder under the virtual include path
+``noisyanchor/protos`` (``-Inoisyanchor/protos=<folder>``), so the generated modules import each
+other as ``noisyanchor.protos.v1.*`` and work from a wheel or an editable install alike. The wire
+package stays ``noisyanchor.v1``.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
 from pathlib import Path
 
-#: Repository root (the include path) and the proto files, relative to it.
-ROOT = Path(__file__).resolve().parent.parent
-PROTO_FILES = ("protos/noisyanchor/v1/analyst.proto", "protos/noisyanchor/v1/release.proto")
+#: The ``protos/`` folder (installed as ``noisyanchor.protos``).
+HERE = Path(__file__).resolve().parent
+#: Virtual include root under which protoc sees ``HERE``.
+VIRTUAL_ROOT = "noisyanchor/protos"
+#: The proto files by their virtual names (as they import each other).
+PROTO_FILES = (f"{VIRTUAL_ROOT}/v1/analyst.proto", f"{VIRTUAL_ROOT}/v1/release.proto")
 
 
-def generate(out_dir: Path = ROOT) -> list[Path]:
-    """Compile every proto into ``out_dir`` (``*_pb2.py`` and ``*_pb2_grpc.py``).
+def protoc_args(*outputs: str) -> list[str]:
+    """protoc's command line: include paths, ``outputs`` flags and the proto files."""
+    from grpc_tools import protoc
+
+    include = Path(protoc.__file__).parent / "_proto"
+    return ["protoc", f"-I{VIRTUAL_ROOT}={HERE}", f"-I{include}", *outputs, *PROTO_FILES]
+
+
+def generate(out_dir: Path = HERE) -> list[Path]:
+    """Compile every proto into ``out_dir/v1`` (``*_pb2.py`` and ``*_pb2_grpc.py``).
 
     Returns the generated paths. Needs ``grpcio-tools`` (the ``dev`` extra).
     """
     from grpc_tools import protoc
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    include = Path(protoc.__file__).parent / "_proto"
-    args = ["protoc", f"-I{ROOT}", f"-I{include}", f"--python_out={out_dir}",
-            f"--grpc_python_out={out_dir}",
-            *(str(ROOT / name) for name in PROTO_FILES)]
-    if protoc.main(args) != 0:
-        raise RuntimeError(f"protoc failed on {', '.join(PROTO_FILES)}")
-    return sorted(p for name in PROTO_FILES
-                  for p in (out_dir / name).parent.glob(Path(name).stem + "_pb2*"))
+    with tempfile.TemporaryDirectory() as tmp:
+        if protoc.main(protoc_args(f"--python_out={tmp}", f"--grpc_python_out={tmp}")) != 0:
+            raise RuntimeError(f"protoc failed on {', '.join(PROTO_FILES)}")
+        built = Path(tmp) / VIRTUAL_ROOT
+        out: list[Path] = []
+        for path in sorted(built.rglob("*_pb2*.py")):
+            target = Path(out_dir) / path.relative_to(built)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+            out.append(target)
+    return out
 
 
 def main() -> None:
     """Command-line entry: regenerate in place (or into ``--out``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT, help="output root (default: in place)")
+    parser.add_argument("--out", type=Path, default=HERE,
+                        help="output folder holding v1/ (default: in place)")
     for path in generate(parser.parse_args().out):
         print(path)
 

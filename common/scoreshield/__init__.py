@@ -10,7 +10,7 @@ References
 SPEC.md section 5; ScoreShield paper (``seeds/scoreshield-paper.txt``).
 """
 
-from common.scoreshield.calibration import (
+from noisyanchor.common.scoreshield.calibration import (
     CALIBRATION_METHODS,
     analytic_sigma,
     calibrate_sigma,
@@ -18,7 +18,7 @@ from common.scoreshield.calibration import (
     gaussian_delta,
     gaussian_epsilon,
 )
-from common.scoreshield.decision import (
+from noisyanchor.common.scoreshield.decision import (
     Recalibration,
     auc,
     clean_threshold,
@@ -29,7 +29,7 @@ from common.scoreshield.decision import (
     roc_curve,
     tar_at_far,
 )
-from common.scoreshield.projection import (
+from noisyanchor.common.scoreshield.projection import (
     PROJECTION_METHODS,
     ProjectionResult,
     project_box,
@@ -37,14 +37,14 @@ from common.scoreshield.projection import (
     project_psd,
     symmetrize,
 )
-from common.scoreshield.release import (
+from noisyanchor.common.scoreshield.release import (
     GRAM_PROJECTORS,
     GramRelease,
     ScoreRelease,
     release_gram,
     release_score_vector,
 )
-from common.scoreshield.sensitivity import (
+from noisyanchor.common.scoreshield.sensitivity import (
     gram_identity_sensitivity,
     gram_output_sensitivity,
     gram_record_sensitivity,

@@ -15,8 +15,8 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
-from common.errors import InvalidInputError
-from common.validation import check_positive
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.validation import check_positive
 
 #: Calibration methods accepted by :func:`calibrate_sigma`.
 CALIBRATION_METHODS = ("analytic", "classic")

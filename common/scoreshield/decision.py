@@ -23,8 +23,8 @@ from scipy.optimize import brentq
 from scipy.special import ndtr
 from scipy.stats import rankdata
 
-from common.errors import InvalidInputError
-from common.validation import as_vector, check_nonnegative, check_positive
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.validation import as_vector, check_nonnegative, check_positive
 
 
 def _labels_scores(labels: object, scores: object) -> tuple[np.ndarray, np.ndarray]:

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from common.errors import InvalidInputError
-from common.validation import as_matrix, check_count, check_positive
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.validation import as_matrix, check_count, check_positive
 
 #: Solvers accepted by :func:`project_correlation`.
 PROJECTION_METHODS = ("aap", "dykstra")

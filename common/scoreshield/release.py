@@ -12,11 +12,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.errors import InvalidInputError
-from common.scoreshield.calibration import calibrate_sigma, check_epsilon_delta
-from common.scoreshield.projection import ProjectionResult, project_correlation, symmetrize
-from common.scoreshield.sensitivity import gram_record_sensitivity, score_vector_sensitivity
-from common.validation import as_matrix, as_vector, check_positive
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.scoreshield.calibration import calibrate_sigma, check_epsilon_delta
+from noisyanchor.common.scoreshield.projection import (
+    ProjectionResult,
+    project_correlation,
+    symmetrize,
+)
+from noisyanchor.common.scoreshield.sensitivity import (
+    gram_record_sensitivity,
+    score_vector_sensitivity,
+)
+from noisyanchor.common.validation import as_matrix, as_vector, check_positive
 
 #: Post-processing choices of :func:`release_gram`.
 GRAM_PROJECTORS = ("aap", "dykstra", "none")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from common.validation import check_count, check_positive
+from noisyanchor.common.validation import check_count, check_positive
 
 
 def score_vector_sensitivity() -> float:

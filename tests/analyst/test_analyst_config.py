@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-import deploy
-from analyst.config import load_analyst_config
-from common.errors import ConfigError
-from deploy.certs import write_pki
-from participant.config import load_participant_config
+from noisyanchor import deploy
+from noisyanchor.analyst.config import load_analyst_config
+from noisyanchor.common.errors import ConfigError
+from noisyanchor.deploy.certs import write_pki
+from noisyanchor.participant.config import load_participant_config
 
 TEMPLATES = Path(deploy.__file__).parent / "templates"
 

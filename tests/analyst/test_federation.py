@@ -9,16 +9,16 @@ import secrets
 import numpy as np
 import pytest
 
-from analyst.attack import attack_store
-from analyst.config import AnalystConfig
-from analyst.federation import Federation
-from analyst.storage import Store
-from common.attacks import relative_error
-from common.errors import NotFoundError, PermissionDeniedError, PreconditionError
-from common.gdp import anchor_from_seed
-from common.tomlconfig import TlsFiles
-from common.wire import bundle_spec, iter_chunks
-from participant.compute import compute_upload
+from noisyanchor.analyst.attack import attack_store
+from noisyanchor.analyst.config import AnalystConfig
+from noisyanchor.analyst.federation import Federation
+from noisyanchor.analyst.storage import Store
+from noisyanchor.common.attacks import relative_error
+from noisyanchor.common.errors import NotFoundError, PermissionDeniedError, PreconditionError
+from noisyanchor.common.gdp import anchor_from_seed
+from noisyanchor.common.tomlconfig import TlsFiles
+from noisyanchor.common.wire import bundle_spec, iter_chunks
+from noisyanchor.participant.compute import compute_upload
 
 P, N, D, R = 3, 30, 5, 12
 

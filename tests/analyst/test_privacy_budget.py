@@ -11,9 +11,9 @@ import dp_accounting
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
-from analyst.privacy_budget import Charge, LedgerError, PrivacyLedger
-from common.errors import BudgetExceededError, InvalidInputError
-from common.scoreshield import analytic_sigma, gaussian_delta, score_vector_sensitivity
+from noisyanchor.analyst.privacy_budget import Charge, LedgerError, PrivacyLedger
+from noisyanchor.common.errors import BudgetExceededError, InvalidInputError
+from noisyanchor.common.scoreshield import analytic_sigma, gaussian_delta, score_vector_sensitivity
 
 DELTA = 1e-5
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from analyst.config import AnalystConfig
-from analyst.federation import Federation
-from analyst.storage import Store
-from common.errors import AlreadyExistsError, InvalidInputError
-from common.sealing import new_exchange_key, public_bytes, sign_exchange_key
-from common.tomlconfig import TlsFiles
-from deploy.certs import write_pki
-from protos.noisyanchor.v1 import analyst_pb2 as pb
+from noisyanchor.analyst.config import AnalystConfig
+from noisyanchor.analyst.federation import Federation
+from noisyanchor.analyst.storage import Store
+from noisyanchor.common.errors import AlreadyExistsError, InvalidInputError
+from noisyanchor.common.sealing import new_exchange_key, public_bytes, sign_exchange_key
+from noisyanchor.common.tomlconfig import TlsFiles
+from noisyanchor.deploy.certs import write_pki
+from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 
 @pytest.fixture

@@ -8,20 +8,20 @@ import hashlib
 import numpy as np
 import pytest
 
-from analyst.config import DEFAULT_LEDGER_NAME, load_analyst_config
-from analyst.release_service import (
+from noisyanchor.analyst.config import DEFAULT_LEDGER_NAME, load_analyst_config
+from noisyanchor.analyst.release_service import (
     collection_rows,
     decode_record,
     query_direction,
     top_k,
     unit_rows,
 )
-from common.alignment import align
-from common.errors import ConfigError, InvalidInputError, PreconditionError
-from common.gdp import gdp_map, make_anchor, sample_key
-from common.methods import make_upload
-from common.wire import ArraySpec
-from deploy.launch import write_toml
+from noisyanchor.common.alignment import align
+from noisyanchor.common.errors import ConfigError, InvalidInputError, PreconditionError
+from noisyanchor.common.gdp import gdp_map, make_anchor, sample_key
+from noisyanchor.common.methods import make_upload
+from noisyanchor.common.wire import ArraySpec
+from noisyanchor.deploy.launch import write_toml
 
 P, N, D, R = 3, 20, 5, 12
 
@@ -114,7 +114,7 @@ def test_top_k_returns_the_highest_noisy_scores_first():
 
 
 def _analyst_toml(tmp_path, privacy: dict | None):
-    from deploy.certs import write_pki
+    from noisyanchor.deploy.certs import write_pki
 
     pki = write_pki(tmp_path / "pki", ["a", "b"])
     tables = {"federation": {"id": "f", "participants": ["a", "b"], "method": "aa-igdp"},

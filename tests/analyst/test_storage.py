@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from analyst.storage import Store, read_bundle, receive_bundle
-from common.errors import IntegrityError, InvalidInputError
-from common.files import atomic_write
-from common.wire import bundle_spec, iter_chunks
+from noisyanchor.analyst.storage import Store, read_bundle, receive_bundle
+from noisyanchor.common.errors import IntegrityError, InvalidInputError
+from noisyanchor.common.files import atomic_write
+from noisyanchor.common.wire import bundle_spec, iter_chunks
 
 
 @pytest.fixture

@@ -5,14 +5,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common import gopp as gopp_module
-from common.alignment import align
-from common.errors import InvalidInputError
-from common.gdp import make_anchor, sample_key
-from common.gopp import rotational_error, solve_gopp
-from common.methods import make_upload
-from common.procrustes import align_to_reference
-from common.theory import phase_transition_v, residual_translation_variance
+from noisyanchor.common import gopp as gopp_module
+from noisyanchor.common.alignment import align
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.gdp import make_anchor, sample_key
+from noisyanchor.common.gopp import rotational_error, solve_gopp
+from noisyanchor.common.methods import make_upload
+from noisyanchor.common.procrustes import align_to_reference
+from noisyanchor.common.theory import phase_transition_v, residual_translation_variance
 
 
 def _federation(rng, p, d, r, n=12, scale=10.0):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from common.alignment import align
-from common.attacks import (
+from noisyanchor.common.alignment import align
+from noisyanchor.common.attacks import (
     ATTACK_NAMES,
     Disclosure,
     known_anchor_attack,
@@ -12,9 +12,9 @@ from common.attacks import (
     relative_error,
     run_attacks,
 )
-from common.errors import InvalidInputError
-from common.gdp import make_anchor, sample_key
-from common.methods import Method, make_upload
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.gdp import make_anchor, sample_key
+from noisyanchor.common.methods import Method, make_upload
 
 
 def _aa_run(rng, method="aa-igdp", v=0.0, p=4, d=5, r=20, n=15):

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from common.errors import InvalidInputError
-from common.gdp import (
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.gdp import (
     anchor_from_seed,
     decode,
     gaussian_projection,

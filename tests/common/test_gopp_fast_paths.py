@@ -9,12 +9,17 @@ import numpy as np
 import pytest
 
 from benchmarks import bench_gopp
-from common import gopp as gopp_module
-from common.errors import InvalidInputError
-from common.gdp import make_anchor, sample_key
-from common.gopp import solve_gopp
-from common.linalg import BlockWorkers, polar_factor, polar_factor_fast, single_threaded_blas
-from common.theory import phase_transition_v
+from noisyanchor.common import gopp as gopp_module
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.gdp import make_anchor, sample_key
+from noisyanchor.common.gopp import solve_gopp
+from noisyanchor.common.linalg import (
+    BlockWorkers,
+    polar_factor,
+    polar_factor_fast,
+    single_threaded_blas,
+)
+from noisyanchor.common.theory import phase_transition_v
 
 
 def _anchors(seed, p, d, r, factor):

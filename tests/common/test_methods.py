@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from common.errors import InvalidInputError
-from common.gdp import make_anchor, sample_key
-from common.methods import Method, make_upload
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.gdp import make_anchor, sample_key
+from noisyanchor.common.methods import Method, make_upload
 
 
 @pytest.mark.parametrize("method", list(Method))

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from common.errors import InvalidInputError
-from common.scoreshield import (
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.scoreshield import (
     analytic_sigma,
     auc,
     calibrate_sigma,

@@ -4,8 +4,8 @@ import secrets
 
 import pytest
 
-from common.errors import IntegrityError, UnauthenticatedError
-from common.sealing import (
+from noisyanchor.common.errors import IntegrityError, UnauthenticatedError
+from noisyanchor.common.sealing import (
     anchor_commitment,
     new_exchange_key,
     open_sealed,
@@ -14,7 +14,7 @@ from common.sealing import (
     sign_exchange_key,
     verify_exchange_key,
 )
-from deploy.certs import write_pki
+from noisyanchor.deploy.certs import write_pki
 
 
 @pytest.fixture(scope="module")

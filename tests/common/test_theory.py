@@ -3,8 +3,8 @@ import math
 import numpy as np
 import pytest
 
-from common.errors import InvalidInputError
-from common.theory import (
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.theory import (
     phase_transition_v,
     residual_translation_variance,
     rotational_error_bound,

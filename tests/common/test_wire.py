@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from common.errors import IntegrityError, InvalidInputError
-from common.wire import (
+from noisyanchor.common.errors import IntegrityError, InvalidInputError
+from noisyanchor.common.wire import (
     ArraySpec,
     BundleDigester,
     BundleSpec,
@@ -14,7 +14,7 @@ from common.wire import (
     request_stream,
     wire_dtype,
 )
-from protos.noisyanchor.v1 import analyst_pb2 as pb
+from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 
 @pytest.fixture

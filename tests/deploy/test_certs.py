@@ -5,9 +5,9 @@ import stat
 import pytest
 from cryptography import x509
 
-from common.errors import InvalidInputError
-from common.sealing import certificate_id
-from deploy.certs import write_pki
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.sealing import certificate_id
+from noisyanchor.deploy.certs import write_pki
 
 
 def test_every_certificate_is_issued_by_the_ca_and_names_its_holder(tmp_path):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from e2e_support import FEDERATION, RunningAnalyst
 
-from deploy.demo import write_analyst
-from deploy.launch import start, stop, wait_for_port
+from noisyanchor.deploy.demo import write_analyst
+from noisyanchor.deploy.launch import start, stop, wait_for_port
 
 
 @pytest.fixture

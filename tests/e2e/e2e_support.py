@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from common.tomlconfig import TlsFiles
-from common.wire import bundle_spec
-from deploy.demo import FederationFiles
-from deploy.launch import start, wait_for_port
-from participant.client import AnalystClient
+from noisyanchor.common.tomlconfig import TlsFiles
+from noisyanchor.common.wire import bundle_spec
+from noisyanchor.deploy.demo import FederationFiles
+from noisyanchor.deploy.launch import start, wait_for_port
+from noisyanchor.participant.client import AnalystClient
 
 FEDERATION = "e2e"
 

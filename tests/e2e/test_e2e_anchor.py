@@ -10,19 +10,24 @@ import numpy as np
 import pytest
 from e2e_support import wait_until
 
-from common.errors import (
+from noisyanchor.common.errors import (
     AlreadyExistsError,
     IntegrityError,
     PreconditionError,
     UnauthenticatedError,
 )
-from common.sealing import new_exchange_key, private_bytes, public_bytes, sign_exchange_key
-from deploy.demo import write_participant
-from deploy.launch import start, stop
-from participant.anchor import exchange_key_path, kept_exchange_key
-from participant.config import load_participant_config
-from participant.run import run_upload
-from protos.noisyanchor.v1 import analyst_pb2 as pb
+from noisyanchor.common.sealing import (
+    new_exchange_key,
+    private_bytes,
+    public_bytes,
+    sign_exchange_key,
+)
+from noisyanchor.deploy.demo import write_participant
+from noisyanchor.deploy.launch import start, stop
+from noisyanchor.participant.anchor import exchange_key_path, kept_exchange_key
+from noisyanchor.participant.config import load_participant_config
+from noisyanchor.participant.run import run_upload
+from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 pytestmark = pytest.mark.e2e
 

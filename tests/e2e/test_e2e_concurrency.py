@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from deploy.demo import participant_ids, write_participant
-from participant.config import load_participant_config
-from participant.run import run_upload
+from noisyanchor.deploy.demo import participant_ids, write_participant
+from noisyanchor.participant.config import load_participant_config
+from noisyanchor.participant.run import run_upload
 
 pytestmark = pytest.mark.e2e
 

@@ -10,19 +10,19 @@ import numpy as np
 import pytest
 from e2e_support import FEDERATION, random_upload, send, wait_until
 
-from common.errors import (
+from noisyanchor.common.errors import (
     AlreadyExistsError,
     IntegrityError,
     InvalidInputError,
     PermissionDeniedError,
 )
-from common.tomlconfig import TlsFiles
-from common.wire import bundle_spec, iter_chunks
-from deploy.certs import write_pki
-from deploy.demo import write_participant
-from deploy.launch import start
-from participant.client import AnalystUnavailableError
-from protos.noisyanchor.v1 import analyst_pb2 as pb
+from noisyanchor.common.tomlconfig import TlsFiles
+from noisyanchor.common.wire import bundle_spec, iter_chunks
+from noisyanchor.deploy.certs import write_pki
+from noisyanchor.deploy.demo import write_participant
+from noisyanchor.deploy.launch import start
+from noisyanchor.participant.client import AnalystUnavailableError
+from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 pytestmark = pytest.mark.e2e
 
@@ -124,7 +124,7 @@ def test_clients_without_a_certificate_from_the_federation_ca_cannot_connect(fed
     channel = grpc.secure_channel(f"127.0.0.1:{fed.port}", grpc.ssl_channel_credentials(
         root_certificates=fed.files.pki.ca.read_bytes()))  # no client certificate at all
     with channel, pytest.raises(grpc.RpcError) as err:
-        from protos.noisyanchor.v1 import analyst_pb2_grpc
+        from noisyanchor.protos.v1 import analyst_pb2_grpc
 
         analyst_pb2_grpc.AnalystStub(channel).Status(pb.StatusRequest(federation_id=FEDERATION),
                                                      timeout=5)

@@ -14,26 +14,30 @@ import numpy as np
 import pytest
 from e2e_support import FEDERATION, RunningAnalyst, free_port
 
-from analyst.storage import read_bundle
-from common.errors import (
+from noisyanchor.analyst.storage import read_bundle
+from noisyanchor.cli import main
+from noisyanchor.common.errors import (
     BudgetExceededError,
     InvalidInputError,
     NotFoundError,
     PreconditionError,
 )
-from common.scoreshield import calibrate_sigma, gram_record_sensitivity, score_vector_sensitivity
-from deploy.demo import wait_for_result, write_analyst, write_participant
-from deploy.launch import start, stop, wait_for_port
-from noisyanchor.cli import main
-from participant.config import load_participant_config
-from participant.release_client import (
+from noisyanchor.common.scoreshield import (
+    calibrate_sigma,
+    gram_record_sensitivity,
+    score_vector_sensitivity,
+)
+from noisyanchor.deploy.demo import wait_for_result, write_analyst, write_participant
+from noisyanchor.deploy.launch import start, stop, wait_for_port
+from noisyanchor.participant.config import load_participant_config
+from noisyanchor.participant.release_client import (
     load_key,
     query_record,
     release_gram,
     release_scores,
     transform_query,
 )
-from protos.noisyanchor.v1 import release_pb2, release_pb2_grpc
+from noisyanchor.protos.v1 import release_pb2, release_pb2_grpc
 
 pytestmark = pytest.mark.e2e
 

@@ -11,8 +11,8 @@ import grpc
 import pytest
 from e2e_support import FEDERATION, free_port, random_upload, send, wait_until
 
-from common.errors import AlreadyExistsError, NoisyAnchorError
-from common.wire import bundle_spec, request_stream
+from noisyanchor.common.errors import AlreadyExistsError, NoisyAnchorError
+from noisyanchor.common.wire import bundle_spec, request_stream
 
 pytestmark = pytest.mark.e2e
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analyst.storage import read_bundle
-from common.gdp import anchor_from_seed
-from deploy.demo import run_demo
-from deploy.launch import child_env
-from experiments.simulate import SimulationConfig, prepare
+from noisyanchor.analyst.storage import read_bundle
+from noisyanchor.common.gdp import anchor_from_seed
+from noisyanchor.deploy.demo import run_demo
+from noisyanchor.deploy.launch import child_env
+from noisyanchor.experiments.simulate import SimulationConfig, prepare
 
 pytestmark = pytest.mark.e2e
 

@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.errors import InvalidInputError
-from experiments.bench import BenchConfig, prepare_bench
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.experiments.bench import BenchConfig, prepare_bench
 
 CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "configs"
 

@@ -5,8 +5,13 @@ import struct
 import numpy as np
 import pytest
 
-from common.errors import InvalidInputError
-from experiments.datasets import load_array_file, load_mnist_idx, make_synthetic, read_idx
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.experiments.datasets import (
+    load_array_file,
+    load_mnist_idx,
+    make_synthetic,
+    read_idx,
+)
 
 
 @pytest.mark.parametrize("suffix", ["", ".gz"])

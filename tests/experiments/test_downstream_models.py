@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from analyst.downstream import evaluate_utility
-from common.errors import InvalidInputError
-from common.splits import TEST, TRAIN, VALIDATION
+from noisyanchor.analyst.downstream import evaluate_utility
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.splits import TEST, TRAIN, VALIDATION
 
 
 @pytest.fixture

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from common.errors import InvalidInputError
-from experiments.fits import fit_spline
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.experiments.fits import fit_spline
 
 
 def test_spline_reproduces_a_cubic_exactly(rng):

@@ -2,14 +2,14 @@
 
 import numpy as np
 
-from experiments.datasets import load_digits, make_synthetic
-from experiments.linkage import (
+from noisyanchor.experiments.datasets import load_digits, make_synthetic
+from noisyanchor.experiments.linkage import (
     exact_source_galleries,
     fit_auditor,
     identity_galleries,
     linkage_accuracy,
 )
-from experiments.partition import identity_disjoint
+from noisyanchor.experiments.partition import identity_disjoint
 
 
 def _digits_setup(rng, episodes):

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from common.splits import TEST, TRAIN, VALIDATION
-from experiments.partition import identity_disjoint, label_skewed, stratified_iid
+from noisyanchor.common.splits import TEST, TRAIN, VALIDATION
+from noisyanchor.experiments.partition import identity_disjoint, label_skewed, stratified_iid
 
 
 def _label_share(parts, y, classes):

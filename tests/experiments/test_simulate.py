@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from common.methods import Method
-from experiments.simulate import SimulationConfig, simulate
+from noisyanchor.common.methods import Method
+from noisyanchor.experiments.simulate import SimulationConfig, simulate
 
 
 def _cli(*args: str) -> dict:

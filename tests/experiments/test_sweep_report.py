@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.methods import Method
-from experiments.bench import BenchConfig, prepare_bench
-from experiments.report import make_report
-from experiments.simulate import simulate
-from experiments.sweep import CONTROL_DRAW, ROWS_FILE, draw_federation, run_sweep
+from noisyanchor.common.methods import Method
+from noisyanchor.experiments.bench import BenchConfig, prepare_bench
+from noisyanchor.experiments.report import make_report
+from noisyanchor.experiments.simulate import simulate
+from noisyanchor.experiments.sweep import CONTROL_DRAW, ROWS_FILE, draw_federation, run_sweep
 
 TINY = """
 name = "tiny"
@@ -171,7 +171,7 @@ def test_mnist_protocol_config_runs_on_user_idx_files(tmp_path, rng, write_idx):
 def test_committed_digits_rows_are_reproduced_by_the_current_code():
     """Spot check of experiments/results/digits: a control and two draws recomputed from the
     config match the committed rows (results are measured, not written by hand)."""
-    from experiments.sweep import _Decoder, noise_levels, run_task
+    from noisyanchor.experiments.sweep import _Decoder, noise_levels, run_task
 
     root = Path(__file__).resolve().parents[2] / "experiments"
     cfg = BenchConfig.from_toml(root / "configs" / "digits.toml")

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from common.errors import InvalidInputError
-from participant.data import load_local_data
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.participant.data import load_local_data
 
 
 def test_npz_npy_and_csv_load_the_same_records(tmp_path, rng):

@@ -1,12 +1,15 @@
-"""The checked-in generated modules match ``protos/noisyanchor/v1/*.proto`` (regenerate with
-``python -m protos.generate``)."""
+"""The checked-in generated modules match ``protos/v1/*.proto`` (regenerate with
+``python -m noisyanchor.protos.generate``)."""
 
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2
 
-from protos.generate import PROTO_FILES, ROOT, generate
-from protos.noisyanchor.v1 import analyst_pb2, analyst_pb2_grpc, release_pb2, release_pb2_grpc
+from noisyanchor.protos.generate import HERE, PROTO_FILES, generate, protoc_args
+from noisyanchor.protos.v1 import analyst_pb2, analyst_pb2_grpc, release_pb2, release_pb2_grpc
+
+#: The command that regenerates the checked-in code.
+REGENERATE = "python -m noisyanchor.protos.generate"
 
 #: Generated modules of each proto file, in PROTO_FILES order.
 MODULES = ((analyst_pb2, analyst_pb2_grpc, "Analyst"), (release_pb2, release_pb2_grpc, "Release"))
@@ -16,9 +19,7 @@ def _descriptor_set(tmp_path: Path) -> descriptor_pb2.FileDescriptorSet:
     from grpc_tools import protoc
 
     out = tmp_path / "set.pb"
-    include = Path(protoc.__file__).parent / "_proto"
-    assert protoc.main(["protoc", f"-I{ROOT}", f"-I{include}", f"--descriptor_set_out={out}",
-                        *(str(ROOT / p) for p in PROTO_FILES)]) == 0
+    assert protoc.main(protoc_args(f"--descriptor_set_out={out}")) == 0
     return descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
 
 
@@ -31,7 +32,7 @@ def test_checked_in_descriptor_equals_a_fresh_compile_of_the_proto(tmp_path):
                 field.ClearField("json_name")
         checked_in = descriptor_pb2.FileDescriptorProto.FromString(
             module.DESCRIPTOR.serialized_pb)
-        assert checked_in == fresh, "stale generated code: run python -m protos.generate"
+        assert checked_in == fresh, f"stale generated code: run {REGENERATE}"
 
 
 def test_grpc_module_serves_every_rpc_of_the_proto():
@@ -50,4 +51,4 @@ def test_regeneration_reproduces_the_checked_in_files(tmp_path):
 
     for path in generate(tmp_path):
         rel = path.relative_to(tmp_path)
-        assert body(path) == body(ROOT / rel), f"{rel} is stale: run python -m protos.generate"
+        assert body(path) == body(HERE / rel), f"{rel} is stale: run {REGENERATE}"

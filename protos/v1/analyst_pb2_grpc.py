@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from protos.noisyanchor.v1 import analyst_pb2 as protos_dot_noisyanchor_dot_v1_dot_analyst__pb2
+from noisyanchor.protos.v1 import analyst_pb2 as noisyanchor_dot_protos_dot_v1_dot_analyst__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/noisyanchor/v1/analyst_pb2_grpc.py depends on'
+        + ' but the generated code in noisyanchor/protos/v1/analyst_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,48 +36,48 @@ class AnalystStub:
         """
         self.Upload = channel.stream_unary(
                 '/noisyanchor.v1.Analyst/Upload',
-                request_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.UploadRequest.SerializeToString,
-                response_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.Receipt.FromString,
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.UploadRequest.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.Receipt.FromString,
                 _registered_method=True)
         self.Disclose = channel.stream_unary(
                 '/noisyanchor.v1.Analyst/Disclose',
-                request_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.UploadRequest.SerializeToString,
-                response_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.Receipt.FromString,
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.UploadRequest.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.Receipt.FromString,
                 _registered_method=True)
         self.Status = channel.unary_unary(
                 '/noisyanchor.v1.Analyst/Status',
-                request_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.StatusRequest.SerializeToString,
-                response_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.StatusReply.FromString,
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.StatusRequest.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.StatusReply.FromString,
                 _registered_method=True)
         self.PublishKey = channel.unary_unary(
                 '/noisyanchor.v1.Analyst/PublishKey',
-                request_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PublishKeyRequest.SerializeToString,
-                response_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PublishKeyReply.FromString,
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PublishKeyRequest.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PublishKeyReply.FromString,
                 _registered_method=True)
         self.ListKeys = channel.unary_unary(
                 '/noisyanchor.v1.Analyst/ListKeys',
-                request_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.ListKeysRequest.SerializeToString,
-                response_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.ListKeysReply.FromString,
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListKeysRequest.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListKeysReply.FromString,
                 _registered_method=True)
         self.PostSealed = channel.unary_unary(
                 '/noisyanchor.v1.Analyst/PostSealed',
-                request_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PostSealedRequest.SerializeToString,
-                response_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PostSealedReply.FromString,
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PostSealedRequest.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PostSealedReply.FromString,
                 _registered_method=True)
         self.GetSealed = channel.unary_unary(
                 '/noisyanchor.v1.Analyst/GetSealed',
-                request_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.GetSealedRequest.SerializeToString,
-                response_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.SealedShare.FromString,
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.GetSealedRequest.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.SealedShare.FromString,
                 _registered_method=True)
         self.PublishCommitment = channel.unary_unary(
                 '/noisyanchor.v1.Analyst/PublishCommitment',
-                request_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PublishCommitmentRequest.SerializeToString,
-                response_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PublishCommitmentReply.FromString,
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PublishCommitmentRequest.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PublishCommitmentReply.FromString,
                 _registered_method=True)
         self.ListCommitments = channel.unary_unary(
                 '/noisyanchor.v1.Analyst/ListCommitments',
-                request_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.ListCommitmentsRequest.SerializeToString,
-                response_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.ListCommitmentsReply.FromString,
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListCommitmentsRequest.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListCommitmentsReply.FromString,
                 _registered_method=True)
 
 
@@ -146,48 +146,48 @@ def add_AnalystServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Upload': grpc.stream_unary_rpc_method_handler(
                     servicer.Upload,
-                    request_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.UploadRequest.FromString,
-                    response_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.Receipt.SerializeToString,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.UploadRequest.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.Receipt.SerializeToString,
             ),
             'Disclose': grpc.stream_unary_rpc_method_handler(
                     servicer.Disclose,
-                    request_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.UploadRequest.FromString,
-                    response_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.Receipt.SerializeToString,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.UploadRequest.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.Receipt.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
-                    request_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.StatusRequest.FromString,
-                    response_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.StatusReply.SerializeToString,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.StatusRequest.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.StatusReply.SerializeToString,
             ),
             'PublishKey': grpc.unary_unary_rpc_method_handler(
                     servicer.PublishKey,
-                    request_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PublishKeyRequest.FromString,
-                    response_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PublishKeyReply.SerializeToString,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PublishKeyRequest.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PublishKeyReply.SerializeToString,
             ),
             'ListKeys': grpc.unary_unary_rpc_method_handler(
                     servicer.ListKeys,
-                    request_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.ListKeysRequest.FromString,
-                    response_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.ListKeysReply.SerializeToString,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListKeysRequest.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListKeysReply.SerializeToString,
             ),
             'PostSealed': grpc.unary_unary_rpc_method_handler(
                     servicer.PostSealed,
-                    request_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PostSealedRequest.FromString,
-                    response_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PostSealedReply.SerializeToString,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PostSealedRequest.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PostSealedReply.SerializeToString,
             ),
             'GetSealed': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSealed,
-                    request_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.GetSealedRequest.FromString,
-                    response_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.SealedShare.SerializeToString,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.GetSealedRequest.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.SealedShare.SerializeToString,
             ),
             'PublishCommitment': grpc.unary_unary_rpc_method_handler(
                     servicer.PublishCommitment,
-                    request_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PublishCommitmentRequest.FromString,
-                    response_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PublishCommitmentReply.SerializeToString,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PublishCommitmentRequest.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PublishCommitmentReply.SerializeToString,
             ),
             'ListCommitments': grpc.unary_unary_rpc_method_handler(
                     servicer.ListCommitments,
-                    request_deserializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.ListCommitmentsRequest.FromString,
-                    response_serializer=protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.ListCommitmentsReply.SerializeToString,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListCommitmentsRequest.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListCommitmentsReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -215,8 +215,8 @@ class Analyst:
             request_iterator,
             target,
             '/noisyanchor.v1.Analyst/Upload',
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.UploadRequest.SerializeToString,
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.Receipt.FromString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.UploadRequest.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.Receipt.FromString,
             options,
             channel_credentials,
             insecure,
@@ -242,8 +242,8 @@ class Analyst:
             request_iterator,
             target,
             '/noisyanchor.v1.Analyst/Disclose',
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.UploadRequest.SerializeToString,
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.Receipt.FromString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.UploadRequest.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.Receipt.FromString,
             options,
             channel_credentials,
             insecure,
@@ -269,8 +269,8 @@ class Analyst:
             request,
             target,
             '/noisyanchor.v1.Analyst/Status',
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.StatusRequest.SerializeToString,
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.StatusReply.FromString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.StatusRequest.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.StatusReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -296,8 +296,8 @@ class Analyst:
             request,
             target,
             '/noisyanchor.v1.Analyst/PublishKey',
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PublishKeyRequest.SerializeToString,
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PublishKeyReply.FromString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PublishKeyRequest.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PublishKeyReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -323,8 +323,8 @@ class Analyst:
             request,
             target,
             '/noisyanchor.v1.Analyst/ListKeys',
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.ListKeysRequest.SerializeToString,
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.ListKeysReply.FromString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListKeysRequest.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListKeysReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -350,8 +350,8 @@ class Analyst:
             request,
             target,
             '/noisyanchor.v1.Analyst/PostSealed',
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PostSealedRequest.SerializeToString,
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PostSealedReply.FromString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PostSealedRequest.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PostSealedReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -377,8 +377,8 @@ class Analyst:
             request,
             target,
             '/noisyanchor.v1.Analyst/GetSealed',
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.GetSealedRequest.SerializeToString,
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.SealedShare.FromString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.GetSealedRequest.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.SealedShare.FromString,
             options,
             channel_credentials,
             insecure,
@@ -404,8 +404,8 @@ class Analyst:
             request,
             target,
             '/noisyanchor.v1.Analyst/PublishCommitment',
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PublishCommitmentRequest.SerializeToString,
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.PublishCommitmentReply.FromString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PublishCommitmentRequest.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.PublishCommitmentReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -431,8 +431,8 @@ class Analyst:
             request,
             target,
             '/noisyanchor.v1.Analyst/ListCommitments',
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.ListCommitmentsRequest.SerializeToString,
-            protos_dot_noisyanchor_dot_v1_dot_analyst__pb2.ListCommitmentsReply.FromString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListCommitmentsRequest.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListCommitmentsReply.FromString,
             options,
             channel_credentials,
             insecure,

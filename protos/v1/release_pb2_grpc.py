@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from protos.noisyanchor.v1 import release_pb2 as protos_dot_noisyanchor_dot_v1_dot_release__pb2
+from noisyanchor.protos.v1 import release_pb2 as noisyanchor_dot_protos_dot_v1_dot_release__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/noisyanchor/v1/release_pb2_grpc.py depends on'
+        + ' but the generated code in noisyanchor/protos/v1/release_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,13 +36,13 @@ class ReleaseStub:
         """
         self.ReleaseScores = channel.unary_unary(
                 '/noisyanchor.v1.Release/ReleaseScores',
-                request_serializer=protos_dot_noisyanchor_dot_v1_dot_release__pb2.ScoreQuery.SerializeToString,
-                response_deserializer=protos_dot_noisyanchor_dot_v1_dot_release__pb2.ScoreRelease.FromString,
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreQuery.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreRelease.FromString,
                 _registered_method=True)
         self.ReleaseGram = channel.unary_stream(
                 '/noisyanchor.v1.Release/ReleaseGram',
-                request_serializer=protos_dot_noisyanchor_dot_v1_dot_release__pb2.GramQuery.SerializeToString,
-                response_deserializer=protos_dot_noisyanchor_dot_v1_dot_release__pb2.GramPart.FromString,
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramQuery.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramPart.FromString,
                 _registered_method=True)
 
 
@@ -68,13 +68,13 @@ def add_ReleaseServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'ReleaseScores': grpc.unary_unary_rpc_method_handler(
                     servicer.ReleaseScores,
-                    request_deserializer=protos_dot_noisyanchor_dot_v1_dot_release__pb2.ScoreQuery.FromString,
-                    response_serializer=protos_dot_noisyanchor_dot_v1_dot_release__pb2.ScoreRelease.SerializeToString,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreQuery.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreRelease.SerializeToString,
             ),
             'ReleaseGram': grpc.unary_stream_rpc_method_handler(
                     servicer.ReleaseGram,
-                    request_deserializer=protos_dot_noisyanchor_dot_v1_dot_release__pb2.GramQuery.FromString,
-                    response_serializer=protos_dot_noisyanchor_dot_v1_dot_release__pb2.GramPart.SerializeToString,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramQuery.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramPart.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -102,8 +102,8 @@ class Release:
             request,
             target,
             '/noisyanchor.v1.Release/ReleaseScores',
-            protos_dot_noisyanchor_dot_v1_dot_release__pb2.ScoreQuery.SerializeToString,
-            protos_dot_noisyanchor_dot_v1_dot_release__pb2.ScoreRelease.FromString,
+            noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreQuery.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreRelease.FromString,
             options,
             channel_credentials,
             insecure,
@@ -129,8 +129,8 @@ class Release:
             request,
             target,
             '/noisyanchor.v1.Release/ReleaseGram',
-            protos_dot_noisyanchor_dot_v1_dot_release__pb2.GramQuery.SerializeToString,
-            protos_dot_noisyanchor_dot_v1_dot_release__pb2.GramPart.FromString,
+            noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramQuery.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramPart.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,1 +1,0 @@
-"""noisyanchor protobuf packages."""

@@ -1,1 +1,0 @@
-"""Version 1 of the analyst service contract (generated modules: python -m protos.generate)."""

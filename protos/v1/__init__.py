@@ -1,0 +1,4 @@
+"""Version 1 of the analyst service contract.
+
+Generated modules: ``python -m noisyanchor.protos.generate``.
+"""
