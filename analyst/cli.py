@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from noisyanchor.analyst.config import load_analyst_config
-    from noisyanchor.analyst.service import serve
+    from noisyanchor.analyst.server import serve
 
     config = load_analyst_config(args.config).with_overrides(
         port=args.port, port_file=args.port_file, output_dir=args.output_dir)

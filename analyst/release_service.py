@@ -45,9 +45,9 @@ from dataclasses import dataclass
 import grpc
 import numpy as np
 
+from noisyanchor.analyst.edge import caller_id, grpc_edge
 from noisyanchor.analyst.federation import Federation
 from noisyanchor.analyst.privacy_budget import Charge, PrivacyLedger
-from noisyanchor.analyst.service import _edge, caller_id
 from noisyanchor.common.errors import InvalidInputError, NotFoundError, PreconditionError
 from noisyanchor.common.scoreshield import (
     GRAM_PROJECTORS,
@@ -240,7 +240,7 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
                         budget_epsilon=ledger.epsilon_budget, budget_delta=ledger.delta_budget)
 
     # -- RPCs -----------------------------------------------------------------------------------
-    @_edge
+    @grpc_edge
     def ReleaseScores(self, request: pb.ScoreQuery, context) -> pb.ScoreRelease:
         """Regime (i): ``clip(E q + N(0, sigma^2 I), -1, 1)`` or its top-k, charged first."""
         pid, dataset, coll = self._prepare(context, request.federation_id, request.dataset)
@@ -267,7 +267,7 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
             scores=scores.astype("<f8").tobytes(), top_ids=[] if ids is None else ids.tolist(),
             records=n, clipped=rel.n_clipped)
 
-    @_edge
+    @grpc_edge
     def ReleaseGram(self, request: pb.GramQuery, context) -> Iterator[pb.GramPart]:
         """Regime (ii): the projected noisy Gram ``P(E E^T + (N + N^T)/2)``, charged first and
         streamed as a header and chunks of at most :data:`common.wire.CHUNK_SIZE` bytes."""

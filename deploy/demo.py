@@ -126,7 +126,7 @@ def run_demo(*, participants: int = 4, method: str = "aa-igdp-an", v: float = 0.
              colluder: int | None = 0, seed: int | None = None,
              workdir: Path | None = None) -> dict[str, Any]:
     """Run the demo and return its summary (keys pinned by issue 3)."""
-    from noisyanchor.analyst.downstream import evaluate_utility
+    from noisyanchor.common.downstream import evaluate_utility
     from noisyanchor.common.methods import Method
     from noisyanchor.experiments.simulate import SimulationConfig, prepare, simulate
 

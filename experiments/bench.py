@@ -18,6 +18,7 @@ import numpy as np
 
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.gdp import gaussian_projection, pool_projection
+from noisyanchor.common.splits import split_tags
 from noisyanchor.common.tomlconfig import read_toml
 from noisyanchor.experiments.datasets import (
     Dataset,
@@ -36,7 +37,6 @@ from noisyanchor.experiments.linkage import (
 from noisyanchor.experiments.partition import (
     identity_disjoint,
     label_skewed,
-    split_tags,
     stratified_iid,
 )
 from noisyanchor.experiments.simulate import Federation, SimulationConfig
@@ -114,7 +114,7 @@ class BenchConfig:
             lo, hi = getattr(self, key)
             if not 0 <= lo <= hi:
                 raise InvalidInputError(f"config key {key!r}: need 0 <= low <= high")
-        from noisyanchor.analyst.downstream import MODELS
+        from noisyanchor.common.downstream import MODELS
 
         if self.model not in MODELS:
             raise InvalidInputError(f"config key 'model': {self.model!r} is not one of "

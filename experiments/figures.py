@@ -6,17 +6,11 @@ Every curve drawn here is a :class:`experiments.fits.SplineFit` also written to 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from noisyanchor.experiments.linkage import GALLERY_SIZE
-
-if TYPE_CHECKING:
-    from noisyanchor.experiments.report import Study
-
-#: Chance linkage: one true candidate in a gallery of ``GALLERY_SIZE``.
-CHANCE = 1.0 / GALLERY_SIZE
+from noisyanchor.experiments.linkage import CHANCE
+from noisyanchor.experiments.study import Study, strongest
 
 
 def pyplot():
@@ -114,7 +108,6 @@ def utility(study: Study, path: Path) -> None:
 
 
 def _frontier_axes(ax, study, methods, colors, attack_set, label_suffix=""):
-    from noisyanchor.experiments.report import strongest
 
     for m, color in zip(methods, colors, strict=True):
         rs = study.draws.get(m, [])

@@ -20,6 +20,8 @@ from noisyanchor.common.validation import as_matrix, check_count
 
 #: Candidates per gallery (true one + 9 distractors); chance is ``1 / GALLERY_SIZE``.
 GALLERY_SIZE = 10
+#: Chance linkage: one true candidate in a gallery of ``GALLERY_SIZE``.
+CHANCE = 1.0 / GALLERY_SIZE
 
 
 @dataclass(frozen=True)

@@ -1,19 +1,12 @@
-"""Partitions of a data set across participants, and train/test split tags."""
+"""Partitions of a data set across participants (split tags: ``common.splits``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from noisyanchor.common.errors import InvalidInputError
-from noisyanchor.common.splits import TEST, TRAIN, VALIDATION
+from noisyanchor.common.splits import TEST, TRAIN, VALIDATION, check_fractions
 from noisyanchor.common.validation import check_count
-
-
-def _check_fractions(test_fraction: float, validation_fraction: float) -> None:
-    """Raise unless ``0 < test_fraction < 1`` and ``0 <= validation_fraction < 1 - test``."""
-    if not 0 < test_fraction < 1 or not 0 <= validation_fraction < 1 - test_fraction:
-        raise InvalidInputError("need 0 < test_fraction < 1 and "
-                                "0 <= validation_fraction < 1 - test_fraction")
 
 
 def stratified_iid(y: np.ndarray, p: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -33,23 +26,6 @@ def stratified_iid(y: np.ndarray, p: int, rng: np.random.Generator) -> list[np.n
             parts[(k + offset) % p].append(int(j))
         offset += len(idx)
     return [np.sort(np.asarray(part, dtype=np.int64)) for part in parts]
-
-
-def split_tags(
-    y: np.ndarray, rng: np.random.Generator, *, test_fraction: float = 0.2,
-    validation_fraction: float = 0.0,
-) -> np.ndarray:
-    """Per-record tags TRAIN / VALIDATION / TEST, stratified by label."""
-    _check_fractions(test_fraction, validation_fraction)
-    y = np.asarray(y)
-    tags = np.full(len(y), TRAIN, dtype=np.int8)
-    for label in np.unique(y):
-        idx = rng.permutation(np.flatnonzero(y == label))
-        n_test = round(test_fraction * len(idx))
-        n_val = round(validation_fraction * len(idx))
-        tags[idx[:n_test]] = TEST
-        tags[idx[n_test:n_test + n_val]] = VALIDATION
-    return tags
 
 
 def label_skewed(
@@ -98,7 +74,7 @@ def identity_disjoint(
     reference : (n,) bool ndarray
         True for the one held-out reference record per identity.
     """
-    _check_fractions(test_fraction, validation_fraction)
+    check_fractions(test_fraction, validation_fraction)
     ids = np.asarray(ids)
     people = rng.permutation(np.unique(ids))
     n_test = round(test_fraction * len(people))

@@ -21,36 +21,24 @@ import numpy as np
 from noisyanchor.common.attacks import ATTACK_NAMES
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.methods import Method
-from noisyanchor.experiments.fits import SplineFit, fit_spline
-from noisyanchor.experiments.linkage import GALLERY_SIZE
-from noisyanchor.experiments.sweep import META_FILE, ROWS_FILE, RUNS_FILE
+from noisyanchor.experiments.linkage import CHANCE
+from noisyanchor.experiments.study import (
+    ATTACK_SETS,
+    METRICS,
+    PAPER_ANCHOR_ATTACKS,
+    Study,
+    load_rows,
+    main_participant_count,
+)
+from noisyanchor.experiments.sweep import ROWS_FILE, RUNS_FILE
 
-CHANCE = 1.0 / GALLERY_SIZE
 #: Linkage levels at which methods' fitted utilities are compared (paper: 12.4% and chance).
 MATCHED_LEVELS = (0.124, 0.15, 0.20, 0.30)
 #: Levels quoted for "anchor noise keeps more utility at matched low linkage"; the verdict is
 #: judged on every 0.5% step of [12.4%, 20%] that both fits reach (``LOW_GRID``).
 LOW_LEVELS = (0.124, 0.15, 0.20)
 LOW_GRID = tuple(np.round(np.arange(0.124, 0.2001, 0.005), 3))
-#: The paper's three attacks on AA-I-GDP (anchor noise); ``known_anchor`` is reported beside.
-PAPER_ANCHOR_ATTACKS = ("mp", "op", "am")
-#: The attacks the paper evaluates against each noisy method (Section 5.2).
-PAPER_ATTACKS = {"c-gdp-pn": ("known_secret",), "aa-igdp-pn": ("known_anchor",),
-                 "aa-igdp-an": PAPER_ANCHOR_ATTACKS}
-#: Attack sets of the "strongest attack" curves: the paper's, and every attack of the engine.
-ATTACK_SETS = ("paper", "all")
 NOISY = (Method.C_GDP_PN.value, Method.AA_IGDP_PN.value, Method.AA_IGDP_AN.value)
-
-
-def load_rows(results: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """``meta.json`` and every row of ``rows.jsonl`` in ``results``."""
-    try:
-        meta = json.loads((results / META_FILE).read_text())
-        rows = [json.loads(line) for line in (results / ROWS_FILE).read_text().splitlines()
-                if line.strip()]
-    except (OSError, json.JSONDecodeError) as err:
-        raise InvalidInputError(f"cannot read sweep results in {results}: {err}") from err
-    return meta, rows
 
 
 def runtime_text(results: Path) -> str | None:
@@ -67,65 +55,6 @@ def runtime_text(results: Path) -> str | None:
             f"average (1/5/15 min) {'/'.join(f'{x:.1f}' for x in last['load_average_start'])} "
             f"at the start and {'/'.join(f'{x:.1f}' for x in last['load_average_end'])} at the "
             f"end of the last run (the machine is shared), finished {last['finished_utc']}")
-
-
-def strongest(row: dict[str, Any], attack_set: str = "all") -> float | None:
-    """Linkage of the strongest attack on this row (pointwise maximum over its attacks, or over
-    the paper's attacks for this method with ``attack_set="paper"``)."""
-    link = row["linkage"]
-    if attack_set == "paper" and row["method"] in PAPER_ATTACKS:
-        link = {a: link[a] for a in PAPER_ATTACKS[row["method"]]}
-    return max(link.values()) if link else None
-
-
-#: Leakage metrics a report can use: row key and label.
-METRICS = {"exact": ("linkage", "exact-source linkage"),
-           "identity": ("identity_linkage", "cross-record identity linkage")}
-
-
-class Study:
-    """Rows of one participant count ``p`` with their fits.
-
-    With ``metric="identity"`` every row's ``linkage`` is its cross-record identity linkage, so
-    the fits, claims and figures all use that metric (the paper's CelebA protocol).
-    """
-
-    def __init__(self, rows: list[dict[str, Any]], meta: dict[str, Any],
-                 rng: np.random.Generator, resamples: int,
-                 metric: str = "exact"):
-        self.meta = meta
-        key, self.metric_label = METRICS[metric]
-        rows = [{**r, "linkage": r[key]} for r in rows]
-        self.controls = {r["method"]: r for r in rows if r["control"]}
-        self.draws: dict[str, list[dict]] = defaultdict(list)
-        for r in rows:
-            if not r["control"]:
-                self.draws[r["method"]].append(r)
-        for m in self.draws:
-            self.draws[m].sort(key=lambda r: r["draw"])
-        self.fits: dict[str, SplineFit] = {}
-        for m, rs in self.draws.items():
-            if len(rs) < 9:
-                continue
-            x = np.array([r["noise"] for r in rs])
-            self.fits[f"{m}/utility"] = fit_spline(x, [r["utility"] for r in rs], rng,
-                                                   resamples=resamples)
-            for attack_set in ATTACK_SETS:
-                self.fits[f"{m}/strongest-{attack_set}"] = fit_spline(
-                    x, [strongest(r, attack_set) for r in rs], rng, resamples=resamples)
-            for attack in rs[0]["linkage"]:
-                self.fits[f"{m}/{attack}"] = fit_spline(
-                    x, [r["linkage"][attack] for r in rs], rng, resamples=resamples)
-
-    def matched_utility(self, method: str, level: float, attack_set: str) -> dict[str, Any]:
-        """Noise where ``method``'s strongest-attack fit first reaches ``level``, and the fitted
-        utility there."""
-        link = self.fits.get(f"{method}/strongest-{attack_set}")
-        util = self.fits.get(f"{method}/utility")
-        if link is None or util is None:
-            return {"noise": None, "utility": None}
-        noise = link.first_crossing(level)
-        return {"noise": noise, "utility": None if noise is None else util.at(noise)}
 
 
 def _pairs(study: Study) -> dict[str, Any]:
@@ -409,7 +338,7 @@ def make_report(results: Path, out: Path | None = None, *, resamples: int | None
     for p in sorted(by_p):
         rng = np.random.default_rng(np.random.SeedSequence(config["seed"], spawn_key=(4, p)))
         studies[p] = Study(by_p[p], meta["benches"][str(p)], rng, resamples, metric)
-    main_p = 10 if 10 in studies else sorted(studies)[0]
+    main_p = main_participant_count(studies)
     summaries = {p: {**summarize(s), "metric": metric} for p, s in studies.items()}
     others = [summaries[p] for p in sorted(summaries)] if len(studies) > 1 else []
     files = figures.draw_all(studies, main_p, out)

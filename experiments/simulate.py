@@ -27,10 +27,11 @@ from noisyanchor.common.gdp import (
 )
 from noisyanchor.common.gopp import rotational_error
 from noisyanchor.common.methods import Method, SecretState, Upload
+from noisyanchor.common.splits import split_tags
 from noisyanchor.common.theory import phase_transition_v
 from noisyanchor.common.validation import check_count, check_nonnegative
 from noisyanchor.experiments.datasets import load_dataset
-from noisyanchor.experiments.partition import split_tags, stratified_iid
+from noisyanchor.experiments.partition import stratified_iid
 from noisyanchor.participant.compute import compute_upload
 
 #: Stream identifiers of :class:`SeedPlan` (stable: changing them changes every result).
@@ -245,7 +246,7 @@ def simulate(config: SimulationConfig, federation: Federation | None = None) -> 
 
     utility: dict[str, Any] | None = None
     if config.utility:
-        from noisyanchor.analyst.downstream import evaluate_utility
+        from noisyanchor.common.downstream import evaluate_utility
 
         util = evaluate_utility(alignment.z, np.concatenate(fed.labels), np.concatenate(fed.tags),
                                 participants=fed.owners)

@@ -194,7 +194,7 @@ def run_task(bench: Bench, decoder: _Decoder, task: tuple[int, str, int, float])
 
 def _utility(fed: Federation, z: np.ndarray, model: str) -> dict[str, float | None]:
     """Honest-setting utility: the analyst's model on the aligned training rows of ``Z``."""
-    from noisyanchor.analyst.downstream import evaluate_utility
+    from noisyanchor.common.downstream import evaluate_utility
 
     util = evaluate_utility(z, np.concatenate(fed.labels), np.concatenate(fed.tags), model=model,
                             participants=fed.owners)

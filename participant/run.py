@@ -15,6 +15,7 @@ import numpy as np
 from noisyanchor.common.errors import AlreadyExistsError, NotFoundError
 from noisyanchor.common.files import atomic_write
 from noisyanchor.common.gdp import anchor_from_seed, gaussian_projection, secret_rng
+from noisyanchor.common.splits import split_tags
 from noisyanchor.common.wire import bundle_spec
 from noisyanchor.participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
 from noisyanchor.participant.client import AnalystClient
@@ -60,8 +61,6 @@ def _tags(cfg: ParticipantConfig, data: LocalData) -> np.ndarray:
     # a generator separate from the secret one (so keys do not depend on it).
     if data.tags is not None:
         return data.tags
-    from noisyanchor.experiments.partition import split_tags
-
     rng = np.random.default_rng(None if cfg.seed is None else [cfg.seed, 1])
     return split_tags(data.labels, rng).astype("|i1")
 

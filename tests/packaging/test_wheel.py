@@ -7,6 +7,7 @@ top level, so a user's own ``common`` package cannot clash with ours.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -24,10 +25,15 @@ def _setuptools_table() -> dict:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """A wheel built from the working tree (no build isolation: offline and quick)."""
-    out = tmp_path_factory.mktemp("wheel")
+    """A wheel built from a copy of the working tree (no build isolation: offline and quick).
+
+    The copy leaves out build folders, so no stale file of an earlier build can slip in.
+    """
+    src, out = tmp_path_factory.mktemp("src") / "noisyanchor", tmp_path_factory.mktemp("wheel")
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "runs", ".venv"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "--quiet", "-w", str(out), str(ROOT)], check=True, timeout=300)
+                    "--quiet", "-w", str(out), str(src)], check=True, timeout=300)
     (path,) = out.glob("noisyanchor-*.whl")
     return path
 

@@ -1,4 +1,5 @@
-"""The analyst's downstream model, trained on the aligned training rows of ``Z``.
+"""The downstream model, trained on the aligned training rows of ``Z`` (by the analyst, the demo
+and the simulator alike; scikit-learn, from the ``eval`` extra, is imported only when fitting).
 
 Preprocessing is rotation-equivariant on purpose (center by the training mean, divide by one
 global scale): a classifier must not be able to undo or exploit a rotation per feature, so the

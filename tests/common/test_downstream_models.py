@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from noisyanchor.analyst.downstream import evaluate_utility
+from noisyanchor.common.downstream import evaluate_utility
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.splits import TEST, TRAIN, VALIDATION
 
