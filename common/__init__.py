@@ -1,4 +1,4 @@
 """Math and wire helpers shared by the participant and the analyst (no server code).
 
-References: ../shared/SPEC.md; the noisy-anchor GDP paper and the ScoreShield paper.
+References: docs/SPEC.md; the noisy-anchor GDP paper and the ScoreShield paper.
 """

@@ -15,6 +15,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from noisyanchor import __version__
 from noisyanchor.common.errors import NoisyAnchorError
 
 #: Role modules that contribute subcommands, in the order they appear in ``--help``.
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Noisy-anchor GDP: participants, analyst, attacks, experiments, DP release.",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in ROLE_MODULES:
         importlib.import_module(name).register(sub)

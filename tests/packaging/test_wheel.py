@@ -74,3 +74,15 @@ def test_wheel_install_imports_beside_a_users_own_common_package(wheel, tmp_path
                          env={"PYTHONPATH": f"{user}:{site}", "PATH": ""}, timeout=120)
     assert out.returncode == 0, out.stderr
     assert Path(out.stdout.strip()).is_relative_to(site)
+
+
+def test_version_flag_prints_the_package_version():
+    from noisyanchor import __version__
+
+    out = subprocess.run([sys.executable, "-m", "noisyanchor", "--version"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == f"noisyanchor {__version__}"
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert meta["version"] == __version__
+    assert (ROOT / "LICENSE").read_text().lstrip().startswith("Apache License")
+    assert "Apache-2.0" in str(meta["license"])
