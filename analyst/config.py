@@ -50,7 +50,8 @@ class AnalystConfig:
     ----------
     federation_id : str
     participants : tuple of str
-        Expected participant ids (TLS certificate common names), in collaboration-matrix order.
+        Expected participant ids (as the client certificates name them, :mod:`common.identity`),
+        in collaboration-matrix order.
     method : str
         One of the six methods.
     anchors : int or None

@@ -1,8 +1,8 @@
 """The gRPC edge shared by the analyst's services: who the caller is, and project errors as
 gRPC status codes.
 
-The participant id is the subject common name of the verified client certificate (mutual TLS),
-never a field of a request.
+The participant id comes from the verified client certificate of the connection (mutual TLS),
+read whole by :func:`common.identity.peer_id`, never from a field of a request.
 """
 
 from __future__ import annotations
@@ -14,18 +14,21 @@ from collections.abc import Callable
 import grpc
 
 from noisyanchor.common.errors import NoisyAnchorError, UnauthenticatedError
+from noisyanchor.common.identity import peer_id
 
 log = logging.getLogger(__name__)
 
 
 def caller_id(context: grpc.ServicerContext) -> tuple[str, bytes]:
-    """The authenticated participant id (certificate common name) and certificate PEM."""
-    auth = context.auth_context()
-    names = auth.get("x509_common_name") or []
-    if len(names) != 1:
+    """The authenticated participant id and the certificate PEM it was read from.
+
+    Not gRPC's ``x509_common_name``: it stops at a NUL byte and shows only the first of several
+    common names (see :mod:`common.identity` for the rule).
+    """
+    pems = context.auth_context().get("x509_pem_cert") or []
+    if len(pems) != 1:
         raise UnauthenticatedError("no verified client certificate on this connection")
-    pem = (auth.get("x509_pem_cert") or [b""])[0]
-    return names[0].decode(), pem
+    return peer_id(pems[0]), pems[0]
 
 
 def grpc_edge(method: Callable) -> Callable:

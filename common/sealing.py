@@ -23,14 +23,15 @@ import os
 import struct
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature, InvalidTag
+from cryptography.exceptions import InvalidSignature, InvalidTag, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from noisyanchor.common import identity
 from noisyanchor.common.errors import IntegrityError, InvalidInputError, UnauthenticatedError
 
 #: Domain labels: one per kind of signed, derived or hashed value.
@@ -96,7 +97,9 @@ def _sign(private_key, data: bytes) -> bytes:
     raise InvalidInputError(f"unsupported TLS key type {type(private_key).__name__}")
 
 
-def _verify(public_key, signature: bytes, data: bytes) -> None:
+def _verify(public_key, signature: bytes, data: bytes, whose: str) -> None:
+    """Verify ``signature`` over ``data``; raises InvalidSignature if it does not verify, and
+    UnauthenticatedError (naming the type) for a key type no signature scheme is defined for."""
     if isinstance(public_key, ec.EllipticCurvePublicKey):
         public_key.verify(signature, data, ec.ECDSA(hashes.SHA256()))
     elif isinstance(public_key, rsa.RSAPublicKey):
@@ -104,7 +107,9 @@ def _verify(public_key, signature: bytes, data: bytes) -> None:
     elif isinstance(public_key, ed25519.Ed25519PublicKey | ed448.Ed448PublicKey):
         public_key.verify(signature, data)
     else:
-        raise InvalidSignature(f"unsupported certificate key type {type(public_key).__name__}")
+        raise UnauthenticatedError(f"the certificate of {whose!r} has a "
+                                   f"{type(public_key).__name__} key; exchange keys are signed "
+                                   "with EC, RSA, Ed25519 or Ed448 keys only")
 
 
 def key_statement(federation_id: str, participant_id: str, public_key: bytes) -> bytes:
@@ -117,14 +122,6 @@ def sign_exchange_key(tls_key_pem: bytes, federation_id: str, participant_id: st
     """Signature of the key statement with the participant's TLS private key."""
     return _sign(load_private_key(tls_key_pem),
                  key_statement(federation_id, participant_id, public_key))
-
-
-def certificate_id(cert: x509.Certificate) -> str:
-    """The participant id a certificate names (subject common name)."""
-    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    if len(names) != 1:
-        raise UnauthenticatedError("the certificate must carry exactly one common name")
-    return str(names[0].value)
 
 
 def verify_exchange_key(
@@ -149,15 +146,28 @@ def verify_exchange_key(
     now = datetime.datetime.now(datetime.UTC)
     if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
         raise UnauthenticatedError(f"the certificate of {participant_id!r} is not valid now")
-    if certificate_id(cert) != participant_id:
+    try:
+        usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        usage = None
+    if usage is not None and ExtendedKeyUsageOID.CLIENT_AUTH not in usage:
+        raise UnauthenticatedError(f"the certificate of {participant_id!r} is not a client "
+                                   "certificate (its extended key usage has no clientAuth)")
+    named = identity.participant_id(cert)
+    if named != participant_id:
         raise UnauthenticatedError(f"a key published as {participant_id!r} comes with the "
-                                   f"certificate of {certificate_id(cert)!r}")
+                                   f"certificate of {named!r}")
     if len(public_key) != 32:
         raise UnauthenticatedError(f"{participant_id!r} published a {len(public_key)}-byte key; "
                                    "X25519 keys have 32")
     try:
-        _verify(cert.public_key(), signature,
-                key_statement(federation_id, participant_id, public_key))
+        cert_key = cert.public_key()
+    except (ValueError, UnsupportedAlgorithm) as err:
+        raise UnauthenticatedError(f"the certificate of {participant_id!r} has a key this "
+                                   f"system cannot use: {err}") from None
+    try:
+        _verify(cert_key, signature,
+                key_statement(federation_id, participant_id, public_key), participant_id)
     except InvalidSignature:
         raise UnauthenticatedError(f"the signature on {participant_id!r}'s exchange key does not "
                                    "verify") from None

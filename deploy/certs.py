@@ -1,9 +1,11 @@
 """A small PKI for demos and pilots: a CA, a server certificate for the analyst and one client
 certificate per participant (ECDSA P-256, made with ``cryptography``).
 
-The participant id is the certificate's subject common name (also a DNS SAN); the analyst reads
-it from the verified TLS connection. Real deployments can bring their own PKI: any CA whose
-client certificates carry the participant id as common name works.
+A client certificate names its participant in a SAN URI ``urn:noisyanchor:participant:<id>``
+(:func:`common.identity.participant_san`), with the id also as subject common name; the analyst
+reads it from the verified TLS connection by the rule of :mod:`common.identity`. Real
+deployments can bring their own PKI: any CA whose client certificates carry that URI, or else
+exactly one common name equal to the participant id, works.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.identity import participant_san
 
 #: Validity of demo certificates.
 VALIDITY = datetime.timedelta(days=30)
@@ -41,12 +44,15 @@ class Pki:
         The analyst's certificate and private key.
     clients : dict
         ``{participant id: (certificate path, key path)}``.
+    ca_key : Path or None
+        The CA's private key, when it was kept (tests that issue hostile certificates).
     """
 
     ca: Path
     server_cert: Path
     server_key: Path
     clients: dict[str, tuple[Path, Path]]
+    ca_key: Path | None = None
 
 
 def _name(common_name: str) -> x509.Name:
@@ -91,6 +97,8 @@ def issue(
                                                                             *dns_names])]
     if server:
         sans.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+    else:
+        sans.append(participant_san(common_name))
     usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
     cert = (_builder(common_name, ca_cert.subject, key.public_key())
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
@@ -120,6 +128,7 @@ def write_pki(
     *,
     server_name: str = DEFAULT_SERVER_NAME,
     ca_name: str = "noisyanchor demo CA",
+    keep_ca_key: bool = False,
 ) -> Pki:
     """Make a CA, an analyst certificate and one client certificate per participant in ``out_dir``.
 
@@ -144,4 +153,6 @@ def write_pki(
         key, cert = issue(ca_key, ca_cert, pid, server=False)
         clients[pid] = (_write(out_dir / f"{pid}.pem", cert.public_bytes(pem)),
                         _write(out_dir / f"{pid}.key", _key_pem(key), private=True))
-    return Pki(ca, server_cert, server_key, clients)
+    ca_key_path = _write(out_dir / "ca.key", _key_pem(ca_key), private=True) \
+        if keep_ca_key else None
+    return Pki(ca, server_cert, server_key, clients, ca_key_path)

@@ -58,14 +58,16 @@ def write_analyst(root: Path, ids: tuple[str, ...], *, federation_id: str, metho
                   accept_collusion: bool, max_iter: int = 500, tol: float = 1e-7,
                   data: dict[str, Path] | None = None,
                   extra_certificates: tuple[str, ...] = (),
-                  stream_idle_timeout: float | None = None) -> FederationFiles:
+                  stream_idle_timeout: float | None = None,
+                  keep_ca_key: bool = False) -> FederationFiles:
     """Make the PKI and the analyst's config under ``root``.
 
     ``extra_certificates`` are client certificates from the same CA for ids outside the
-    federation (tests of unknown clients); ``stream_idle_timeout`` None keeps the default.
+    federation (tests of unknown clients); ``stream_idle_timeout`` None keeps the default;
+    ``keep_ca_key`` writes the CA key (tests that issue hostile certificates).
     """
     root = Path(root)
-    pki = write_pki(root / "pki", ids + tuple(extra_certificates))
+    pki = write_pki(root / "pki", ids + tuple(extra_certificates), keep_ca_key=keep_ca_key)
     store, port_file = root / "store", root / "analyst.port"
     cfg = write_toml(root / "analyst.toml", {
         "federation": {"id": federation_id, "participants": list(ids), "method": method,

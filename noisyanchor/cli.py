@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Assemble the parser from every role module's ``register`` function."""
     parser = argparse.ArgumentParser(
         prog="noisyanchor",
+        allow_abbrev=False,  # "simulate --v" must not read as --verbose or --version
         description="Noisy-anchor GDP: participants, analyst, attacks, experiments, DP release.",
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")

@@ -22,7 +22,7 @@ class ParticipantConfig:
     Attributes
     ----------
     id : str
-        Own participant id; must equal the common name of ``tls.cert``.
+        Own participant id; must be the id ``tls.cert`` names (:mod:`common.identity`).
     federation_id : str
     analyst : str
         ``host:port`` of the analyst.

@@ -6,7 +6,7 @@ import pytest
 from cryptography import x509
 
 from noisyanchor.common.errors import InvalidInputError
-from noisyanchor.common.sealing import certificate_id
+from noisyanchor.common.identity import participant_id as certificate_id
 from noisyanchor.deploy.certs import write_pki
 
 

@@ -21,7 +21,7 @@ def analyst(tmp_path):
                               method=method, anchors=anchors, dim=dim, sigma=0.0, v=0.0,
                               accept_collusion=accept_collusion,
                               extra_certificates=tuple(extra_certificates),
-                              stream_idle_timeout=stream_idle_timeout)
+                              stream_idle_timeout=stream_idle_timeout, keep_ca_key=True)
         log = files.root / "analyst.log"
         args = ["analyst", "serve", "--config", files.analyst_config]
         proc = start(args + (["--port", port] if port else []), log)

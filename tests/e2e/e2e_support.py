@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from forged_certs import forge
 
 from noisyanchor.common.tomlconfig import TlsFiles
 from noisyanchor.common.wire import bundle_spec
+from noisyanchor.deploy.certs import Pki
 from noisyanchor.deploy.demo import FederationFiles
 from noisyanchor.deploy.launch import start, wait_for_port
 from noisyanchor.participant.client import AnalystClient
@@ -80,3 +84,19 @@ def random_upload(rng: np.random.Generator, n: int, d: int, r: int | None) -> di
 def send(client: AnalystClient, method: str, arrays: dict, federation_id: str = FEDERATION):
     """Stream ``arrays`` as an upload; returns the receipt."""
     return client.send_bundle("upload", bundle_spec(federation_id, method, arrays), arrays)
+
+
+def forge_certificate(pki: Pki, stem: str, *, common_names: Sequence[str] = (),
+                      uris: Sequence[str] = ()) -> TlsFiles:
+    """A client certificate the federation CA signs with exactly these subject common names and
+    SAN URIs (:func:`forged_certs.forge`), written as ``<stem>.pem``/``.key`` beside the PKI;
+    needs the CA key (``keep_ca_key``)."""
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate(pki.ca.read_bytes())
+    key, cert = forge(ca_key, ca_cert, common_names=common_names, uris=uris)
+    cert_path, key_path = pki.ca.parent / f"{stem}.pem", pki.ca.parent / f"{stem}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return TlsFiles(pki.ca, cert_path, key_path)
