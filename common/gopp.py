@@ -33,6 +33,7 @@ from noisyanchor.common.linalg import (
     available_cpus,
     can_limit_blas_threads,
     center_rows,
+    extreme_eigh,
     polar_factor,
     polar_factor_fast,
     single_threaded_blas,
@@ -173,9 +174,8 @@ class _GramOperator:
 
     def top_eigvecs(self) -> tuple[np.ndarray, float]:
         """Top-``d`` eigenvectors ``U`` (``pd x d``) of ``G`` and ``lambda_1(G)``, via ``K K^T``."""
-        m = self.k.shape[0]
         kkt = self.k @ self.k.T
-        w, v = scipy.linalg.eigh(kkt, subset_by_index=[m - self.d, m - 1], check_finite=False)
+        w, v = extreme_eigh(kkt, self.d, largest=True)
         w = np.clip(w, np.finfo(float).tiny, None)
         return (self.k.T @ v) / np.sqrt(w), float(w[-1])
 
@@ -205,8 +205,8 @@ def certificate_min_eig(op: _GramOperator, r_blocks: np.ndarray, gr: np.ndarray)
     n = p * d
     if n <= DENSE_CERTIFICATE_MAX:
         g = op.k.T @ op.k
-        return float(scipy.linalg.eigvalsh(scipy.linalg.block_diag(*lam) - g,
-                                           subset_by_index=[0, 0], check_finite=False)[0])
+        return float(extreme_eigh(scipy.linalg.block_diag(*lam) - g, 1, largest=False,
+                                  vectors=False)[0][0])
     basis = r_blocks.reshape(n, d) / np.sqrt(p)  # orthonormal columns spanning span(R)
     on_span = basis.T @ _lam_minus_g(op, lam, basis)
     span_min = float(np.linalg.eigvalsh(0.5 * (on_span + on_span.T))[0])
@@ -247,9 +247,11 @@ def _secular_min_eig(k: np.ndarray, lam: np.ndarray, start: float) -> float | No
     for _ in range(SECULAR_MAX_STEPS):
         inv = 1.0 / (dvals - s)
         w = l_mat * np.sqrt(inv)
-        mu, u = scipy.linalg.eigh(w @ w.T, subset_by_index=[m - 1, m - 1], check_finite=False)
+        mu, u = extreme_eigh(w @ w.T, 1, largest=True)
         z = (l_mat.T @ u[:, 0]) * inv
         newton = (float(mu[0]) - 1.0) / max(float(z @ z), np.finfo(float).tiny)
+        if not np.isfinite(newton):
+            return None  # rounding broke the iteration: the Lanczos path answers instead
         s -= max(newton, 0.0)
         if newton <= SECULAR_ATOL * scale:
             return float(s)

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import scipy.linalg
 
 from benchmarks import bench_gopp
 from noisyanchor.common import gopp as gopp_module
@@ -15,6 +16,7 @@ from noisyanchor.common.gdp import make_anchor, sample_key
 from noisyanchor.common.gopp import solve_gopp
 from noisyanchor.common.linalg import (
     BlockWorkers,
+    extreme_eigh,
     polar_factor,
     polar_factor_fast,
     single_threaded_blas,
@@ -170,6 +172,53 @@ def test_lanczos_fallback_equals_the_dense_certificate_at_a_stationary_point(mon
     scale = dense.certificate_tol / gopp_module.CERTIFICATE_RTOL
     assert abs(lanczos.certificate_min_eig - dense.certificate_min_eig) <= 1e-8 * scale
     assert lanczos.certified and dense.certified
+
+
+def _evr_finds_nothing(monkeypatch):
+    """Make LAPACK's subset eigensolver return no pairs, as it does on some clustered spectra."""
+    eigh = scipy.linalg.eigh
+
+    def failing(a, *args, **kwargs):
+        if kwargs.get("driver") != "evr":
+            return eigh(a, *args, **kwargs)
+        empty = np.empty(0)
+        return empty if kwargs.get("eigvals_only") else (empty, np.empty((len(a), 0)))
+
+    monkeypatch.setattr(scipy.linalg, "eigh", failing)
+
+
+@pytest.mark.parametrize("largest", [True, False])
+def test_extreme_eigenpairs_fall_back_to_the_full_solver_when_the_subset_one_finds_none(
+        monkeypatch, rng, largest):
+    a = rng.standard_normal((30, 30))
+    a = a + a.T
+    w_all, v_all = np.linalg.eigh(a)
+    expected = slice(27, 30) if largest else slice(0, 3)
+    _evr_finds_nothing(monkeypatch)
+    w, v = extreme_eigh(a, 3, largest=largest)
+    np.testing.assert_allclose(w, w_all[expected], rtol=0, atol=1e-12)
+    # Eigenvectors up to sign: |<v_j, v_all_j>| = 1 to 1e-10 (the spectrum is simple).
+    np.testing.assert_allclose(np.abs(np.sum(v * v_all[:, expected], axis=0)), 1.0, atol=1e-10)
+    assert extreme_eigh(a, 2, largest=largest, vectors=False)[1] is None
+
+
+@pytest.mark.parametrize("seed", [2415, 2425])
+def test_certificate_of_the_issue_13_draw_is_a_number_equal_to_the_lanczos_one(monkeypatch, seed):
+    """p=200, d=20, r=100 at 0.5 v_PT, one worker: LAPACK's subset eigensolver returned no pair
+    on some of these draws and the certificate crashed with IndexError."""
+    monkeypatch.setattr(gopp_module, "PARALLEL_MIN_FLOPS", np.inf)
+    b = list(bench_gopp.make_anchors(200, 20, 100, 0.5, seed=seed))
+    res = solve_gopp(b)
+    assert res.converged and res.certified and np.isfinite(res.certificate_min_eig)
+    _evr_finds_nothing(monkeypatch)  # every subset solve of the secular path fails
+    forced = solve_gopp(b)
+    monkeypatch.setattr(gopp_module, "_secular_min_eig", lambda *args: None)
+    lanczos = solve_gopp(b)
+    scale = res.certificate_tol / gopp_module.CERTIFICATE_RTOL
+    # Both at a certified stationary point: lambda_min is 0 up to rounding (1e-10 * ||G||).
+    for other in (forced, lanczos):
+        assert abs(other.certificate_min_eig - res.certificate_min_eig) <= 1e-10 * scale
+        assert other.certified
 
 
 def test_straightforward_baseline_runs_the_same_iteration_as_solve_gopp():
