@@ -38,7 +38,7 @@ from noisyanchor.common.errors import (
     PermissionDeniedError,
     PreconditionError,
 )
-from noisyanchor.common.files import atomic_write
+from noisyanchor.common.files import atomic_write, sweep_stale_writes
 from noisyanchor.common.sealing import verify_exchange_key
 from noisyanchor.common.splits import SPLIT_NAMES
 from noisyanchor.common.theory import phase_transition_v
@@ -75,6 +75,8 @@ class Federation:
         self.config = config
         self.method = config.method_enum
         self.store = store.open()
+        # The ledger may live outside the store: its own interrupted writes are swept too.
+        sweep_stale_writes(config.ledger_path)
         self._lock = threading.Lock()
         self._participant_locks = {pid: threading.Lock() for pid in config.participants}
         self._state = "done" if store.result.is_dir() else "collecting"

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from noisyanchor.common.errors import IntegrityError, InvalidInputError
-from noisyanchor.common.files import TMP_PREFIX, fsync_dir
+from noisyanchor.common.files import TMP_PREFIX, fsync_dir, sweep_temporaries
 from noisyanchor.common.wire import ArraySpec, BundleDigester, BundleSpec, wire_dtype
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 
@@ -197,13 +197,12 @@ class Store:
         self.result = self.root / "result"
 
     def open(self) -> Store:
-        """Create the folders and sweep temporary files left by a crash."""
+        """Create the folders and sweep the temporary files and folders a crash left anywhere
+        in the store (partial uploads, relay objects, ledger or ``federation.json`` writes, a
+        result folder), whatever their kind; committed files are never touched."""
         for d in (self.uploads, self.disclosures, self.keys, self.sealed, self.commitments):
             d.mkdir(parents=True, exist_ok=True)
-            for stale in d.glob(TMP_PREFIX + "*"):
-                stale.unlink()
-        for stale in self.root.glob(TMP_PREFIX + "*"):
-            shutil.rmtree(stale)
+        sweep_temporaries(self.root)
         return self
 
     def upload_path(self, pid: str) -> Path:

@@ -7,9 +7,14 @@ leaves either the old file or the new one, never a partial file.
 
 from __future__ import annotations
 
+import glob
+import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 #: Prefix of temporary files and folders (stale ones are swept by their owners at start-up).
 TMP_PREFIX = ".tmp-"
@@ -28,7 +33,7 @@ def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically and durably; the file is readable by its owner
     only (mode 0600)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=stale_prefix(path), dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -39,3 +44,50 @@ def atomic_write(path: Path, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def stale_prefix(path: Path) -> str:
+    """Prefix of the temporary names :func:`atomic_write` uses for ``path``
+    (``.tmp-<name>.``), so the leftovers of one file can be found in a shared folder."""
+    return f"{TMP_PREFIX}{Path(path).name}."
+
+
+def _remove(path: Path) -> None:
+    """Remove one leftover of any kind: a folder tree, or a file, symlink, FIFO or socket (a
+    symlink is removed itself, never followed)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def sweep_temporaries(root: Path) -> list[Path]:
+    """Remove every temporary file or folder (name starting with :data:`TMP_PREFIX`) anywhere
+    under ``root``, whatever its kind, as a crash may leave them; returns what was removed.
+
+    Only temporary names are touched: committed files, and everything inside folders that are
+    not temporary, stay. Symlinked folders are not followed.
+    """
+    removed: list[Path] = []
+    for folder, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            if name.startswith(TMP_PREFIX):
+                _remove(Path(folder) / name)
+                removed.append(Path(folder) / name)
+        dirs[:] = [d for d in dirs if not d.startswith(TMP_PREFIX)]
+    if removed:
+        log.info("removed %d temporary file(s) or folder(s) left by a crash under %s",
+                 len(removed), root)
+    return removed
+
+
+def sweep_stale_writes(path: Path) -> list[Path]:
+    """Remove the leftovers of interrupted :func:`atomic_write` calls for ``path`` (and only
+    those: the folder may be shared); returns what was removed."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    removed = sorted(path.parent.glob(glob.escape(stale_prefix(path)) + "*"))
+    for stale in removed:
+        _remove(stale)
+    return removed

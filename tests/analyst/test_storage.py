@@ -5,7 +5,7 @@ import pytest
 
 from noisyanchor.analyst.storage import Store, read_bundle, receive_bundle
 from noisyanchor.common.errors import IntegrityError, InvalidInputError
-from noisyanchor.common.files import atomic_write
+from noisyanchor.common.files import atomic_write, sweep_stale_writes
 from noisyanchor.common.wire import bundle_spec, iter_chunks
 
 
@@ -68,6 +68,20 @@ def test_open_sweeps_temporary_files_and_keeps_committed_ones(tmp_path):
     Store(tmp_path).open()
     assert [p.name for p in store.uploads.iterdir()] == ["p0.bundle"]
     assert not (tmp_path / ".tmp-result").exists()
+
+
+def test_leftovers_of_one_file_are_swept_from_a_shared_folder_and_nothing_else(tmp_path):
+    """A ledger outside the store: only its own interrupted writes are removed."""
+    ledger = tmp_path / "ledger[1].json"  # glob characters in the name are taken literally
+    atomic_write(ledger, b"{}")
+    mine = [tmp_path / ".tmp-ledger[1].json.abc", tmp_path / ".tmp-ledger[1].json.dir"]
+    mine[0].write_bytes(b"cut short")
+    mine[1].mkdir()
+    others = [tmp_path / ".tmp-other.json.abc", tmp_path / ".tmp-ledger1.json.x"]
+    for p in others:
+        p.write_bytes(b"not ours")
+    assert sorted(sweep_stale_writes(ledger)) == sorted(mine)
+    assert ledger.read_bytes() == b"{}" and all(p.exists() for p in others)
 
 
 def test_result_folder_is_committed_whole(tmp_path):

@@ -4,6 +4,7 @@ analyst is back (same receipt for an upload that had already committed)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -122,3 +123,45 @@ def test_stream_dropped_by_the_client_commits_nothing_and_a_retry_goes_through(a
         again = send(c, "aa-igdp", arrays)
     assert not first.already_committed and again.already_committed
     assert again.receipt == first.receipt
+
+
+def test_the_analyst_restarts_over_leftovers_of_every_kind_and_keeps_what_was_committed(
+        analyst, rng):
+    """A kill during a ledger, ``federation.json``, relay or result write leaves temporary
+    files and folders of any kind in the store (issue 9, item 4: a temporary *file* in the store
+    root used to crash the restart with NotADirectoryError). Planted here at once: the restart
+    removes every one, serves, and keeps the committed upload and key."""
+    fed = analyst(["p0", "p1"], "aa-igdp", dim=D, anchors=R, port=free_port())
+    arrays = random_upload(rng, 30, D, R)
+    with fed.client("p0") as c:
+        receipt = send(c, "aa-igdp", arrays).receipt
+    fed.kill()
+    store = fed.files.store
+    (store / "attack" / "cosine").mkdir(parents=True)
+    kept_elsewhere = store / "attack" / "cosine" / "p1.npy"
+    kept_elsewhere.write_bytes(b"attack output")
+    leftovers = [store / ".tmp-privacy_ledger.json.k3j9", store / ".tmp-federation.json.x1",
+                 store / ".tmp-result7", store / "uploads" / ".tmp-q2",
+                 store / "uploads" / ".tmp-d", store / "relay" / "keys" / ".tmp-p1.pb.a",
+                 store / "relay" / "sealed" / ".tmp-f", store / ".tmp-link",
+                 store / "attack" / "cosine" / ".tmp-p0.npy.z"]
+    leftovers[0].write_text('{"charges": {"e2e": [')  # a ledger write cut short
+    leftovers[1].write_bytes(b"")
+    (leftovers[2] / "sub").mkdir(parents=True)
+    (leftovers[2] / "sub" / "z.npy").write_bytes(b"partial result")
+    leftovers[3].write_bytes(b"partial upload")
+    leftovers[4].mkdir()
+    leftovers[5].write_bytes(b"")
+    os.mkfifo(leftovers[6])
+    leftovers[7].symlink_to(store / "attack")  # a link to a folder: removed, never followed
+    leftovers[8].write_bytes(b"")
+    fed.restart()
+    with fed.client("p1") as c:
+        status = c.status()
+    assert list(status.committed) == ["p0"] and status.state == "collecting"
+    assert not [p for p in leftovers if os.path.lexists(p)]
+    assert kept_elsewhere.read_bytes() == b"attack output"  # the symlink's target was not swept
+    with fed.client("p0") as c:
+        again = send(c, "aa-igdp", arrays)
+    assert again.already_committed and again.receipt == receipt
+    assert "Traceback" not in fed.log.read_text()
