@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from noisyanchor.common.errors import ConfigError
-from noisyanchor.common.gopp import PRECISIONS
-from noisyanchor.common.methods import Method
+from noisyanchor.common.errors import ConfigError, InvalidInputError
+from noisyanchor.common.gopp import check_precision
+from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.tomlconfig import Table, TlsFiles, check_id, read_toml
+from noisyanchor.common.validation import check_anchor_rows, check_positive
 
 #: Default cap on one upload's array bytes (8 GiB).
 DEFAULT_MAX_UPLOAD_BYTES = 8 << 30
@@ -121,6 +122,13 @@ class AnalystConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
+def check_port(port: int) -> int:
+    """A TCP port number (0: any free port)."""
+    if not 0 <= port <= 65535:
+        raise InvalidInputError(f"port must be in 0..65535, got {port}")
+    return port
+
+
 def load_analyst_config(path: Path) -> AnalystConfig:
     """Read and validate an analyst config file."""
     doc = read_toml(path)
@@ -134,26 +142,22 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         raise fed.error("participants", "needs at least 2 distinct participant ids")
     for pid in participants:
         check_id(pid, f"{path}: [federation] participants entry")
-    try:
-        method = Method(fed.str("method")).value
-    except ValueError:
-        raise fed.error("method", f"expected one of {', '.join(m.value for m in Method)}") \
-            from None
+    method = fed.str("method", check=lambda m: Method.parse(m).value)
     reference = fed.str("reference", participants[0])
     if reference not in participants:
         raise fed.error("reference", f"{reference!r} is not one of the participants")
     anchors = fed.int("anchors", None, minimum=2)
     dim = fed.int("dim", None, minimum=1)
-    if anchors is not None and dim is not None and anchors < dim + 1:
-        raise fed.error("anchors", f"must be >= dim + 1 = {dim + 1}")
-    sigma, v = fed.float("sigma", 0.0, minimum=0.0), fed.float("v", 0.0, minimum=0.0)
+    if anchors is not None and dim is not None:
+        fed.checked("anchors", anchors, lambda r: check_anchor_rows(r, dim, "anchors need"))
+    sigma = fed.float("sigma", 0.0, check=lambda x: check_sigma(method, x))
+    v = fed.float("v", 0.0, check=lambda x: check_v(method, x))
     accept = fed.bool("accept_collusion", False)
     fed.done()
     solver = Table(doc, "solver", path, required=False)
-    max_iter, tol = solver.int("max_iter", 500, minimum=1), solver.float("tol", 1e-7, minimum=0.0)
-    precision = solver.str("precision", "auto")
-    if precision not in PRECISIONS:
-        raise solver.error("precision", f"expected one of {', '.join(PRECISIONS)}")
+    max_iter = solver.int("max_iter", 500, minimum=1)
+    tol = solver.float("tol", 1e-7, check=lambda x: check_positive(x, "tol"))
+    precision = solver.str("precision", "auto", check=check_precision)
     solver.done()
     server = Table(doc, "server", path)
     privacy = _privacy(doc, path)
@@ -162,7 +166,8 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         sigma=sigma, v=v, reference=reference, max_iter=max_iter, tol=tol,
         output_dir=server.path("output_dir"), tls=TlsFiles.read(Table(doc, "tls", path)),
         accept_collusion=accept, host=server.str("host", "127.0.0.1"),
-        port=server.int("port", 0, minimum=0), port_file=server.path("port_file", None),
+        port=server.int("port", 0, minimum=0, check=check_port),
+        port_file=server.path("port_file", None),
         max_upload_bytes=server.int("max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES, minimum=1),
         stream_idle_timeout=server.positive_float("stream_idle_timeout",
                                                   DEFAULT_STREAM_IDLE_TIMEOUT),

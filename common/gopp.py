@@ -417,6 +417,15 @@ class _Momentum:
                 self._set_rate(z * z / denominator)
 
 
+def check_precision(precision: str) -> str:
+    """``precision`` if it is one of :data:`PRECISIONS` (used by :func:`solve_gopp` and the
+    analyst config)."""
+    if precision not in PRECISIONS:
+        raise InvalidInputError(f"precision must be one of {', '.join(PRECISIONS)}, got "
+                                f"{precision!r}")
+    return precision
+
+
 def solve_gopp(
     anchors: Sequence[np.ndarray],
     *,
@@ -466,9 +475,7 @@ def solve_gopp(
     check_anchor_rows(r, d, "anchors need")
     max_iter = check_count(max_iter, "max_iter", minimum=0)
     tol = check_positive(tol, "tol")
-    if precision not in PRECISIONS:
-        raise InvalidInputError(f"precision must be one of {', '.join(PRECISIONS)}, got "
-                                f"{precision!r}")
+    precision = check_precision(precision)
     means, bc = center_rows(b)
     op = _GramOperator(bc)
     mixed = precision == "mixed" or (precision == "auto" and op.product_flops >= MIXED_MIN_FLOPS)

@@ -99,6 +99,26 @@ class SecretState:
     anchor_noise: np.ndarray | None = None
 
 
+def check_sigma(method: Method | str, sigma: float) -> float:
+    """``sigma`` (private-data noise level) as a float: finite, ``>= 0``, and ``0`` unless
+    ``method`` adds private-data noise. Used by :func:`make_upload` and by the config readers."""
+    method = Method.parse(method)
+    sigma = check_nonnegative(sigma, "sigma")
+    if sigma and not method.data_noise:
+        raise InvalidInputError(f"sigma > 0 needs a private-data-noise method, not {method.value}")
+    return sigma
+
+
+def check_v(method: Method | str, v: float) -> float:
+    """``v`` (anchor noise level) as a float: finite, ``>= 0``, and ``0`` unless ``method`` is
+    the anchor-noise method. Used by :func:`make_upload` and by the config readers."""
+    method = Method.parse(method)
+    v = check_nonnegative(v, "v")
+    if v and not method.anchor_noise:
+        raise InvalidInputError(f"v > 0 needs method aa-igdp-an, not {method.value}")
+    return v
+
+
 def make_upload(
     method: Method | str,
     x: np.ndarray,
@@ -136,12 +156,7 @@ def make_upload(
     method = Method.parse(method)
     d = key.dim
     x = as_matrix(x, "X", cols=d)
-    sigma = check_nonnegative(sigma, "sigma")
-    v = check_nonnegative(v, "v")
-    if sigma and not method.data_noise:
-        raise InvalidInputError(f"sigma > 0 needs a private-data-noise method, not {method.value}")
-    if v and not method.anchor_noise:
-        raise InvalidInputError(f"v > 0 needs method aa-igdp-an, not {method.value}")
+    sigma, v = check_sigma(method, sigma), check_v(method, v)
     rng = secret_rng() if rng is None else rng
 
     y = gdp_map(x, key)

@@ -3,17 +3,22 @@
 Each role's config module reads its tables through :class:`Table`, then calls
 :meth:`Table.done` so a misspelt key is an error instead of being silently ignored. Relative
 paths resolve against the config file's folder, so a config directory can be moved whole.
+
+Values are checked at load by the same validators the engine applies later (``check=``, or
+:meth:`Table.checked` for checks across keys): a value the engine would refuse after the anchor
+agreement or after every upload is refused when the config is read, naming the key.
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noisyanchor.common.errors import ConfigError
+from noisyanchor.common.errors import ConfigError, InvalidInputError
 
 _MISSING = object()
 
@@ -69,32 +74,49 @@ class Table:
             raise ConfigError(f"{self._where(key)} must be {what}, got {value!r}")
         return value
 
-    def str(self, key: str, default: Any = _MISSING) -> Any:
-        """A string value."""
-        return self._get(key, default, (str,), "a string")
+    def checked(self, key: str, value: Any, check: Callable[[Any], Any] | None) -> Any:
+        """``check(value)`` (an engine validator; its result is the value) with an
+        :class:`InvalidInputError` turned into a ConfigError naming this table's ``key``.
+        ``None`` values (an unset optional key) and ``check=None`` pass through."""
+        if value is None or check is None:
+            return value
+        try:
+            return check(value)
+        except InvalidInputError as err:
+            raise self.error(key, str(err)) from None
 
-    def int(self, key: str, default: Any = _MISSING, *, minimum: int | None = None) -> Any:
+    def str(self, key: str, default: Any = _MISSING, *,
+            check: Callable[[str], Any] | None = None) -> Any:
+        """A string value."""
+        return self.checked(key, self._get(key, default, (str,), "a string"), check)
+
+    def int(self, key: str, default: Any = _MISSING, *, minimum: int | None = None,
+            check: Callable[[int], Any] | None = None) -> Any:
         """An integer value, optionally bounded below."""
         value = self._get(key, default, (int,), "an integer")
         if value is not None and minimum is not None and value < minimum:
             raise ConfigError(f"{self._where(key)} must be >= {minimum}, got {value}")
-        return value
+        return self.checked(key, value, check)
 
-    def float(self, key: str, default: Any = _MISSING, *, minimum: float | None = None) -> Any:
-        """A number (int or float) as float, optionally bounded below."""
+    def float(self, key: str, default: Any = _MISSING, *, minimum: float | None = None,
+              check: Callable[[float], Any] | None = None) -> Any:
+        """A finite number (int or float) as float, optionally bounded below."""
         value = self._get(key, default, (int, float), "a number")
         if value is None:
             return None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ConfigError(f"{self._where(key)} must be a finite number, got {value}")
         if minimum is not None and not value >= minimum:
             raise ConfigError(f"{self._where(key)} must be >= {minimum}, got {value}")
-        return float(value)
+        return self.checked(key, float(value), check)
 
-    def positive_float(self, key: str, default: Any = _MISSING) -> Any:
+    def positive_float(self, key: str, default: Any = _MISSING, *,
+                       check: Callable[[float], Any] | None = None) -> Any:
         """A finite number ``> 0`` as float."""
         value = self.float(key, default, minimum=0.0)
-        if value is not None and not 0.0 < value < float("inf"):
+        if value is not None and not value > 0.0:
             raise self.error(key, f"must be a finite number > 0, got {value}")
-        return value
+        return self.checked(key, value, check)
 
     def bool(self, key: str, default: Any = _MISSING) -> Any:
         """A boolean value."""

@@ -10,9 +10,10 @@ from pathlib import Path
 
 from noisyanchor.common.errors import ConfigError
 from noisyanchor.common.gdp import DEFAULT_TRANSLATION_SCALE
-from noisyanchor.common.methods import Method
+from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.sealing import SEED_BYTES
 from noisyanchor.common.tomlconfig import Table, TlsFiles, check_id, read_toml
+from noisyanchor.common.validation import check_anchor_rows, check_positive
 
 
 @dataclass(frozen=True)
@@ -99,13 +100,12 @@ def load_participant_config(path: Path) -> ParticipantConfig:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(unknown)}")
     part = Table(doc, "participant", path)
     proto = Table(doc, "protocol", path)
-    try:
-        method = Method(proto.str("method")).value
-    except ValueError:
-        raise proto.error("method", f"expected one of {', '.join(m.value for m in Method)}") \
-            from None
+    method = proto.str("method", check=lambda m: Method.parse(m).value)
     pid = check_id(part.str("id"), f"{path}: [participant] id")
     dim = proto.int("dim", None, minimum=1)
+    anchors = proto.int("anchors", None, minimum=2)
+    if anchors is not None and dim is not None:
+        proto.checked("anchors", anchors, lambda r: check_anchor_rows(r, dim, "anchors need"))
     projection_seed = proto.int("projection_seed", None, minimum=0)
     if dim is not None and projection_seed is None:
         raise proto.error("projection_seed", "is required with dim (the public projection F)")
@@ -127,12 +127,13 @@ def load_participant_config(path: Path) -> ParticipantConfig:
         tag_column=part.str("tag_column", "split"), label_index=part.int("label_index", -1),
         state_dir=part.path("state_dir", str(Path(path).parent / f"state-{pid}")),
         keep_secrets=part.bool("keep_secrets", False), seed=part.int("seed", None, minimum=0),
-        timeout=part.float("timeout", 120.0, minimum=0.0),
-        method=method, anchors=proto.int("anchors", None, minimum=2), dim=dim,
-        projection_seed=projection_seed, sigma=proto.float("sigma", 0.0, minimum=0.0),
-        v=proto.float("v", 0.0, minimum=0.0),
+        timeout=part.positive_float("timeout", 120.0),
+        method=method, anchors=anchors, dim=dim,
+        projection_seed=projection_seed,
+        sigma=proto.float("sigma", 0.0, check=lambda x: check_sigma(method, x)),
+        v=proto.float("v", 0.0, check=lambda x: check_v(method, x)),
         translation_scale=proto.float("translation_scale", DEFAULT_TRANSLATION_SCALE,
-                                      minimum=0.0),
+                                      check=lambda x: check_positive(x, "translation_scale")),
         dealer=check_id(proto.str("dealer"), f"{path}: [protocol] dealer"),
         anchor_seed=anchor_seed, tls=TlsFiles.read(Table(doc, "tls", path)))
     if anchor_seed is not None and cfg.dealer != pid:

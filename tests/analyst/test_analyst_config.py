@@ -32,19 +32,29 @@ def test_templates_load_with_paths_relative_to_the_file(workdir):
 
 
 @pytest.mark.parametrize("old, new, match", [
-    ('method = "aa-igdp-an"', 'method = "gdp"', r"\[federation\] method"),
+    ('method = "aa-igdp-an"', 'method = "gdp"', r"\[federation\] method: unknown method 'gdp'"),
     ("anchors = 64", 'anchors = "64"', r"\[federation\] anchors must be an integer"),
-    ("anchors = 64", "anchors = 10", r"\[federation\] anchors: must be >= dim \+ 1"),
+    ("anchors = 64", "anchors = 10", r"\[federation\] anchors: anchors need r >= d \+ 1"),
     ('reference = "org-a"', 'reference = "org-z"', r"\[federation\] reference"),
     ("tol = 1e-7", "tol = 1e-7\ntoll = 1", r"\[solver\] has unknown key\(s\) toll"),
     ('key = "pki/analyst.key"', 'key = "pki/missing.key"', r"\[tls\] key: file"),
     ('id = "pilot-2026"', 'id = "pilot/2026"', "must be 1-64 letters"),
     ('["org-a", "org-b", "org-c"]', '["org-a"]', "at least 2 distinct"),
-    ('precision = "auto"', 'precision = "half"', r"\[solver\] precision: expected one of"),
+    ('precision = "auto"', 'precision = "half"', r"\[solver\] precision: precision must be one of"),
     ("stream_idle_timeout = 60.0", "stream_idle_timeout = 0.0",
      r"\[server\] stream_idle_timeout: must be a finite number > 0"),
     ("stream_idle_timeout = 60.0", "stream_idle_timeout = inf",
-     r"\[server\] stream_idle_timeout: must be a finite number > 0"),
+     r"\[server\] stream_idle_timeout must be a finite number"),
+    # Values the engine would refuse only after every upload committed, refused at load:
+    ("tol = 1e-7", "tol = 0", r"\[solver\] tol: tol must be a finite number > 0"),
+    ("tol = 1e-7", "tol = nan", r"\[solver\] tol must be a finite number"),
+    ("max_iter = 500", "max_iter = 0", r"\[solver\] max_iter must be >= 1"),
+    ("v = 0.02", "v = -0.5", r"\[federation\] v: v must be a finite number >= 0"),
+    ('method = "aa-igdp-an"', 'method = "aa-igdp"', r"\[federation\] v: v > 0 needs method"),
+    ("sigma = 0.0", "sigma = 0.3", r"\[federation\] sigma: sigma > 0 needs a private-data"),
+    ("port = 50051", "port = 70000", r"\[server\] port: port must be in 0..65535"),
+    ("max_upload_bytes = 8589934592", "max_upload_bytes = 0",
+     r"\[server\] max_upload_bytes must be >= 1"),
 ])
 def test_analyst_config_errors_name_the_key(workdir, old, new, match):
     path = workdir / "analyst.toml"
@@ -60,7 +70,16 @@ def test_analyst_config_errors_name_the_key(workdir, old, new, match):
      "only the dealer"),
     ("projection_seed = 20261129", "", r"\[protocol\] projection_seed: is required"),
     ("keep_secrets = false", "keep_secrets = 1", "must be true or false"),
-    ("v = 0.02", "v = -1", r"\[protocol\] v must be >= 0"),
+    ("v = 0.02", "v = -1", r"\[protocol\] v: v must be a finite number >= 0"),
+    # Values the engine would refuse only after the anchor agreement, refused at load:
+    ("timeout = 120", "timeout = 0", r"\[participant\] timeout: must be a finite number > 0"),
+    ("translation_scale = 100.0", "translation_scale = 0",
+     r"\[protocol\] translation_scale: translation_scale must be a finite number > 0"),
+    ("translation_scale = 100.0", "translation_scale = -inf",
+     r"\[protocol\] translation_scale must be a finite number"),
+    ('method = "aa-igdp-an"', 'method = "c-gdp"', r"\[protocol\] v: v > 0 needs method"),
+    ("sigma = 0.0", "sigma = 0.1", r"\[protocol\] sigma: sigma > 0 needs a private-data"),
+    ("anchors = 64", "anchors = 16", r"\[protocol\] anchors: anchors need r >= d \+ 1"),
 ])
 def test_participant_config_errors_name_the_key(workdir, old, new, match):
     path = workdir / "participant.toml"
