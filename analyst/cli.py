@@ -6,22 +6,28 @@ import argparse
 import json
 from pathlib import Path
 
+#: Top-level commands of this role and their one-line help (see :mod:`noisyanchor.cli`).
+COMMANDS = {"analyst": "the analyst: collect uploads, align, relay",
+            "attack": "run the colluder attacks from an analyst store"}
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this role's subcommands to the top-level parser."""
-    group = sub.add_parser("analyst", help="the analyst: collect uploads, align, relay")
+    from noisyanchor.common.cliargs import int_at_least
+
+    group = sub.add_parser("analyst", help=COMMANDS["analyst"])
     inner = group.add_subparsers(dest="analyst_command", required=True, metavar="ACTION")
     serve = inner.add_parser("serve", help="serve the federation over mutual TLS until "
                              "SIGTERM/SIGINT")
     serve.add_argument("--config", type=Path, required=True, help="analyst TOML file")
-    serve.add_argument("--port", type=int, default=None, help="override [server] port")
+    serve.add_argument("--port", type=int_at_least(0), default=None, help="override [server] port")
     serve.add_argument("--port-file", type=Path, default=None,
                        help="override [server] port_file (the bound port is written there)")
     serve.add_argument("--output-dir", type=Path, default=None,
                        help="override [server] output_dir")
     serve.set_defaults(handler=_serve)
 
-    attack = sub.add_parser("attack", help="run the colluder attacks from an analyst store")
+    attack = sub.add_parser("attack", help=COMMANDS["attack"])
     attack.add_argument("--store", type=Path, required=True, help="the analyst's output_dir")
     attack.add_argument("--out", type=Path, default=None,
                         help="where to write reconstructions (default: STORE/attack)")

@@ -177,8 +177,10 @@ class Federation:
             if path.exists():
                 if read_bundle_spec(path)[0].receipt(pid) == receipt:
                     return Committed(receipt, True)
-                raise AlreadyExistsError(f"{pid!r} already committed a different {kind}; "
-                                         "each participant uploads exactly once")
+                raise AlreadyExistsError(
+                    f"{pid!r} has already done its {kind} (committed earlier); each participant "
+                    f"uploads exactly once and this {kind} differs, so it was refused and nothing "
+                    "was stored")
             if kind == "upload" and self._state != "collecting":
                 raise PreconditionError(f"federation is {self._state}; uploads are closed")
             receive_bundle(path, spec, chunks, self._check_tags if kind == "upload" else None)

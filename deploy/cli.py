@@ -7,11 +7,16 @@ import argparse
 import json
 from pathlib import Path
 
+#: Top-level commands of this role and their one-line help (see :mod:`noisyanchor.cli`).
+COMMANDS = {"certs": "make a CA, the analyst's server certificate and one client certificate "
+                     "per participant",
+            "demo": "run analyst, participants, colluder and attack as separate processes over "
+                    "mutual TLS on the digits data"}
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this role's subcommands to the top-level parser."""
-    certs = sub.add_parser("certs", help="make a CA, the analyst's server certificate and one "
-                           "client certificate per participant")
+    certs = sub.add_parser("certs", help=COMMANDS["certs"])
     certs.add_argument("--out", type=Path, required=True, help="output folder")
     certs.add_argument("--participants", nargs="+", required=True, metavar="ID",
                        help="participant ids (certificate common names)")
@@ -21,17 +26,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     certs.add_argument("--json", action="store_true", help="print the file paths as JSON")
     certs.set_defaults(handler=_certs)
 
-    demo = sub.add_parser("demo", help="run analyst, participants, colluder and attack as "
-                          "separate processes over mutual TLS on the digits data")
-    demo.add_argument("--participants", type=int, default=4, help="p")
-    demo.add_argument("--method", default="aa-igdp-an", help="one of the six methods")
-    demo.add_argument("--v", type=float, default=0.02, help="anchor noise level")
-    demo.add_argument("--sigma", type=float, default=0.0, help="private-data noise level")
-    demo.add_argument("--dim", type=int, default=None, help="width h of the public projection")
-    demo.add_argument("--anchors", type=int, default=None, help="anchor rows r (default 4 d)")
-    demo.add_argument("--colluder", type=int, default=0,
+    from noisyanchor.common.cliargs import int_at_least, nonnegative_float
+    from noisyanchor.common.methods import Method
+
+    demo = sub.add_parser("demo", help=COMMANDS["demo"])
+    demo.add_argument("--participants", type=int_at_least(2), default=4, help="p")
+    demo.add_argument("--method", choices=[m.value for m in Method], default="aa-igdp-an",
+                      help="one of the six methods")
+    demo.add_argument("--v", type=nonnegative_float, default=0.02, help="anchor noise level")
+    demo.add_argument("--sigma", type=nonnegative_float, default=0.0,
+                      help="private-data noise level")
+    demo.add_argument("--dim", type=int_at_least(1), default=None,
+                      help="width h of the public projection")
+    demo.add_argument("--anchors", type=int_at_least(2), default=None,
+                      help="anchor rows r (default 4 d)")
+    demo.add_argument("--colluder", type=int_at_least(-1), default=0,
                       help="index of the colluding participant (-1: none)")
-    demo.add_argument("--seed", type=int, default=None,
+    demo.add_argument("--seed", type=int_at_least(0), default=None,
                       help="root seed of data split and secrets (default: random, reported)")
     demo.add_argument("--workdir", type=Path, default=None,
                       help="keep configs, certificates, logs and the store here "

@@ -15,11 +15,16 @@ EXPERIMENT_MODULES: tuple[str, ...] = ("noisyanchor.experiments.sweep",
                                        "noisyanchor.experiments.score_release")
 
 
+#: Top-level commands of this role and their one-line help (see :mod:`noisyanchor.cli`).
+COMMANDS = {"simulate": "run participants, analyst, colluder and attacker in one process",
+            "experiment": "sweeps, reports and evaluations"}
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``simulate`` and the ``experiment`` group to the top-level parser."""
     importlib.import_module("noisyanchor.experiments.simulate_cli").register(sub)
     if EXPERIMENT_MODULES:
-        group = sub.add_parser("experiment", help="sweeps, reports and evaluations")
+        group = sub.add_parser("experiment", help=COMMANDS["experiment"])
         inner = group.add_subparsers(dest="experiment_command", required=True, metavar="EXPERIMENT")
         for name in EXPERIMENT_MODULES:
             importlib.import_module(name).register(inner)

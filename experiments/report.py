@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from noisyanchor.common.attacks import ATTACK_NAMES
+from noisyanchor.common.cliargs import int_at_least
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.methods import Method
 from noisyanchor.experiments.linkage import CHANCE
@@ -360,7 +361,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ps = sub.add_parser("report", help="spline fits, figures and a markdown summary of a sweep")
     ps.add_argument("--results", required=True, help="sweep folder (rows.jsonl, meta.json)")
     ps.add_argument("--out", default=None, help="report folder (default: --results)")
-    ps.add_argument("--bootstrap", type=int, default=None,
+    ps.add_argument("--bootstrap", type=int_at_least(0), default=None,
                     help="bootstrap resamples (default: the config's)")
     ps.add_argument("--command", default="", help="command line to quote in the summary")
     ps.add_argument("--metric", choices=sorted(METRICS), default=None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from noisyanchor.common.cliargs import int_at_least, nonnegative_float, positive_float
 from noisyanchor.common.gopp import PRECISIONS
 from noisyanchor.common.methods import Method
 from noisyanchor.experiments.datasets import DATASETS
@@ -12,22 +13,24 @@ from noisyanchor.experiments.datasets import DATASETS
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``simulate`` subcommand."""
-    ps = sub.add_parser("simulate", help="run participants, analyst, colluder and attacker "
-                        "in one process")
+    from noisyanchor.experiments.cli import COMMANDS
+
+    ps = sub.add_parser("simulate", help=COMMANDS["simulate"])
     ps.add_argument("--dataset", choices=DATASETS, default="digits")
     ps.add_argument("--method", choices=[m.value for m in Method], default="aa-igdp-an")
-    ps.add_argument("--participants", type=int, default=10, help="p")
-    ps.add_argument("--anchors", type=int, default=None, help="anchor rows r (default 4 d)")
-    ps.add_argument("--dim", type=int, default=None,
+    ps.add_argument("--participants", type=int_at_least(2), default=10, help="p")
+    ps.add_argument("--anchors", type=int_at_least(2), default=None,
+                    help="anchor rows r (default 4 d)")
+    ps.add_argument("--dim", type=int_at_least(1), default=None,
                     help="width h of a public Gaussian projection F (default: no projection)")
-    ps.add_argument("--sigma", type=float, default=0.0, help="private-data noise level")
-    ps.add_argument("--v", type=float, default=0.0, help="anchor noise level")
-    ps.add_argument("--colluder", type=int, default=0,
+    ps.add_argument("--sigma", type=nonnegative_float, default=0.0, help="private-data noise level")
+    ps.add_argument("--v", type=nonnegative_float, default=0.0, help="anchor noise level")
+    ps.add_argument("--colluder", type=int_at_least(-1), default=0,
                     help="index of the colluding participant (-1: none)")
-    ps.add_argument("--seed", type=int, default=None,
+    ps.add_argument("--seed", type=int_at_least(0), default=None,
                     help="root seed for a reproducible run (default: OS entropy)")
-    ps.add_argument("--max-iter", type=int, default=500, help="GPM iteration cap T_max")
-    ps.add_argument("--tol", type=float, default=1e-7, help="GPM stopping tolerance eps")
+    ps.add_argument("--max-iter", type=int_at_least(0), default=500, help="GPM iteration cap T_max")
+    ps.add_argument("--tol", type=positive_float, default=1e-7, help="GPM stopping tolerance eps")
     ps.add_argument("--precision", choices=PRECISIONS, default="auto",
                     help="GOPP products: float64 throughout (double), float32 increments once "
                          "steps are small (mixed), or mixed for large problems (auto)")

@@ -31,6 +31,7 @@ import numpy as np
 
 from noisyanchor.common.alignment import align
 from noisyanchor.common.attacks import Disclosure, run_attacks
+from noisyanchor.common.cliargs import int_at_least
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.methods import Method, make_upload
 from noisyanchor.common.theory import phase_transition_v
@@ -342,9 +343,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "diagnostics (resumable)")
     ps.add_argument("--config", required=True, help="experiment TOML (experiments/configs/)")
     ps.add_argument("--out", required=True, help="results folder (rows.jsonl, meta.json)")
-    ps.add_argument("--draws", type=int, default=None, help="override draws per method")
-    ps.add_argument("--workers", type=int, default=None, help="override worker processes")
-    ps.add_argument("--seed", type=int, default=None, help="override the root seed")
+    ps.add_argument("--draws", type=int_at_least(1), default=None, help="override draws per method")
+    ps.add_argument("--workers", type=int_at_least(1), default=None,
+                    help="override worker processes")
+    ps.add_argument("--seed", type=int_at_least(0), default=None, help="override the root seed")
     ps.add_argument("--data", default=None,
                     help="override the config's data file (IDX images, .npz, .npy or .csv)")
     ps.add_argument("--labels", default=None, help="override the config's IDX labels file")

@@ -1,10 +1,15 @@
 """The single ``noisyanchor`` command: subcommands grouped by role.
 
-Each role package owns a ``cli`` module with ``register(subparsers)``; handlers import their heavy
-dependencies lazily so ``noisyanchor --help`` stays fast.
+Each role package owns a ``cli`` module with ``COMMANDS`` (top-level command name -> one-line
+help) and ``register(subparsers)``. Those modules import nothing heavy at module level, and only
+the role of the command being run registers its full parser: ``noisyanchor --help`` lists every
+command without importing numpy, scipy or grpc (tests/test_cli.py checks).
+
+Every parser shows defaults in its help, accepts ``-v`` (more logging, repeatable) before or after
+the subcommand, and refuses abbreviated options.
 
 Exit codes: 0 success; 1 a refused or failed operation (the message names the problem);
-2 a command-line usage error (argparse); 130 interrupted.
+2 a command-line usage error (argparse, including bad option values); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -23,25 +28,67 @@ ROLE_MODULES = ("noisyanchor.experiments.cli", "noisyanchor.analyst.cli",
                 "noisyanchor.participant.cli", "noisyanchor.deploy.cli")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Assemble the parser from every role module's ``register`` function."""
-    parser = argparse.ArgumentParser(
-        prog="noisyanchor",
-        allow_abbrev=False,  # "simulate --v" must not read as --verbose or --version
-        description="Noisy-anchor GDP: participants, analyst, attacks, experiments, DP release.",
-    )
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults in the help, except where there is none to show or the text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        shown = action.default is not None and action.default is not False
+        if not shown or action.default is argparse.SUPPRESS or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """Every parser of the command (subparsers inherit the class): defaults shown in help, no
+    abbreviated options, and ``-v`` accepted at every level (the counts add up)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        if self.add_help:  # placeholders of commands not being run have no options
+            # argparse copies a subcommand's namespace over its parent's, so each level counts
+            # under its own name and verbosity() adds them up.
+            self.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                              dest=f"{VERBOSE}{self.prog}", help="more logging (-vv: debug)")
+
+
+#: Prefix of the per-parser ``-v`` counts in a parsed namespace.
+VERBOSE = "verbose:"
+
+
+def verbosity(args: argparse.Namespace) -> int:
+    """How many ``-v`` were given, at every level of the command line together."""
+    return sum(n for key, n in vars(args).items() if key.startswith(VERBOSE))
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The top-level command in ``argv``: its first token that is not an option."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser for ``argv``: every command listed, the one ``argv`` runs registered in full."""
+    parser = Parser(prog="noisyanchor", description="Noisy-anchor GDP: participants, analyst, "
+                    "attacks, experiments, DP release.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = _command(argv)
     for name in ROLE_MODULES:
-        importlib.import_module(name).register(sub)
+        role = importlib.import_module(name)
+        if chosen in role.COMMANDS:
+            role.register(sub)
+        else:
+            for command, text in role.COMMANDS.items():
+                sub.add_parser(command, help=text, add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the chosen handler, map project errors to exit status 1."""
-    args = build_parser().parse_args(argv)
-    level = logging.WARNING - 10 * min(args.verbose, 2)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
+    level = logging.WARNING - 10 * min(verbosity(args), 2)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         return int(args.handler(args) or 0)

@@ -10,13 +10,17 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from noisyanchor.participant import release_client
+#: Top-level commands of this role and their one-line help (see :mod:`noisyanchor.cli`).
+COMMANDS = {"participant": "a participant: upload once, or disclose as the colluder",
+            "release": "differentially private similarity release from the analyst's "
+                       "collaboration matrix"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this role's subcommands to the top-level parser."""
-    group = sub.add_parser("participant", help="a participant: upload once, or disclose as the "
-                           "colluder")
+    from noisyanchor.participant import release_client
+
+    group = sub.add_parser("participant", help=COMMANDS["participant"])
     inner = group.add_subparsers(dest="participant_command", required=True, metavar="ACTION")
     up = inner.add_parser("upload", help="agree on the anchor, compute and stream the one upload")
     co = inner.add_parser("collude", help="disclose data, secrets and anchor to the analyst "
@@ -45,9 +49,12 @@ def _print(sent, as_json: bool) -> int:
     if as_json:
         print(json.dumps(asdict(sent), indent=2))
     else:
-        again = " (identical retry)" if sent.already_committed else ""
-        print(f"{sent.participant}: {sent.kind} of {sent.records} records ({sent.bytes} bytes) "
-              f"committed{again}; receipt {sent.receipt}")
+        what = (f"{sent.kind} of {sent.records} records ({sent.bytes} bytes)")
+        if sent.already_committed:
+            print(f"{sent.participant}: {what} was already done; this identical retry changed "
+                  f"nothing; receipt {sent.receipt}")
+        else:
+            print(f"{sent.participant}: {what} committed; receipt {sent.receipt}")
     return 0
 
 
@@ -63,13 +70,22 @@ def _collude(args: argparse.Namespace) -> int:
     return _print(run_collude(_config(args)), args.json)
 
 
-def _status(args: argparse.Namespace) -> int:
+def status_summary(reply) -> dict:
+    """A ``StatusReply`` as a plain dict; the solver diagnostics (``result_json`` on the wire)
+    become a nested ``result`` object (None until the federation is done)."""
     from google.protobuf.json_format import MessageToDict
 
+    status = MessageToDict(reply, preserving_proto_field_name=True,
+                           always_print_fields_with_no_presence=True)
+    text = status.pop("result_json", "")
+    status["result"] = json.loads(text) if text else None
+    return status
+
+
+def _status(args: argparse.Namespace) -> int:
     from noisyanchor.participant.run import analyst_status
 
-    status = MessageToDict(analyst_status(_config(args)), preserving_proto_field_name=True,
-                           always_print_fields_with_no_presence=True)
+    status = status_summary(analyst_status(_config(args)))
     if args.json:
         print(json.dumps(status, indent=2))
     else:

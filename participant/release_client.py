@@ -216,8 +216,10 @@ def release_gram(cfg: ParticipantConfig, epsilon: float, delta: float, *,
 # -- command line ------------------------------------------------------------------------------
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``release`` group (``scores``, ``gram``) to the top-level parser."""
-    group = sub.add_parser("release", help="differentially private similarity release from the "
-                           "analyst's collaboration matrix")
+    from noisyanchor.common.cliargs import int_at_least, open_unit_float, positive_float
+    from noisyanchor.participant.cli import COMMANDS
+
+    group = sub.add_parser("release", help=COMMANDS["release"])
     inner = group.add_subparsers(dest="release_command", required=True, metavar="ACTION")
     sc = inner.add_parser("scores", help="privatised cosine scores of one of your records "
                           "against every collection row (needs keep_secrets at upload)")
@@ -225,20 +227,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "collection")
     for p in (sc, gr):
         p.add_argument("--config", type=Path, required=True, help="participant TOML file")
-        p.add_argument("--epsilon", type=float, required=True, help="epsilon of this release")
-        p.add_argument("--delta", type=float, required=True, help="delta of this release")
+        p.add_argument("--epsilon", type=positive_float, required=True,
+                       help="epsilon of this release")
+        p.add_argument("--delta", type=open_unit_float, required=True, help="delta of this release")
         p.add_argument("--dataset", default="", help="dataset (default: the federation's)")
         p.add_argument("--analyst", default=None, help="override [participant] analyst host:port")
-        p.add_argument("--timeout", type=float, default=None,
+        p.add_argument("--timeout", type=positive_float, default=None,
                        help="override [participant] timeout (seconds, also the RPC deadline)")
         p.add_argument("--json", action="store_true", help="print the outcome as JSON")
     which = sc.add_mutually_exclusive_group(required=True)
     which.add_argument("--record", type=Path, help=".npy file with one raw record (d_in,)")
-    which.add_argument("--row-index", type=int, help="row K of this participant's local data")
-    sc.add_argument("--top-k", type=int, default=0, help="return only the K highest scores")
+    which.add_argument("--row-index", type=int_at_least(0),
+                       help="row K of this participant's local data")
+    sc.add_argument("--top-k", type=int_at_least(0), default=0,
+                    help="return only the K highest scores")
     gr.add_argument("--projector", choices=("aap", "dykstra", "none"), default="aap",
                     help="post-processing onto correlation matrices (default aap)")
-    gr.add_argument("--max-iter", type=int, default=0,
+    gr.add_argument("--max-iter", type=int_at_least(0), default=0,
                     help="cap on the projection's iterations (default: the analyst's, 100)")
     gr.add_argument("--out", type=Path, required=True, help="where to save the matrix (.npy)")
     sc.set_defaults(handler=_scores)
