@@ -159,7 +159,7 @@ class Federation:
                                         f"{spec.array(name).shape}")
 
     @staticmethod
-    def _check_tags(spec: BundleSpec, arrays: dict[str, np.ndarray]) -> None:
+    def _check_tags(arrays: dict[str, np.ndarray]) -> None:
         tags = arrays["tags"]
         if tags.size and not np.isin(tags, list(SPLIT_NAMES)).all():
             raise InvalidInputError(f"array 'tags' must hold only {sorted(SPLIT_NAMES)} "

@@ -61,7 +61,7 @@ def _data_offset(header_bytes: bytes) -> int:
 
 def receive_bundle(
     path: Path, spec: BundleSpec, chunks: Iterable[bytes],
-    check: Callable[[BundleSpec, dict[str, np.ndarray]], None] | None = None,
+    check: Callable[[dict[str, np.ndarray]], None] | None = None,
 ) -> None:
     """Stream a bundle to a temporary file, verify it, then commit it at ``path``.
 
@@ -109,7 +109,7 @@ def receive_bundle(
             os.fsync(fh.fileno())
         if check is not None:
             arrays = _map_arrays(Path(tmp), spec, _data_offset(header))
-            check(spec, arrays)
+            check(arrays)
             del arrays
         os.replace(tmp, path)
     except BaseException:

@@ -53,8 +53,9 @@ def _invert(y: np.ndarray, psi: np.ndarray, o_inv: np.ndarray) -> np.ndarray:
     return (y - psi) @ o_inv
 
 
-def _disclosed_anchor(anchor: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The checked disclosed anchor ``A`` with ``a`` and ``Ac``."""
+def _disclosed_anchor(anchor: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The checked disclosed anchor ``A`` with ``a`` and ``Ac`` (a disclosure without one is
+    refused by the shape check)."""
     anchor = as_matrix(anchor, "anchor")
     a, ac = center_rows(anchor)
     return anchor, a, ac

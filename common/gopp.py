@@ -349,7 +349,7 @@ class _GpmStep:
         growth = INCREMENT_ERROR_RATE * size / float(np.sqrt(rot.shape[0] * d))
         increment = (self.k32 is not None and size > self.exact_below
                      and drift + growth <= PRODUCT_DRIFT_BUDGET)
-        k = self.k32 if increment else self.op.k
+        k = self.k32 if increment and self.k32 is not None else self.op.k
 
         def share_part(g: slice) -> np.ndarray:
             x = delta[g].astype(np.float32) if increment else new[g]

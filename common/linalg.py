@@ -12,12 +12,22 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Literal, TypeVar, overload
 
 import numpy as np
 import scipy.linalg
 
 T = TypeVar("T")
+
+
+@overload
+def extreme_eigh(a: np.ndarray, count: int, *, largest: bool,
+                 vectors: Literal[True] = ...) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@overload
+def extreme_eigh(a: np.ndarray, count: int, *, largest: bool,
+                 vectors: Literal[False]) -> tuple[np.ndarray, None]: ...
 
 
 def extreme_eigh(a: np.ndarray, count: int, *, largest: bool,
@@ -57,7 +67,7 @@ def extreme_eigh(a: np.ndarray, count: int, *, largest: bool,
     out = scipy.linalg.eigh(a, eigvals_only=not vectors, driver="evd", check_finite=False)
     w, v = out if vectors else (out, None)
     keep = slice(n - count, n) if largest else slice(0, count)
-    return w[keep], (v[:, keep] if vectors else None)
+    return w[keep], (None if v is None else v[:, keep])
 
 
 def polar_factor(m: np.ndarray) -> np.ndarray:

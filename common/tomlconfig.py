@@ -11,6 +11,7 @@ agreement or after every upload is refused when the config is read, naming the k
 
 from __future__ import annotations
 
+import builtins  # Table's readers are named str, int, float, bool: annotations need builtins
 import re
 import tomllib
 from collections.abc import Callable
@@ -85,21 +86,23 @@ class Table:
         except InvalidInputError as err:
             raise self.error(key, str(err)) from None
 
-    def str(self, key: str, default: Any = _MISSING, *,
-            check: Callable[[str], Any] | None = None) -> Any:
+    def str(self, key: builtins.str, default: Any = _MISSING, *,
+            check: Callable[[builtins.str], Any] | None = None) -> Any:
         """A string value."""
         return self.checked(key, self._get(key, default, (str,), "a string"), check)
 
-    def int(self, key: str, default: Any = _MISSING, *, minimum: int | None = None,
-            check: Callable[[int], Any] | None = None) -> Any:
+    def int(self, key: builtins.str, default: Any = _MISSING, *,
+            minimum: builtins.int | None = None,
+            check: Callable[[builtins.int], Any] | None = None) -> Any:
         """An integer value, optionally bounded below."""
         value = self._get(key, default, (int,), "an integer")
         if value is not None and minimum is not None and value < minimum:
             raise ConfigError(f"{self._where(key)} must be >= {minimum}, got {value}")
         return self.checked(key, value, check)
 
-    def float(self, key: str, default: Any = _MISSING, *, minimum: float | None = None,
-              check: Callable[[float], Any] | None = None) -> Any:
+    def float(self, key: builtins.str, default: Any = _MISSING, *,
+              minimum: builtins.float | None = None,
+              check: Callable[[builtins.float], Any] | None = None) -> Any:
         """A finite number (int or float) as float, optionally bounded below."""
         value = self._get(key, default, (int, float), "a number")
         if value is None:
@@ -110,26 +113,26 @@ class Table:
             raise ConfigError(f"{self._where(key)} must be >= {minimum}, got {value}")
         return self.checked(key, float(value), check)
 
-    def positive_float(self, key: str, default: Any = _MISSING, *,
-                       check: Callable[[float], Any] | None = None) -> Any:
+    def positive_float(self, key: builtins.str, default: Any = _MISSING, *,
+                       check: Callable[[builtins.float], Any] | None = None) -> Any:
         """A finite number ``> 0`` as float."""
         value = self.float(key, default, minimum=0.0)
         if value is not None and not value > 0.0:
             raise self.error(key, f"must be a finite number > 0, got {value}")
         return self.checked(key, value, check)
 
-    def bool(self, key: str, default: Any = _MISSING) -> Any:
+    def bool(self, key: builtins.str, default: Any = _MISSING) -> Any:
         """A boolean value."""
         return self._get(key, default, (bool,), "true or false")
 
-    def strs(self, key: str, default: Any = _MISSING) -> Any:
+    def strs(self, key: builtins.str, default: Any = _MISSING) -> Any:
         """A list of strings."""
         value = self._get(key, default, (list,), "a list of strings")
         if value is not None and not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{self._where(key)} must be a list of strings, got {value!r}")
         return value
 
-    def path(self, key: str, default: Any = _MISSING) -> Any:
+    def path(self, key: builtins.str, default: Any = _MISSING) -> Any:
         """A path; relative paths resolve against the config file's folder."""
         value = self.str(key, default)
         if value is None or isinstance(value, Path):
@@ -137,7 +140,7 @@ class Table:
         p = Path(value).expanduser()
         return p if p.is_absolute() else (self.file.parent / p).resolve()
 
-    def error(self, key: str, message: str) -> ConfigError:
+    def error(self, key: builtins.str, message: builtins.str) -> ConfigError:
         """A ConfigError naming this table's ``key``."""
         return ConfigError(f"{self._where(key)}: {message}")
 

@@ -60,7 +60,7 @@ def little_endian(array: np.ndarray) -> np.ndarray:
 
 def raw_bytes(array: np.ndarray) -> memoryview:
     """Flat byte view of ``array``'s little-endian data (no copy when already so)."""
-    return memoryview(little_endian(array).reshape(-1).view(np.uint8))
+    return little_endian(array).reshape(-1).view(np.uint8).data
 
 
 @dataclass(frozen=True)

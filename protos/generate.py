@@ -31,18 +31,20 @@ def protoc_args(*outputs: str) -> list[str]:
 
 
 def generate(out_dir: Path = HERE) -> list[Path]:
-    """Compile every proto into ``out_dir/v1`` (``*_pb2.py`` and ``*_pb2_grpc.py``).
+    """Compile every proto into ``out_dir/v1`` (``*_pb2.py``, its type stub ``*_pb2.pyi`` for
+    type checkers, and ``*_pb2_grpc.py``).
 
     Returns the generated paths. Needs ``grpcio-tools`` (the ``dev`` extra).
     """
     from grpc_tools import protoc
 
     with tempfile.TemporaryDirectory() as tmp:
-        if protoc.main(protoc_args(f"--python_out={tmp}", f"--grpc_python_out={tmp}")) != 0:
+        outputs = (f"--python_out={tmp}", f"--pyi_out={tmp}", f"--grpc_python_out={tmp}")
+        if protoc.main(protoc_args(*outputs)) != 0:
             raise RuntimeError(f"protoc failed on {', '.join(PROTO_FILES)}")
         built = Path(tmp) / VIRTUAL_ROOT
         out: list[Path] = []
-        for path in sorted(built.rglob("*_pb2*.py")):
+        for path in sorted(built.rglob("*_pb2*.py*")):
             target = Path(out_dir) / path.relative_to(built)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, target)

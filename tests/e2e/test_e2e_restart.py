@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 
 import grpc
 import pytest
@@ -113,10 +112,11 @@ def test_stream_dropped_by_the_client_commits_nothing_and_a_retry_goes_through(a
     with fed.client("p0") as c:
         future = c.raw_upload.future(gated(), timeout=60)
         assert sent_first_chunk.wait(30)
-        time.sleep(0.5)  # let the analyst start writing the temporary file
+        uploads_dir = fed.files.store / "uploads"
+        # cancel once the analyst is writing the temporary file of the stream
+        assert wait_until(lambda: any(uploads_dir.iterdir()))
         future.cancel()
         cancelled.set()
-        uploads_dir = fed.files.store / "uploads"
         # no commit, temporary file removed
         assert wait_until(lambda: list(uploads_dir.iterdir()) == [])
         first = send(c, "aa-igdp", arrays)

@@ -57,7 +57,8 @@ def test_wheel_has_one_top_level_name(wheel):
     for needed in ("noisyanchor/deploy/templates/analyst.toml",
                    "noisyanchor/experiments/configs/digits.toml",
                    "noisyanchor/protos/v1/analyst.proto", "noisyanchor/protos/v1/release.proto",
-                   "noisyanchor/protos/generate.py"):
+                   "noisyanchor/protos/generate.py", "noisyanchor/protos/v1/analyst_pb2.pyi",
+                   "noisyanchor/py.typed"):
         assert needed in names
 
 

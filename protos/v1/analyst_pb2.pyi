@@ -1,0 +1,191 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ArrayHeader(_message.Message):
+    __slots__ = ("name", "dtype", "shape", "nbytes", "sha256")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    NBYTES_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    nbytes: int
+    sha256: bytes
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., sha256: _Optional[bytes] = ...) -> None: ...
+
+class BundleHeader(_message.Message):
+    __slots__ = ("federation_id", "method", "arrays")
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    ARRAYS_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    method: str
+    arrays: _containers.RepeatedCompositeFieldContainer[ArrayHeader]
+    def __init__(self, federation_id: _Optional[str] = ..., method: _Optional[str] = ..., arrays: _Optional[_Iterable[_Union[ArrayHeader, _Mapping]]] = ...) -> None: ...
+
+class UploadRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: BundleHeader
+    chunk: bytes
+    def __init__(self, header: _Optional[_Union[BundleHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class Receipt(_message.Message):
+    __slots__ = ("participant_id", "receipt", "already_committed")
+    PARTICIPANT_ID_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    participant_id: str
+    receipt: bytes
+    already_committed: bool
+    def __init__(self, participant_id: _Optional[str] = ..., receipt: _Optional[bytes] = ..., already_committed: _Optional[bool] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ("federation_id",)
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    def __init__(self, federation_id: _Optional[str] = ...) -> None: ...
+
+class StatusReply(_message.Message):
+    __slots__ = ("federation_id", "state", "expected", "committed", "disclosed", "error", "result_json")
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    DISCLOSED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    state: str
+    expected: _containers.RepeatedScalarFieldContainer[str]
+    committed: _containers.RepeatedScalarFieldContainer[str]
+    disclosed: _containers.RepeatedScalarFieldContainer[str]
+    error: str
+    result_json: str
+    def __init__(self, federation_id: _Optional[str] = ..., state: _Optional[str] = ..., expected: _Optional[_Iterable[str]] = ..., committed: _Optional[_Iterable[str]] = ..., disclosed: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., result_json: _Optional[str] = ...) -> None: ...
+
+class SignedKey(_message.Message):
+    __slots__ = ("participant_id", "public_key", "signature", "certificate_pem")
+    PARTICIPANT_ID_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_PEM_FIELD_NUMBER: _ClassVar[int]
+    participant_id: str
+    public_key: bytes
+    signature: bytes
+    certificate_pem: bytes
+    def __init__(self, participant_id: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., certificate_pem: _Optional[bytes] = ...) -> None: ...
+
+class PublishKeyRequest(_message.Message):
+    __slots__ = ("federation_id", "public_key", "signature")
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    public_key: bytes
+    signature: bytes
+    def __init__(self, federation_id: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class PublishKeyReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListKeysRequest(_message.Message):
+    __slots__ = ("federation_id",)
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    def __init__(self, federation_id: _Optional[str] = ...) -> None: ...
+
+class ListKeysReply(_message.Message):
+    __slots__ = ("expected", "keys")
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    expected: _containers.RepeatedScalarFieldContainer[str]
+    keys: _containers.RepeatedCompositeFieldContainer[SignedKey]
+    def __init__(self, expected: _Optional[_Iterable[str]] = ..., keys: _Optional[_Iterable[_Union[SignedKey, _Mapping]]] = ...) -> None: ...
+
+class SealedShare(_message.Message):
+    __slots__ = ("dealer_id", "recipient_id", "nonce", "ciphertext")
+    DEALER_ID_FIELD_NUMBER: _ClassVar[int]
+    RECIPIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    CIPHERTEXT_FIELD_NUMBER: _ClassVar[int]
+    dealer_id: str
+    recipient_id: str
+    nonce: bytes
+    ciphertext: bytes
+    def __init__(self, dealer_id: _Optional[str] = ..., recipient_id: _Optional[str] = ..., nonce: _Optional[bytes] = ..., ciphertext: _Optional[bytes] = ...) -> None: ...
+
+class PostSealedRequest(_message.Message):
+    __slots__ = ("federation_id", "shares")
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SHARES_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    shares: _containers.RepeatedCompositeFieldContainer[SealedShare]
+    def __init__(self, federation_id: _Optional[str] = ..., shares: _Optional[_Iterable[_Union[SealedShare, _Mapping]]] = ...) -> None: ...
+
+class PostSealedReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetSealedRequest(_message.Message):
+    __slots__ = ("federation_id",)
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    def __init__(self, federation_id: _Optional[str] = ...) -> None: ...
+
+class AnchorSecret(_message.Message):
+    __slots__ = ("seed", "method", "anchors", "dim", "translation_scale")
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    ANCHORS_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    TRANSLATION_SCALE_FIELD_NUMBER: _ClassVar[int]
+    seed: bytes
+    method: str
+    anchors: int
+    dim: int
+    translation_scale: float
+    def __init__(self, seed: _Optional[bytes] = ..., method: _Optional[str] = ..., anchors: _Optional[int] = ..., dim: _Optional[int] = ..., translation_scale: _Optional[float] = ...) -> None: ...
+
+class Commitment(_message.Message):
+    __slots__ = ("participant_id", "digest")
+    PARTICIPANT_ID_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    participant_id: str
+    digest: bytes
+    def __init__(self, participant_id: _Optional[str] = ..., digest: _Optional[bytes] = ...) -> None: ...
+
+class PublishCommitmentRequest(_message.Message):
+    __slots__ = ("federation_id", "digest")
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    digest: bytes
+    def __init__(self, federation_id: _Optional[str] = ..., digest: _Optional[bytes] = ...) -> None: ...
+
+class PublishCommitmentReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListCommitmentsRequest(_message.Message):
+    __slots__ = ("federation_id",)
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    def __init__(self, federation_id: _Optional[str] = ...) -> None: ...
+
+class ListCommitmentsReply(_message.Message):
+    __slots__ = ("expected", "commitments")
+    EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    COMMITMENTS_FIELD_NUMBER: _ClassVar[int]
+    expected: _containers.RepeatedScalarFieldContainer[str]
+    commitments: _containers.RepeatedCompositeFieldContainer[Commitment]
+    def __init__(self, expected: _Optional[_Iterable[str]] = ..., commitments: _Optional[_Iterable[_Union[Commitment, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,108 @@
+from noisyanchor.protos.v1 import analyst_pb2 as _analyst_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Spend(_message.Message):
+    __slots__ = ("dataset", "sigma", "sensitivity", "epsilon", "delta", "charged_epsilon", "spent_epsilon", "remaining_epsilon", "budget_epsilon", "budget_delta")
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    SIGMA_FIELD_NUMBER: _ClassVar[int]
+    SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    CHARGED_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    SPENT_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_DELTA_FIELD_NUMBER: _ClassVar[int]
+    dataset: str
+    sigma: float
+    sensitivity: float
+    epsilon: float
+    delta: float
+    charged_epsilon: float
+    spent_epsilon: float
+    remaining_epsilon: float
+    budget_epsilon: float
+    budget_delta: float
+    def __init__(self, dataset: _Optional[str] = ..., sigma: _Optional[float] = ..., sensitivity: _Optional[float] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., charged_epsilon: _Optional[float] = ..., spent_epsilon: _Optional[float] = ..., remaining_epsilon: _Optional[float] = ..., budget_epsilon: _Optional[float] = ..., budget_delta: _Optional[float] = ...) -> None: ...
+
+class ScoreQuery(_message.Message):
+    __slots__ = ("federation_id", "dataset", "record_header", "record", "epsilon", "delta", "top_k")
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    RECORD_HEADER_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    dataset: str
+    record_header: _analyst_pb2.ArrayHeader
+    record: bytes
+    epsilon: float
+    delta: float
+    top_k: int
+    def __init__(self, federation_id: _Optional[str] = ..., dataset: _Optional[str] = ..., record_header: _Optional[_Union[_analyst_pb2.ArrayHeader, _Mapping]] = ..., record: _Optional[bytes] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., top_k: _Optional[int] = ...) -> None: ...
+
+class ScoreRelease(_message.Message):
+    __slots__ = ("spend", "scores_header", "scores", "top_ids", "records", "clipped")
+    SPEND_FIELD_NUMBER: _ClassVar[int]
+    SCORES_HEADER_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    TOP_IDS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    CLIPPED_FIELD_NUMBER: _ClassVar[int]
+    spend: Spend
+    scores_header: _analyst_pb2.ArrayHeader
+    scores: bytes
+    top_ids: _containers.RepeatedScalarFieldContainer[int]
+    records: int
+    clipped: int
+    def __init__(self, spend: _Optional[_Union[Spend, _Mapping]] = ..., scores_header: _Optional[_Union[_analyst_pb2.ArrayHeader, _Mapping]] = ..., scores: _Optional[bytes] = ..., top_ids: _Optional[_Iterable[int]] = ..., records: _Optional[int] = ..., clipped: _Optional[int] = ...) -> None: ...
+
+class GramQuery(_message.Message):
+    __slots__ = ("federation_id", "dataset", "epsilon", "delta", "projector", "max_iterations")
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    EPSILON_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    PROJECTOR_FIELD_NUMBER: _ClassVar[int]
+    MAX_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    dataset: str
+    epsilon: float
+    delta: float
+    projector: str
+    max_iterations: int
+    def __init__(self, federation_id: _Optional[str] = ..., dataset: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., projector: _Optional[str] = ..., max_iterations: _Optional[int] = ...) -> None: ...
+
+class GramHeader(_message.Message):
+    __slots__ = ("spend", "matrix", "projector", "iterations", "converged", "min_eigenvalue", "max_diag_error")
+    SPEND_FIELD_NUMBER: _ClassVar[int]
+    MATRIX_FIELD_NUMBER: _ClassVar[int]
+    PROJECTOR_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    CONVERGED_FIELD_NUMBER: _ClassVar[int]
+    MIN_EIGENVALUE_FIELD_NUMBER: _ClassVar[int]
+    MAX_DIAG_ERROR_FIELD_NUMBER: _ClassVar[int]
+    spend: Spend
+    matrix: _analyst_pb2.ArrayHeader
+    projector: str
+    iterations: int
+    converged: bool
+    min_eigenvalue: float
+    max_diag_error: float
+    def __init__(self, spend: _Optional[_Union[Spend, _Mapping]] = ..., matrix: _Optional[_Union[_analyst_pb2.ArrayHeader, _Mapping]] = ..., projector: _Optional[str] = ..., iterations: _Optional[int] = ..., converged: _Optional[bool] = ..., min_eigenvalue: _Optional[float] = ..., max_diag_error: _Optional[float] = ...) -> None: ...
+
+class GramPart(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: GramHeader
+    chunk: bytes
+    def __init__(self, header: _Optional[_Union[GramHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
