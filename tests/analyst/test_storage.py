@@ -39,7 +39,7 @@ def test_non_finite_values_and_refused_content_commit_nothing(tmp_path, arrays):
     with pytest.raises(InvalidInputError, match="NaN or Inf"):
         receive_bundle(tmp_path / "a.bundle", bundle_spec("f", "i-gdp", bad), iter_chunks(bad))
 
-    def refuse(spec, got):
+    def refuse(got):
         raise InvalidInputError("no")
 
     with pytest.raises(InvalidInputError, match="no"):
