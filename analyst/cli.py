@@ -13,7 +13,7 @@ COMMANDS = {"analyst": "the analyst: collect uploads, align, relay",
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this role's subcommands to the top-level parser."""
-    from noisyanchor.common.cliargs import int_at_least
+    from noisyanchor.common.cliargs import int_at_least, positive_float
 
     group = sub.add_parser("analyst", help=COMMANDS["analyst"])
     inner = group.add_subparsers(dest="analyst_command", required=True, metavar="ACTION")
@@ -25,7 +25,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="override [server] port_file (the bound port is written there)")
     serve.add_argument("--output-dir", type=Path, default=None,
                        help="override [server] output_dir")
+    serve.add_argument("--log-json", type=Path, default=None, metavar="FILE",
+                       help="also append the log to FILE as JSON lines (override [server] "
+                       "log_json)")
     serve.set_defaults(handler=_serve)
+
+    check = inner.add_parser("health", help="ask an analyst's health service whether it is "
+                             "SERVING (exit 0) or not (exit 1)")
+    check.add_argument("--port", type=int_at_least(1), required=True,
+                       help="the analyst's [server] health_port (plaintext, on 127.0.0.1)")
+    check.add_argument("--service", default="",
+                       help="service name (default: the server as a whole)")
+    check.add_argument("--timeout", type=positive_float, default=5.0, help="seconds to wait")
+    check.set_defaults(handler=_health)
 
     attack = sub.add_parser("attack", help=COMMANDS["attack"])
     attack.add_argument("--store", type=Path, required=True, help="the analyst's output_dir")
@@ -36,13 +48,29 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from noisyanchor.common.logs import configure_logging, quiet_grpc_core
+
+    quiet_grpc_core()  # before grpc is first imported (by the server module)
     from noisyanchor.analyst.config import load_analyst_config
     from noisyanchor.analyst.server import serve
 
     config = load_analyst_config(args.config).with_overrides(
-        port=args.port, port_file=args.port_file, output_dir=args.output_dir)
+        port=args.port, port_file=args.port_file, output_dir=args.output_dir,
+        log_json=args.log_json)
+    configure_logging(config.log_json)
     serve(config)
     return 0
+
+
+def _health(args: argparse.Namespace) -> int:
+    from noisyanchor.common.logs import quiet_grpc_core
+
+    quiet_grpc_core()
+    from noisyanchor.analyst.health import check_health
+
+    status = check_health(f"127.0.0.1:{args.port}", args.service, args.timeout)
+    print(status)
+    return 0 if status == "SERVING" else 1
 
 
 def _attack(args: argparse.Namespace) -> int:

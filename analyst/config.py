@@ -5,12 +5,15 @@ See ``deploy/templates/analyst.toml`` for every key with comments.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from noisyanchor.common.downstream import MODELS, sklearn_available
 from noisyanchor.common.errors import ConfigError, InvalidInputError
 from noisyanchor.common.gopp import check_precision
 from noisyanchor.common.methods import Method, check_sigma, check_v
+from noisyanchor.common.schema import SCHEMA_DTYPES, RecordSchema
 from noisyanchor.common.tomlconfig import Table, TlsFiles, check_id, read_toml
 from noisyanchor.common.validation import check_anchor_rows, check_positive
 
@@ -59,8 +62,9 @@ class AnalystConfig:
         ``r`` (default ``4 d``).
     dim : int or None
         Working width ``d`` (``h`` when a public projection is used); checked on upload when set.
-    sigma, v : float
-        Declared noise levels (reported; the analyst cannot verify them).
+    sigma, v : float or None
+        Declared noise levels (participants refuse to join with other levels; the analyst cannot
+        verify them); None: not declared.
     reference : str
         Reference participant ``s`` of Procrustes alignment.
     max_iter, tol : int, float
@@ -82,6 +86,23 @@ class AnalystConfig:
         message before it is cancelled and its partial data discarded.
     privacy : PrivacyBudget or None
         Budget of the DP releases; None (no ``[privacy]`` table): releases are refused.
+    health_port : int or None
+        Plaintext port on 127.0.0.1 answering only the standard gRPC health check (probes
+        without a client certificate); None: health is served on the mTLS port only.
+    log_json : Path or None
+        File the analyst appends its log to as JSON lines (besides the console).
+    schema : RecordSchema or None
+        The records every participant's data must fit (``[schema]``); None: not declared.
+    deadline : datetime or None
+        When the federation gives up (timezone-aware): participants wait for each other until
+        then by default; uploads and relay writes after it are refused.
+    model : str
+        Downstream model fitted on the training rows of ``Z`` after the alignment, its held-out
+        metrics written to ``result.json`` (a name of :data:`common.downstream.MODELS`, or
+        ``"none"``).
+    dealer, projection_seed, translation_scale : optional
+        Further declared protocol parameters participants check their own against (None: not
+        declared).
     """
 
     federation_id: str
@@ -89,8 +110,8 @@ class AnalystConfig:
     method: str
     anchors: int | None
     dim: int | None
-    sigma: float
-    v: float
+    sigma: float | None
+    v: float | None
     reference: str
     max_iter: int
     tol: float
@@ -104,6 +125,14 @@ class AnalystConfig:
     stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT
     privacy: PrivacyBudget | None = None
     precision: str = "auto"
+    health_port: int | None = None
+    log_json: Path | None = None
+    schema: RecordSchema | None = None
+    deadline: datetime.datetime | None = None
+    dealer: str | None = None
+    projection_seed: int | None = None
+    translation_scale: float | None = None
+    model: str = "logistic"
 
     @property
     def ledger_path(self) -> Path:
@@ -122,6 +151,12 @@ class AnalystConfig:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
+def _member(pid: str, participants: tuple[str, ...]) -> str:
+    if pid not in participants:
+        raise InvalidInputError(f"{pid!r} is not one of the participants")
+    return pid
+
+
 def check_port(port: int) -> int:
     """A TCP port number (0: any free port)."""
     if not 0 <= port <= 65535:
@@ -132,7 +167,8 @@ def check_port(port: int) -> int:
 def load_analyst_config(path: Path) -> AnalystConfig:
     """Read and validate an analyst config file."""
     doc = read_toml(path)
-    unknown = sorted(set(doc) - {"federation", "solver", "server", "tls", "privacy"})
+    unknown = sorted(set(doc) - {"federation", "solver", "server", "tls", "privacy", "schema",
+                                 "model"})
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(unknown)}")
     fed = Table(doc, "federation", path)
@@ -150,9 +186,13 @@ def load_analyst_config(path: Path) -> AnalystConfig:
     dim = fed.int("dim", None, minimum=1)
     if anchors is not None and dim is not None:
         fed.checked("anchors", anchors, lambda r: check_anchor_rows(r, dim, "anchors need"))
-    sigma = fed.float("sigma", 0.0, check=lambda x: check_sigma(method, x))
-    v = fed.float("v", 0.0, check=lambda x: check_v(method, x))
+    sigma = fed.float("sigma", None, check=lambda x: check_sigma(method, x))
+    v = fed.float("v", None, check=lambda x: check_v(method, x))
     accept = fed.bool("accept_collusion", False)
+    declared = {"deadline": fed.datetime("deadline", None),
+                "dealer": fed.str("dealer", None, check=lambda d: _member(d, participants)),
+                "projection_seed": fed.int("projection_seed", None, minimum=0),
+                "translation_scale": fed.positive_float("translation_scale", None)}
     fed.done()
     solver = Table(doc, "solver", path, required=False)
     max_iter = solver.int("max_iter", 500, minimum=1)
@@ -161,6 +201,10 @@ def load_analyst_config(path: Path) -> AnalystConfig:
     solver.done()
     server = Table(doc, "server", path)
     privacy = _privacy(doc, path)
+    schema = _schema(doc, path)
+    if schema is not None and dim is None and anchors is not None:
+        fed.checked("anchors", anchors, lambda r: check_anchor_rows(
+            r, schema.features, "anchors need ([schema] features)"))
     cfg = AnalystConfig(
         federation_id=fid, participants=participants, method=method, anchors=anchors, dim=dim,
         sigma=sigma, v=v, reference=reference, max_iter=max_iter, tol=tol,
@@ -171,7 +215,10 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         max_upload_bytes=server.int("max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES, minimum=1),
         stream_idle_timeout=server.positive_float("stream_idle_timeout",
                                                   DEFAULT_STREAM_IDLE_TIMEOUT),
-        privacy=privacy, precision=precision)
+        privacy=privacy, precision=precision,
+        health_port=server.int("health_port", None, minimum=1, check=check_port),
+        log_json=server.path("log_json", None), schema=schema, model=_model(doc, path),
+        **declared)
     server.done()
     return cfg
 
@@ -188,3 +235,37 @@ def _privacy(doc: dict, path: Path) -> PrivacyBudget | None:
     budget = PrivacyBudget(eps, delta, table.path("ledger", None))
     table.done()
     return budget
+
+
+def _schema(doc: dict, path: Path) -> RecordSchema | None:
+    """The optional ``[schema]`` table: ``features``, ``dtype``, ``feature_names``."""
+    if "schema" not in doc:
+        return None
+    table = Table(doc, "schema", path)
+    features = table.int("features", minimum=1)
+    dtype = table.str("dtype", "float64", check=_schema_dtype)
+    names = tuple(table.strs("feature_names", []))
+    table.checked("feature_names", names, lambda n: RecordSchema(features, dtype, n))
+    table.done()
+    return RecordSchema(features, dtype, names)
+
+
+def _schema_dtype(dtype: str) -> str:
+    if dtype not in SCHEMA_DTYPES:
+        raise InvalidInputError(f"expected one of {', '.join(SCHEMA_DTYPES)}, got {dtype!r}")
+    return dtype
+
+
+def _model(doc: dict, path: Path) -> str:
+    """``[model] name``: a built-in downstream model, or ``"none"``; refused at load when
+    scikit-learn is missing (the alignment would otherwise end without its model)."""
+    table = Table(doc, "model", path, required=False)
+    name = table.str("name", "logistic")
+    if name != "none" and name not in MODELS:
+        raise table.error("name", f"expected one of {', '.join([*MODELS, 'none'])}, got {name!r}")
+    if name != "none" and not sklearn_available():
+        raise table.error("name", f"the {name!r} model needs scikit-learn, which is not "
+                          "installed: pip install 'noisyanchor[eval]', or set name = \"none\" "
+                          "to align without a downstream model")
+    table.done()
+    return name

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +33,7 @@ from noisyanchor.analyst.storage import (
 from noisyanchor.common.alignment import align
 from noisyanchor.common.errors import (
     AlreadyExistsError,
+    FederationFailedError,
     InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
@@ -48,6 +49,15 @@ from noisyanchor.protos.v1 import analyst_pb2 as pb
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Folder of the store holding withdrawals (``<participant>.txt``: the reason given).
+WITHDRAWN_DIR = "withdrawn"
+
+#: File of the store naming why the last alignment failed (removed when it runs again).
+FAILED_FILE = "failed.json"
+
+#: Longest withdrawal reason kept (characters).
+MAX_REASON = 2000
 
 #: Seconds a second stream of the same participant waits for the first one to finish.
 LOCK_WAIT = 30.0
@@ -82,11 +92,18 @@ class Federation:
         self._state = "done" if store.result.is_dir() else "collecting"
         self._error = ""
         self._align_thread: threading.Thread | None = None
+        self._closed = False
         public = {"federation_id": config.federation_id, "participants": list(config.participants),
                   "method": config.method, "anchors": config.anchors, "dim": config.dim,
                   "sigma": config.sigma, "v": config.v, "reference": config.reference,
-                  "accept_collusion": config.accept_collusion}
+                  "accept_collusion": config.accept_collusion,
+                  "deadline": config.deadline.isoformat() if config.deadline else None,
+                  "schema": None if config.schema is None else {
+                      "features": config.schema.features, "dtype": config.schema.dtype,
+                      "feature_names": list(config.schema.feature_names)}}
         atomic_write(self.store.root / FEDERATION_FILE, json.dumps(public, indent=2).encode())
+        self._withdrawn_dir = self.store.root / WITHDRAWN_DIR
+        self._withdrawn_dir.mkdir(exist_ok=True)
 
     # -- checks --------------------------------------------------------------------------------
     def check_caller(self, pid: str, federation_id: str) -> None:
@@ -98,10 +115,59 @@ class Federation:
             raise PermissionDeniedError(f"this analyst serves federation "
                                         f"{self.config.federation_id!r}, not {federation_id!r}")
 
+    def check_deadline(self) -> None:
+        """Refuse new work once the federation's deadline has passed."""
+        deadline = self.config.deadline
+        if deadline is not None and time.time() > deadline.timestamp():
+            raise FederationFailedError(
+                f"federation {self.config.federation_id!r} closed at its deadline "
+                f"{deadline.isoformat()}; the analyst's operator can extend [federation] "
+                "deadline and restart")
+
+    def describe(self) -> pb.FederationInfo:
+        """The declaration participants check themselves against before the agreement."""
+        cfg = self.config
+        info = pb.FederationInfo(
+            federation_id=cfg.federation_id, participants=cfg.participants, method=cfg.method,
+            reference=cfg.reference,
+            deadline_unix=cfg.deadline.timestamp() if cfg.deadline else 0.0)
+        for name in ("anchors", "dim", "sigma", "v", "dealer", "projection_seed",
+                     "translation_scale"):
+            if getattr(cfg, name) is not None:
+                setattr(info, name, getattr(cfg, name))
+        if cfg.schema is not None:
+            info.schema.CopyFrom(pb.RecordSchema(features=cfg.schema.features,
+                                                 dtype=cfg.schema.dtype,
+                                                 feature_names=cfg.schema.feature_names))
+        return info
+
+    def withdraw(self, pid: str, reason: str) -> None:
+        """Record that ``pid`` cannot take part (the others stop waiting for it); cleared when
+        it publishes its exchange key again."""
+        if pid in self.store.committed(self.store.uploads):
+            raise PreconditionError(f"{pid!r} already committed its upload; it cannot withdraw")
+        text = " ".join(reason.split())[:MAX_REASON] or "no reason given"
+        atomic_write(self._withdrawn_dir / f"{pid}.txt", text.encode())
+        log.warning("%s withdrew: %s", pid, text)
+
+    def withdrawals(self) -> dict[str, str]:
+        """``{participant: reason}`` of every standing withdrawal."""
+        return {pid: path.read_text(errors="replace") for pid in self.config.participants
+                if (path := self._withdrawn_dir / f"{pid}.txt").is_file()}
+
+    def _rejoin(self, pid: str) -> None:
+        path = self._withdrawn_dir / f"{pid}.txt"
+        if path.is_file():
+            path.unlink()
+            log.info("%s is back (its withdrawal is cleared)", pid)
+
     def _width(self, spec: BundleSpec) -> int:
-        """Working width ``d`` the upload must have: the config's, else the committed ones'."""
+        """Working width ``d`` the upload must have: the config's ``dim``, else the schema's
+        feature count, else the committed uploads'."""
         if self.config.dim is not None:
             return self.config.dim
+        if self.config.schema is not None:
+            return self.config.schema.features
         for pid in self.store.committed(self.store.uploads):
             return read_bundle_spec(self.store.upload_path(pid))[0].array("data").shape[1]
         data = spec.array("data")
@@ -126,8 +192,11 @@ class Federation:
         d = self._width(spec)
         data = spec.array("data")
         if len(data.shape) != 2 or data.shape[0] < 1 or data.shape[1] != d:
-            raise InvalidInputError(f"array 'data' must have shape (n, {d}) with n >= 1, got "
-                                    f"{data.shape}")
+            source = ("[federation] dim" if self.config.dim is not None else "[schema] features"
+                      if self.config.schema is not None else "the uploads already committed")
+            raise InvalidInputError(f"array 'data' must have shape (n, {d}) with n >= 1 "
+                                    f"({source} of federation {self.config.federation_id!r}), "
+                                    f"got {data.shape}")
         anchor = spec.array("anchor")
         r = self.config.anchors or 4 * d
         if anchor is not None and anchor.shape != (r, d):
@@ -186,14 +255,19 @@ class Federation:
             receive_bundle(path, spec, chunks, self._check_tags if kind == "upload" else None)
         finally:
             lock.release()
-        log.info("committed %s of %s (%d bytes)", kind, pid, spec.nbytes)
+        missing = self.missing_uploads()
+        log.info("committed %s of %s (%d bytes)%s", kind, pid, spec.nbytes,
+                 "" if kind != "upload" else f"; waiting for {', '.join(missing)}" if missing
+                 else "; every upload is in")
         return Committed(receipt, False)
 
     def upload(self, pid: str, spec: BundleSpec, chunks: Iterable[bytes]) -> Committed:
         """Participant ``pid``'s one upload; starts the alignment once everyone has committed."""
         self.check_caller(pid, spec.federation_id)
+        self.check_deadline()
         self.check_upload_header(spec)
         done = self._commit(pid, spec, chunks, "upload")
+        self._rejoin(pid)
         self.maybe_align()
         return done
 
@@ -208,7 +282,7 @@ class Federation:
 
     # -- relay ---------------------------------------------------------------------------------
     def _publish_once(self, path: Path, data: bytes, refusal: str,
-                      same: Callable[[bytes], bool] | None = None) -> None:
+                      same: Callable[[bytes], bool] | None = None, *, event: str) -> None:
         """Write ``data`` at ``path`` unless something is there already. Publishing again is a
         no-op (the first copy is kept) when ``same(stored bytes)`` holds (default: identical
         bytes), else refused with ``refusal``: a restarted participant may repeat itself."""
@@ -219,19 +293,23 @@ class Federation:
                     raise AlreadyExistsError(refusal)
                 return
             atomic_write(path, data)
+        log.info("relay: %s", event)
 
     def publish_key(self, pid: str, public_key: bytes, signature: bytes, cert_pem: bytes) -> None:
         """Store ``pid``'s signed X25519 key with the certificate seen on its connection."""
         # The participants verify every key themselves (the analyst is not trusted); checking
         # here too refuses a bad signature at once instead of relaying it.
+        self.check_deadline()
         verify_exchange_key(cert_pem, self.config.tls.ca.read_bytes(), self.config.federation_id,
                             pid, public_key, signature)
+        self._rejoin(pid)
         msg = pb.SignedKey(participant_id=pid, public_key=public_key, signature=signature,
                            certificate_pem=cert_pem)
         # Signatures may be randomized, so the public key decides whether it is the same.
         self._publish_once(self.store.keys / f"{pid}.pb", msg.SerializeToString(deterministic=True),
                            f"the exchange key of {pid!r} was already published differently",
-                           lambda stored: _parse(pb.SignedKey, stored).public_key == public_key)
+                           lambda stored: _parse(pb.SignedKey, stored).public_key == public_key,
+                           event=f"{pid} published its exchange key")
 
     def list_keys(self) -> list[pb.SignedKey]:
         """Every published signed key."""
@@ -262,7 +340,8 @@ class Federation:
                 stored.SerializeToString(deterministic=True),
                 f"the sealed share for {share.recipient_id!r} was already posted by another "
                 "participant",
-                lambda old: _parse(pb.SealedShare, old).dealer_id == dealer)
+                lambda old: _parse(pb.SealedShare, old).dealer_id == dealer,
+                event=f"dealer {dealer} sealed the anchor seed to {share.recipient_id}")
 
     def get_sealed(self, pid: str) -> pb.SealedShare:
         """The sealed share addressed to ``pid``."""
@@ -276,7 +355,8 @@ class Federation:
         if len(digest) != 32:
             raise InvalidInputError(f"a commitment is a 32-byte SHA-256 digest, got {len(digest)}")
         self._publish_once(self.store.commitments / f"{pid}.bin", digest,
-                           f"the commitment of {pid!r} was already published differently")
+                           f"the commitment of {pid!r} was already published differently",
+                           event=f"{pid} committed to the anchor")
 
     def list_commitments(self) -> list[pb.Commitment]:
         """Every published commitment."""
@@ -285,6 +365,17 @@ class Federation:
                 if (path := self.store.commitments / f"{pid}.bin").exists()]
 
     # -- alignment -----------------------------------------------------------------------------
+    def missing_uploads(self) -> list[str]:
+        """Expected participants whose upload is not committed yet, in config order."""
+        committed = set(self.store.committed(self.store.uploads))
+        return [pid for pid in self.config.participants if pid not in committed]
+
+    def close(self) -> None:
+        """Shutting down: no alignment starts any more (one running is abandoned by the server;
+        it runs again at the next start)."""
+        with self._lock:
+            self._closed = True
+
     @property
     def state(self) -> str:
         """``collecting``, ``aligning``, ``done`` or ``failed``."""
@@ -298,16 +389,21 @@ class Federation:
                 "committed": self.store.committed(self.store.uploads),
                 "disclosed": self.store.committed(self.store.disclosures),
                 "error": self._error,
-                "result_json": result.read_text() if self._state == "done" else ""}
+                "result_json": result.read_text() if self._state == "done" else "",
+                "withdrawn": [pb.Withdrawal(participant_id=p, reason=r)
+                              for p, r in self.withdrawals().items()],
+                "deadline_unix": self.config.deadline.timestamp() if self.config.deadline
+                else 0.0}
 
     def maybe_align(self) -> None:
         """Start the alignment in the background once every expected upload is committed."""
         with self._lock:
-            if self._state != "collecting":
-                return
-            if set(self.store.committed(self.store.uploads)) != set(self.config.participants):
+            if self._state != "collecting" or self._closed or self.missing_uploads():
                 return
             self._state = "aligning"
+            (self.store.root / FAILED_FILE).unlink(missing_ok=True)
+            log.info("alignment started: %d uploads, method %s", len(self.config.participants),
+                     self.method.value)
             self._align_thread = threading.Thread(target=self._align, name="align", daemon=True)
             self._align_thread.start()
 
@@ -318,12 +414,18 @@ class Federation:
 
     def _align(self) -> None:
         try:
-            self.store.commit_result(self.compute_result())
+            result = self.compute_result()
+            self.store.commit_result(result)
             self._state = "done"
-            log.info("alignment done; result in %s", self.store.result)
+            summary = json.loads(result["result.json"])
+            log.info("alignment done in %.1f s (%s, certified %s); result in %s",
+                     summary["seconds"], summary["solver"].get("name"),
+                     summary["solver"].get("certified"), self.store.result)
         except Exception as err:  # reported through Status; the server keeps serving
             log.exception("alignment failed")
             self._error, self._state = f"{type(err).__name__}: {err}", "failed"
+            atomic_write(self.store.root / FAILED_FILE,
+                         json.dumps({"state": "failed", "error": self._error}).encode())
 
     def compute_result(self) -> dict[str, bytes]:
         """Align the committed uploads (GOPP or Procrustes by method) and encode the result."""
@@ -347,15 +449,39 @@ class Federation:
             "solver": alignment.solver,
             "seconds": time.perf_counter() - start,
         }
+        labels = np.concatenate([b["labels"] for b in bundles])
+        tags = np.concatenate([b["tags"] for b in bundles])
+        summary["model"] = self._fit_model(alignment.z, labels, tags, alignment.row_ranges)
         return {
             "z.npy": npy_bytes(alignment.z),
-            "labels.npy": npy_bytes(np.concatenate([b["labels"] for b in bundles])),
-            "tags.npy": npy_bytes(np.concatenate([b["tags"] for b in bundles])),
+            "labels.npy": npy_bytes(labels),
+            "tags.npy": npy_bytes(tags),
             "rotations.npy": npy_bytes(alignment.rotations),
             "means.npy": npy_bytes(alignment.means),
             "shift.npy": npy_bytes(alignment.shift),
             "result.json": json.dumps(summary, indent=2).encode(),
         }
+
+    def _fit_model(self, z: np.ndarray, labels: np.ndarray, tags: np.ndarray,
+                   row_ranges) -> dict[str, Any] | None:
+        """The configured downstream model fitted on the training rows of ``Z``, its held-out
+        metrics (:func:`common.downstream.evaluate_utility`); an ``error`` instead when the
+        split cannot be scored (no training or test rows), None when the model is off."""
+        name = self.config.model
+        if name == "none":
+            return None
+        from noisyanchor.common.downstream import evaluate_utility
+
+        owner = np.concatenate([np.full(b - a, i) for i, (a, b) in enumerate(row_ranges)])
+        start = time.perf_counter()
+        try:
+            utility = evaluate_utility(z, labels, tags, model=name, participants=owner)
+        except InvalidInputError as err:
+            log.warning("downstream model %s not fitted: %s", name, err)
+            return {"name": name, "error": str(err)}
+        log.info("downstream model %s: held-out balanced accuracy %.4f (%d train, %d test rows)",
+                 name, utility.balanced_accuracy, utility.n_train, utility.n_test)
+        return {"name": name, **asdict(utility), "seconds": time.perf_counter() - start}
 
 
 def _parse(message_type: type[T], raw: bytes) -> T:

@@ -1,15 +1,29 @@
-"""The analyst's gRPC server: mutual TLS, the Analyst and Release services on one port, and
-serving until a signal."""
+"""The analyst's gRPC server: mutual TLS, the Analyst, Release and standard Health services on
+one port, and serving until a signal, then a bounded graceful shutdown.
+
+Shutdown (SIGTERM or SIGINT): the health service answers NOT_SERVING at once, new RPCs are
+refused, RPCs in flight get :data:`SHUTDOWN_GRACE` seconds to finish and are then cancelled, and
+the process exits within :data:`SHUTDOWN_DEADLINE` seconds even when an alignment or a release is
+still computing (their results are only ever written atomically, so an interrupted alignment
+simply runs again at the next start, and a release charged to the ledger but not sent stays
+charged: the budget errs on the safe side).
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import sys
 import threading
+import time
 from concurrent import futures
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from noisyanchor.analyst.config import AnalystConfig
 from noisyanchor.analyst.federation import Federation
@@ -18,9 +32,70 @@ from noisyanchor.analyst.service import AnalystServicer
 from noisyanchor.analyst.storage import Store
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.files import atomic_write
+from noisyanchor.protos.v1 import analyst_pb2 as analyst_pb
 from noisyanchor.protos.v1 import analyst_pb2_grpc as pb_grpc
+from noisyanchor.protos.v1 import release_pb2 as release_pb
 
 log = logging.getLogger(__name__)
+
+#: Seconds RPCs in flight may take to finish after SIGTERM before they are cancelled.
+SHUTDOWN_GRACE = 3.0
+
+#: Seconds from SIGTERM to process exit, whatever is still computing.
+SHUTDOWN_DEADLINE = 8.0
+
+#: Services whose health is reported (besides the server as a whole, the empty name).
+SERVICE_NAMES = tuple(
+    module.DESCRIPTOR.services_by_name[name].full_name
+    for module, name in ((analyst_pb, "Analyst"), (release_pb, "Release")))
+
+
+class _WorkPool(futures.ThreadPoolExecutor):
+    """The RPC thread pool, counting the handlers running (what a shutdown abandons)."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(max_workers=workers, thread_name_prefix="rpc")
+        self._running = 0
+        self._count_lock = threading.Lock()
+
+    def submit(self, fn, /, *args, **kwargs):
+        def counted():
+            with self._count_lock:
+                self._running += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                with self._count_lock:
+                    self._running -= 1
+        return super().submit(counted)
+
+    @property
+    def running(self) -> int:
+        """Handlers executing now."""
+        return self._running
+
+
+@dataclass
+class Running:
+    """A started analyst: the mTLS server, the optional plaintext health server, the
+    federation, the health servicer and the bound port."""
+
+    server: grpc.Server
+    health_server: grpc.Server | None
+    federation: Federation
+    health: health.HealthServicer
+    port: int
+    pool: _WorkPool
+
+    def stop(self, grace: float = SHUTDOWN_GRACE) -> None:
+        """NOT_SERVING, refuse new RPCs, cancel what is still running after ``grace`` seconds."""
+        self.health.enter_graceful_shutdown()
+        self.federation.close()
+        stopped = [self.server.stop(grace)]
+        if self.health_server is not None:
+            stopped.append(self.health_server.stop(0))
+        for event in stopped:
+            event.wait(grace + 1.0)
 
 
 def server_credentials(config: AnalystConfig) -> grpc.ServerCredentials:
@@ -31,32 +106,84 @@ def server_credentials(config: AnalystConfig) -> grpc.ServerCredentials:
         root_certificates=tls.ca.read_bytes(), require_client_auth=True)
 
 
-def start_server(config: AnalystConfig) -> tuple[grpc.Server, Federation, int]:
-    """Open the store, resume, and start serving; returns the server, federation and port."""
+def _health_servicer(server: grpc.Server) -> health.HealthServicer:
+    servicer = health.HealthServicer(experimental_non_blocking=True)
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    return servicer
+
+
+def start_server(config: AnalystConfig) -> Running:
+    """Open the store, resume, and start serving."""
     fed = Federation(config, Store(config.output_dir))
     # One worker per participant for its upload stream, plus room for relay polls.
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=len(config.participants) + 16))
+    pool = _WorkPool(len(config.participants) + 16)
+    server = grpc.server(pool)
     pb_grpc.add_AnalystServicer_to_server(AnalystServicer(fed), server)
     add_release_servicer(server, fed)  # DP similarity release on the same mTLS port
+    checks = _health_servicer(server)
     port = server.add_secure_port(f"{config.host}:{config.port}", server_credentials(config))
     if port == 0:
-        raise InvalidInputError(f"cannot listen on {config.host}:{config.port}")
+        raise InvalidInputError(f"cannot listen on {config.host}:{config.port}: the address is "
+                                "in use or not one of this host's addresses")
+    health_server = None
+    if config.health_port is not None:
+        # Plaintext, health only, on loopback: for container and load-balancer probes, which
+        # hold no client certificate. The same servicer answers on the mTLS port.
+        health_server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        health_pb2_grpc.add_HealthServicer_to_server(checks, health_server)
+        if health_server.add_insecure_port(f"127.0.0.1:{config.health_port}") == 0:
+            raise InvalidInputError(f"cannot listen for health checks on "
+                                    f"127.0.0.1:{config.health_port}")
+        health_server.start()
     server.start()
+    for name in ("", *SERVICE_NAMES):
+        checks.set(name, health_pb2.HealthCheckResponse.SERVING)
     fed.maybe_align()
     if config.port_file is not None:
         atomic_write(Path(config.port_file), f"{port}\n".encode())
-    log.info("federation %s: serving on %s:%d", config.federation_id, config.host, port)
-    return server, fed, port
+    log.info("federation %s: serving %s on %s:%d (mutual TLS); waiting for %s",
+             config.federation_id, config.method, config.host, port,
+             ", ".join(fed.missing_uploads()) or "nobody (all uploads committed)")
+    return Running(server, health_server, fed, checks, port, pool)
 
 
-def serve(config: AnalystConfig) -> int:
-    """Serve until SIGTERM or SIGINT; returns the bound port."""
-    server, _, port = start_server(config)
+def _exit(running: Running, started: float) -> NoReturn:
+    """Leave the process now, abandoning whatever still computes (an alignment, a release).
+
+    Python would join the RPC worker threads (and gRPC's own grace timer) at interpreter exit,
+    so a release in the middle of a long projection would hold the process for minutes; nothing
+    they hold is half-written (atomic writes), so the process leaves without them.
+    """
+    busy = [f"{running.pool.running} RPC handler(s)"] if running.pool.running else []
+    if running.federation.state == "aligning":
+        busy.append("the alignment (it runs again at the next start)")
+    if busy:
+        log.warning("abandoning %s", " and ".join(busy))
+    log.info("stopped %.1f s after the signal", time.monotonic() - started)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def serve(config: AnalystConfig) -> NoReturn:
+    """Serve until SIGTERM or SIGINT, then shut down within :data:`SHUTDOWN_DEADLINE` and exit
+    the process (status 0)."""
+    running = start_server(config)
     stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum, _frame) -> None:
+        received.append(signum)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    print(f"analyst: federation {config.federation_id} listening on {config.host}:{port}",
-          flush=True)
+        signal.signal(sig, on_signal)
+    print(f"analyst: federation {config.federation_id} listening on {config.host}:"
+          f"{running.port}", flush=True)
     stop.wait()
-    server.stop(grace=2.0).wait()
-    return port
+    started = time.monotonic()
+    log.info("%s received: shutting down (health NOT_SERVING, new work refused, %g s grace)",
+             signal.Signals(received[0]).name, SHUTDOWN_GRACE)
+    running.stop(min(SHUTDOWN_GRACE, SHUTDOWN_DEADLINE - 1.0))
+    _exit(running, started)

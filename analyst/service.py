@@ -24,6 +24,9 @@ from noisyanchor.protos.v1 import analyst_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
+#: Connections remembered for the "connected" log line (then forgotten, bounding memory).
+MAX_PEERS_REMEMBERED = 4096
+
 
 def _split_stream(request_iterator: Iterator[pb.UploadRequest]) -> tuple[BundleSpec,
                                                                           Iterator[bytes]]:
@@ -46,10 +49,22 @@ class AnalystServicer(pb_grpc.AnalystServicer):
 
     def __init__(self, federation: Federation) -> None:
         self.fed = federation
+        self._peers: set[tuple[str, str]] = set()  # (participant, address) pairs seen
+
+    def _connected(self, pid: str, context) -> None:
+        """Log a participant's first call from each address (a connection, as an operator
+        sees it; gRPC keeps the transport itself out of the servicer's view)."""
+        peer = (pid, context.peer())
+        if peer not in self._peers:
+            if len(self._peers) >= MAX_PEERS_REMEMBERED:
+                self._peers.clear()
+            self._peers.add(peer)
+            log.info("%s connected from %s", pid, peer[1])
 
     def _caller(self, context, federation_id: str) -> tuple[str, bytes]:
         pid, pem = caller_id(context)
         self.fed.check_caller(pid, federation_id)
+        self._connected(pid, context)
         return pid, pem
 
     def _receipt(self, pid: str, committed: Committed) -> pb.Receipt:
@@ -60,10 +75,12 @@ class AnalystServicer(pb_grpc.AnalystServicer):
                 commit: Callable[[str, BundleSpec, Iterator[bytes]], Committed]) -> pb.Receipt:
         """Receive one bundle stream under the idle timeout and commit it with ``commit``."""
         pid, _ = caller_id(context)
+        self._connected(pid, context)
         timeout = self.fed.config.stream_idle_timeout
         with IdleWatchdog(context, timeout, f"{kind} stream of {pid!r}") as watchdog:
             try:
                 spec, chunks = _split_stream(watchdog.watch(request_iterator))
+                log.info("%s stream of %s started (%d bytes declared)", kind, pid, spec.nbytes)
                 return self._receipt(pid, commit(pid, spec, chunks))
             except (NoisyAnchorError, grpc.RpcError):
                 if watchdog.expired:  # the stream ended because the watchdog cancelled it
@@ -117,3 +134,14 @@ class AnalystServicer(pb_grpc.AnalystServicer):
         self._caller(context, request.federation_id)
         return pb.ListCommitmentsReply(expected=self.fed.config.participants,
                                        commitments=self.fed.list_commitments())
+
+    @grpc_edge
+    def Describe(self, request, context):
+        self._caller(context, request.federation_id)
+        return self.fed.describe()
+
+    @grpc_edge
+    def Withdraw(self, request, context):
+        pid, _ = self._caller(context, request.federation_id)
+        self.fed.withdraw(pid, request.reason)
+        return pb.WithdrawReply()

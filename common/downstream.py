@@ -65,6 +65,15 @@ def _mlp(c: float) -> Any:
 MODELS: dict[str, Callable[[float], Any]] = {"logistic": _logistic, "mlp": _mlp}
 
 
+def sklearn_available() -> bool:
+    """Whether scikit-learn (the ``eval`` extra) can be imported, without fitting anything."""
+    try:
+        import sklearn  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _fit_predict(x_tr, y_tr, x_ev, c: float, model: Callable[[float], Any]) -> np.ndarray:
     return model(c).fit(x_tr, y_tr).predict(x_ev)
 

@@ -66,7 +66,22 @@ class IntegrityError(InvalidInputError):
     grpc_code = "DATA_LOSS"
 
 
-class StreamIdleError(NoisyAnchorError):
-    """A client stream sent nothing for longer than the server's idle timeout."""
+class DeadlineExceededError(NoisyAnchorError):
+    """Something did not happen in the time allowed (a call's deadline, a wait for peers)."""
 
     grpc_code = "DEADLINE_EXCEEDED"
+
+
+class StreamIdleError(DeadlineExceededError):
+    """A client stream sent nothing for longer than the server's idle timeout."""
+
+
+class AnalystUnavailableError(NoisyAnchorError):
+    """The analyst could not be reached, or refused the connection (TLS), before the deadline;
+    also what a shutting-down analyst answers, so clients retry."""
+
+    grpc_code = "UNAVAILABLE"
+
+
+class FederationFailedError(PreconditionError):
+    """The federation cannot complete: a participant withdrew or the alignment failed."""

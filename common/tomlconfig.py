@@ -12,6 +12,7 @@ agreement or after every upload is refused when the config is read, naming the k
 from __future__ import annotations
 
 import builtins  # Table's readers are named str, int, float, bool: annotations need builtins
+import datetime as dt
 import re
 import tomllib
 from collections.abc import Callable
@@ -124,6 +125,15 @@ class Table:
     def bool(self, key: builtins.str, default: Any = _MISSING) -> Any:
         """A boolean value."""
         return self._get(key, default, (bool,), "true or false")
+
+    def datetime(self, key: builtins.str, default: Any = _MISSING) -> Any:
+        """A TOML offset date-time (``2026-12-01T18:00:00Z``), timezone-aware."""
+        value = self._get(key, default, (dt.datetime,),
+                          "a date-time with a UTC offset, e.g. 2026-12-01T18:00:00Z")
+        if isinstance(value, dt.datetime) and value.tzinfo is None:
+            raise self.error(key, f"{value.isoformat()} has no UTC offset; write it as "
+                             f"{value.isoformat()}Z (UTC) or with +hh:mm")
+        return value
 
     def strs(self, key: builtins.str, default: Any = _MISSING) -> Any:
         """A list of strings."""

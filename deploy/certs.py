@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +25,17 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.identity import participant_san
+from noisyanchor.common.tomlconfig import ID_PATTERN
 
 #: Validity of demo certificates.
 VALIDITY = datetime.timedelta(days=30)
 
 #: Host names every demo server certificate covers (plus the IP 127.0.0.1).
 DEFAULT_SERVER_NAME = "localhost"
+
+#: A DNS name: dot-separated labels of letters, digits and inner hyphens (RFC 1123).
+_DNS_NAME = re.compile(r"(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
+                       r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,51 @@ class Pki:
     server_key: Path
     clients: dict[str, tuple[Path, Path]]
     ca_key: Path | None = None
+
+
+def check_names(participants: Sequence[str], server_names: Sequence[str] = ()) -> None:
+    """Refuse bad participant ids and server names before anything is made or written.
+
+    Participant ids are 1-64 letters, digits, ``.``, ``_``, ``-`` (they name files and go in a
+    certificate); ``analyst`` is the server's own file name. Server names are DNS names or IP
+    addresses.
+    """
+    if not participants or len(set(participants)) != len(participants):
+        raise InvalidInputError(f"participant ids must be unique and non-empty: "
+                                f"{list(participants)}")
+    for pid in participants:
+        if not isinstance(pid, str) or not ID_PATTERN.fullmatch(pid):
+            shown = pid if len(str(pid)) <= 40 else f"{str(pid)[:40]}... ({len(pid)} characters)"
+            raise InvalidInputError(f"participant id {shown!r} must be 1-64 letters, digits, "
+                                    "'.', '_' or '-', starting with a letter or digit")
+    if "analyst" in participants:
+        raise InvalidInputError("'analyst' is the server's certificate name, not a participant id")
+    for name in server_names:
+        if not _is_ip(name) and not _DNS_NAME.fullmatch(name):
+            raise InvalidInputError(f"server name {name!r} must be a DNS name (letters, digits, "
+                                    "'-', dots; at most 253 characters) or an IP address")
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _writable_dir(out_dir: Path) -> Path:
+    """``out_dir``, made if needed; a clear error when it cannot be."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as err:
+        raise InvalidInputError(f"cannot write certificates to {out_dir}: "
+                                f"{err.strerror or err}") from None
+    return out_dir
 
 
 def _name(common_name: str) -> x509.Name:
@@ -135,12 +186,8 @@ def write_pki(
     Files: ``ca.pem``, ``analyst.pem``/``analyst.key``, ``<id>.pem``/``<id>.key``. The CA key is
     not written: issuing more certificates later needs a new PKI (demos and pilots only).
     """
-    if len(set(participants)) != len(participants) or not participants:
-        raise InvalidInputError(f"participant ids must be unique and non-empty: {participants}")
-    if "analyst" in participants:
-        raise InvalidInputError("'analyst' is the server's certificate name, not a participant id")
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_names(participants, [server_name])
+    out_dir = _writable_dir(out_dir)
     ca_key, ca_cert = make_ca(ca_name)
     pem = serialization.Encoding.PEM
     ca = _write(out_dir / "ca.pem", ca_cert.public_bytes(pem))

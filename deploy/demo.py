@@ -13,12 +13,14 @@ import secrets
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from noisyanchor.analyst.federation import FAILED_FILE
 from noisyanchor.common.attacks import relative_error
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.linalg import single_threaded_blas
@@ -54,29 +56,34 @@ def participant_ids(p: int) -> tuple[str, ...]:
 
 
 def write_analyst(root: Path, ids: tuple[str, ...], *, federation_id: str, method: str,
-                  anchors: int | None, dim: int | None, sigma: float, v: float,
+                  anchors: int | None, dim: int | None, sigma: float | None, v: float | None,
                   accept_collusion: bool, max_iter: int = 500, tol: float = 1e-7,
                   data: dict[str, Path] | None = None,
                   extra_certificates: tuple[str, ...] = (),
                   stream_idle_timeout: float | None = None,
-                  keep_ca_key: bool = False) -> FederationFiles:
+                  keep_ca_key: bool = False,
+                  extra: Mapping[str, Mapping[str, Any]] | None = None) -> FederationFiles:
     """Make the PKI and the analyst's config under ``root``.
 
     ``extra_certificates`` are client certificates from the same CA for ids outside the
     federation (tests of unknown clients); ``stream_idle_timeout`` None keeps the default;
     ``keep_ca_key`` writes the CA key (tests that issue hostile certificates).
+    ``extra`` adds keys to tables (or whole tables) of the config, e.g. ``{"schema": {...}}``.
     """
     root = Path(root)
     pki = write_pki(root / "pki", ids + tuple(extra_certificates), keep_ca_key=keep_ca_key)
     store, port_file = root / "store", root / "analyst.port"
-    cfg = write_toml(root / "analyst.toml", {
+    tables: dict[str, dict[str, Any]] = {
         "federation": {"id": federation_id, "participants": list(ids), "method": method,
                        "anchors": anchors, "dim": dim, "sigma": sigma, "v": v,
                        "reference": ids[0], "accept_collusion": accept_collusion},
         "solver": {"max_iter": max_iter, "tol": tol},
         "server": {"host": "127.0.0.1", "port": 0, "port_file": port_file, "output_dir": store,
                    "stream_idle_timeout": stream_idle_timeout},
-        "tls": {"ca": pki.ca, "cert": pki.server_cert, "key": pki.server_key}})
+        "tls": {"ca": pki.ca, "cert": pki.server_cert, "key": pki.server_key}}
+    for name, keys in (extra or {}).items():
+        tables.setdefault(name, {}).update(keys)
+    cfg = write_toml(root / "analyst.toml", tables)
     return FederationFiles(root, pki, ids, cfg, store, port_file, dict(data or {}))
 
 
@@ -106,21 +113,121 @@ def _finish(proc: subprocess.Popen, log: Path, what: str, timeout: float) -> Non
         raise PreconditionError(f"{what} did not finish within {timeout:g} s (log: {log})") \
             from None
     if proc.returncode != 0:
-        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-        raise PreconditionError(f"{what} exited with status {proc.returncode}: "
-                                + " | ".join(tail))
+        raise PreconditionError(f"{what} exited with status {proc.returncode}: {_tail(log)}")
 
 
-def wait_for_result(store: Path, analyst: subprocess.Popen, timeout: float) -> dict[str, Any]:
-    """The analyst's ``result.json`` once written (bounded wait)."""
-    path = store / "result" / "result.json"
+def _tail(log: Path, lines: int = 3) -> str:
+    """The last lines of a child's log, joined (what a failure message quotes)."""
+    if not Path(log).is_file():
+        return f"(no log at {log})"
+    return " | ".join(Path(log).read_text(errors="replace").strip().splitlines()[-lines:])
+
+
+def wait_for_result(store: Path, analyst: subprocess.Popen, timeout: float,
+                    log: Path | None = None) -> dict[str, Any]:
+    """The analyst's ``result.json`` once written (bounded wait).
+
+    Raises
+    ------
+    PreconditionError
+        The alignment failed (the analyst's error, from ``failed.json`` in the store), the
+        analyst exited (its status and last log lines), or ``timeout`` seconds passed.
+    """
+    path, failed = store / "result" / "result.json", store / FAILED_FILE
     deadline = time.monotonic() + timeout
     while not path.is_file():
-        if analyst.poll() is not None or time.monotonic() > deadline:
-            raise PreconditionError("the analyst produced no result "
-                                    f"(exit status {analyst.poll()})")
+        if failed.is_file():
+            raise PreconditionError(f"the alignment failed: "
+                                    f"{json.loads(failed.read_text())['error']}")
+        if analyst.poll() is not None:
+            raise PreconditionError(f"the analyst exited with status {analyst.returncode} "
+                                    "before writing a result"
+                                    + (f": {_tail(log)}" if log is not None else ""))
+        if time.monotonic() > deadline:
+            raise PreconditionError(f"no result from the analyst within {timeout:g} s"
+                                    + (f" (log: {log})" if log is not None else ""))
         time.sleep(0.05)
     return json.loads(path.read_text())
+
+
+def _write_data(root: Path, ids: tuple[str, ...], fed) -> dict[str, Path]:
+    """Each participant's share of the prepared digits federation as ``data/<id>.npz``."""
+    data = {}
+    for i, pid in enumerate(ids):
+        data[pid] = root / "data" / f"{pid}.npz"
+        data[pid].parent.mkdir(parents=True, exist_ok=True)
+        np.savez(data[pid], x=fed.x[i], labels=fed.labels[i], tags=fed.tags[i])
+    return data
+
+
+class _Children:
+    """Every process the demo starts, by name, each stopped by :meth:`stop_all`."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs, self.procs = logs, {}
+
+    def start(self, name: str, args: list) -> subprocess.Popen:
+        self.procs[name] = start(args, self.logs / f"{name}.log")
+        return self.procs[name]
+
+    def finish(self, name: str, what: str) -> None:
+        _finish(self.procs[name], self.logs / f"{name}.log", what, PROCESS_TIMEOUT)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            stop(proc)
+
+
+def _attack_errors(files: FederationFiles, children: _Children, colluder: str, config: Path,
+                   fed) -> dict[str, Any]:
+    """Run the colluder's disclosure and the attack as processes; mean relative errors."""
+    children.start(f"{colluder}-collude", ["participant", "collude", "--config", config])
+    children.finish(f"{colluder}-collude", "the colluder")
+    children.start("attack", ["attack", "--store", files.store, "--json"])
+    children.finish("attack", "the attack")
+    summary = json.loads((files.store / "attack" / "summary.json").read_text())
+    attacks = {}
+    ids = files.participants
+    for name, per_target in summary["reconstructions"].items():
+        errs = {t: relative_error(np.load(path), fed.working(ids.index(t)))
+                for t, path in per_target.items()}
+        attacks[name] = {"relative_error": float(np.mean(list(errs.values()))),
+                         "per_target": errs}
+    return attacks
+
+
+def _run_processes(root: Path, config, fed, colluder: int | None,
+                   attack_runs: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, int]]:
+    """Analyst, participants, colluder and attack as processes; every one stopped at the end.
+    Returns the result summary, the attack errors and the process ids."""
+    ids = participant_ids(config.participants)
+    files = write_analyst(root, ids, federation_id="demo", method=config.method,
+                          anchors=config.anchors, dim=config.dim, sigma=config.sigma, v=config.v,
+                          accept_collusion=colluder is not None,
+                          data=_write_data(root, ids, fed))
+    children = _Children(root / "logs")
+    try:
+        analyst = children.start("analyst", ["analyst", "serve", "--config",
+                                             files.analyst_config])
+        port = wait_for_port(files.port_file, analyst)
+        configs = {}
+        for i, pid in enumerate(ids):
+            configs[pid] = write_participant(
+                files, pid, federation_id="demo", address=f"127.0.0.1:{port}",
+                method=config.method, anchors=config.anchors, dim=config.dim,
+                projection_seed=fed.projection_seed, sigma=config.sigma, v=config.v,
+                seed=fed.participant_seeds[i], anchor_seed=fed.shared_seed if i == 0 else None,
+                keep_secrets=(i == colluder))
+            children.start(pid, ["participant", "upload", "--config", configs[pid]])
+        for pid in ids:
+            children.finish(pid, f"participant {pid}")
+        result = wait_for_result(files.store, analyst, PROCESS_TIMEOUT,
+                                 root / "logs" / "analyst.log")
+        attacks = (_attack_errors(files, children, ids[colluder], configs[ids[colluder]], fed)
+                   if attack_runs else {})
+    finally:
+        children.stop_all()
+    return result, attacks, {name: proc.pid for name, proc in children.procs.items()}
 
 
 def run_demo(*, participants: int = 4, method: str = "aa-igdp-an", v: float = 0.02,
@@ -128,7 +235,6 @@ def run_demo(*, participants: int = 4, method: str = "aa-igdp-an", v: float = 0.
              colluder: int | None = 0, seed: int | None = None,
              workdir: Path | None = None) -> dict[str, Any]:
     """Run the demo and return its summary (keys pinned by issue 3)."""
-    from noisyanchor.common.downstream import evaluate_utility
     from noisyanchor.common.methods import Method
     from noisyanchor.experiments.simulate import SimulationConfig, prepare, simulate
 
@@ -138,76 +244,40 @@ def run_demo(*, participants: int = 4, method: str = "aa-igdp-an", v: float = 0.
                               anchors=anchors, dim=dim, sigma=sigma, v=v, colluder=colluder,
                               seed=seed, utility=False)
     fed = prepare(config)
-    ids = participant_ids(participants)
-    m = Method.parse(method)
-    attack_runs = colluder is not None and bool(m.attacks)
+    attack_runs = colluder is not None and bool(Method.parse(method).attacks)
     with tempfile.TemporaryDirectory(prefix="noisyanchor-demo-") as tmp:
         root = Path(workdir) if workdir is not None else Path(tmp)
         if workdir is not None and root.exists() and any(root.iterdir()):
             raise InvalidInputError(f"workdir {root} is not empty")
-        data = {}
-        for i, pid in enumerate(ids):
-            data[pid] = root / "data" / f"{pid}.npz"
-            data[pid].parent.mkdir(parents=True, exist_ok=True)
-            np.savez(data[pid], x=fed.x[i], labels=fed.labels[i], tags=fed.tags[i])
-        files = write_analyst(root, ids, federation_id="demo", method=method,
-                              anchors=anchors, dim=dim, sigma=sigma, v=v,
-                              accept_collusion=colluder is not None, data=data)
-        logs = root / "logs"
-        analyst = start(["analyst", "serve", "--config", files.analyst_config],
-                        logs / "analyst.log")
-        pids = {"analyst": analyst.pid}
-        try:
-            port = wait_for_port(files.port_file, analyst)
-            procs = {}
-            for i, pid in enumerate(ids):
-                cfg = write_participant(
-                    files, pid, federation_id="demo", address=f"127.0.0.1:{port}",
-                    method=method, anchors=anchors, dim=dim, projection_seed=fed.projection_seed,
-                    sigma=sigma, v=v, seed=fed.participant_seeds[i],
-                    anchor_seed=fed.shared_seed if i == 0 else None,
-                    keep_secrets=(i == colluder))
-                procs[pid] = (start(["participant", "upload", "--config", cfg],
-                                    logs / f"{pid}.log"), cfg)
-                pids[pid] = procs[pid][0].pid
-            for pid, (proc, _) in procs.items():
-                _finish(proc, logs / f"{pid}.log", f"participant {pid}", PROCESS_TIMEOUT)
-            result = wait_for_result(files.store, analyst, PROCESS_TIMEOUT)
-            attacks: dict[str, Any] = {}
-            if attack_runs:
-                c = ids[colluder]
-                proc = start(["participant", "collude", "--config", procs[c][1]],
-                             logs / f"{c}-collude.log")
-                pids[f"{c}-collude"] = proc.pid
-                _finish(proc, logs / f"{c}-collude.log", "the colluder", PROCESS_TIMEOUT)
-                proc = start(["attack", "--store", files.store, "--json"], logs / "attack.log")
-                pids["attack"] = proc.pid
-                _finish(proc, logs / "attack.log", "the attack", PROCESS_TIMEOUT)
-                summary = json.loads((files.store / "attack" / "summary.json").read_text())
-                for name, per_target in summary["reconstructions"].items():
-                    errs = {t: relative_error(np.load(path), fed.working(ids.index(t)))
-                            for t, path in per_target.items()}
-                    attacks[name] = {"relative_error": float(np.mean(list(errs.values()))),
-                                     "per_target": errs}
-            z = np.load(files.store / "result" / "z.npy")
-            labels = np.load(files.store / "result" / "labels.npy")
-            tags = np.load(files.store / "result" / "tags.npy")
-        finally:
-            stop(analyst)
-        with single_threaded_blas():  # the same BLAS thread count as the child processes
-            z_ref = simulate(config).alignment.z  # prepare() is deterministic in the seed
-        diff = float(np.max(np.abs(z - z_ref))) if z.shape == z_ref.shape else float("inf")
-        rel = diff / max(float(np.max(np.abs(z_ref))), np.finfo(float).tiny)
-        utility = asdict(evaluate_utility(z, labels, tags))
+        result, attacks, pids = _run_processes(root, config, fed, colluder, attack_runs)
+        z = np.load(root / "store" / "result" / "z.npy")
+        labels = np.load(root / "store" / "result" / "labels.npy")
+        tags = np.load(root / "store" / "result" / "tags.npy")
+    with single_threaded_blas():  # the same BLAS thread count as the child processes
+        z_ref = simulate(config).alignment.z  # prepare() is deterministic in the seed
+    diff = float(np.max(np.abs(z - z_ref))) if z.shape == z_ref.shape else float("inf")
+    rel = diff / max(float(np.max(np.abs(z_ref))), np.finfo(float).tiny)
     return {
         "participants": participants, "method": method, "v": v, "sigma": sigma,
         "dim": fed.d, "anchors": result["anchors"], "seed": seed,
-        "colluder": ids[colluder] if colluder is not None else None,
+        "colluder": participant_ids(participants)[colluder] if colluder is not None else None,
         "tls": {"mutual": True, "ca": "demo CA (ECDSA P-256)", "server_name": "localhost",
                 "client_certificates": participants},
         "pids": pids,
         "z_matches_inprocess": rel <= Z_RTOL, "z_max_abs_diff": diff, "z_max_rel_diff": rel,
-        "solver": result["solver"], "attacks": attacks, "utility": utility,
+        "solver": result["solver"], "attacks": attacks,
+        "utility": _utility(result, z, labels, tags),
         "seconds": time.perf_counter() - start_time,
     }
 
+
+def _utility(result: dict[str, Any], z: np.ndarray, labels: np.ndarray,
+             tags: np.ndarray) -> dict[str, Any]:
+    """The analyst's own model metrics from ``result.json`` when it fitted one, else the same
+    model fitted here."""
+    from noisyanchor.common.downstream import Utility, evaluate_utility
+
+    model = result.get("model") or {}
+    if "balanced_accuracy" in model:
+        return {f.name: model[f.name] for f in fields(Utility)}
+    return asdict(evaluate_utility(z, labels, tags))

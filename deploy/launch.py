@@ -7,6 +7,7 @@ share few cores; OpenBLAS threads busy-wait under contention).
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
@@ -20,7 +21,7 @@ from noisyanchor.common.errors import PreconditionError
 
 
 def toml_text(tables: Mapping[str, Mapping[str, Any]]) -> str:
-    """TOML for flat tables of strings, numbers, booleans, paths and string lists.
+    """TOML for flat tables of strings, numbers, booleans, date-times, paths and string lists.
 
     Hand-written because the standard library reads TOML but does not write it; JSON string
     escapes are valid TOML basic strings. ``None`` values are left out.
@@ -33,6 +34,8 @@ def toml_text(tables: Mapping[str, Mapping[str, Any]]) -> str:
                 continue
             if isinstance(value, bool):
                 text = "true" if value else "false"
+            elif isinstance(value, datetime.datetime):  # TOML offset date-time
+                text = value.isoformat()
             elif isinstance(value, int | float):
                 text = repr(value)
             elif isinstance(value, list | tuple):

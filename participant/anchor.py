@@ -108,9 +108,10 @@ def _verified_keys(client: AnalystClient, ca_pem: bytes, wanted: list[str]) -> d
     """Wait for the signed keys of ``wanted`` and verify each; ``{id: X25519 public key}``."""
     fid = client.federation_id
     reply = client.wait_for(
-        f"the exchange keys of {', '.join(wanted)}",
+        "publish their exchange keys",
         lambda: client.stub.ListKeys(pb.ListKeysRequest(federation_id=fid)),
-        lambda r: set(wanted) <= {k.participant_id for k in r.keys})
+        lambda r: set(wanted) <= {k.participant_id for k in r.keys},
+        lambda r: [p for p in wanted if r is None or p not in {k.participant_id for k in r.keys}])
     keys = {}
     for k in reply.keys:
         if k.participant_id in wanted:
@@ -152,8 +153,9 @@ def agree_on_seed(
     if participant_id == dealer:
         seed = _deal(client, own, dealer, params, dealer_seed, expected, ca_pem)
     else:
-        share = client.wait_for("the dealer's sealed share", lambda: client.stub.GetSealed(
-            pb.GetSealedRequest(federation_id=fid)), lambda s: True)
+        share = client.wait_for(
+            "seal the anchor seed to this participant", lambda: client.stub.GetSealed(
+                pb.GetSealedRequest(federation_id=fid)), lambda s: True, lambda s: [dealer])
         dealer_key = _verified_keys(client, ca_pem, [dealer])[dealer]
         seed = _checked_seed(_open_share(client, own, dealer_key, share,
                                          participant_id=participant_id, dealer=dealer), params)
@@ -162,9 +164,11 @@ def agree_on_seed(
     client.call("publish commitment", lambda: client.stub.PublishCommitment(
         pb.PublishCommitmentRequest(federation_id=fid, digest=digest)))
     reply = client.wait_for(
-        "every participant's anchor commitment",
+        "commit to the anchor",
         lambda: client.stub.ListCommitments(pb.ListCommitmentsRequest(federation_id=fid)),
-        lambda r: {c.participant_id for c in r.commitments} >= set(expected))
+        lambda r: {c.participant_id for c in r.commitments} >= set(expected),
+        lambda r: [p for p in expected
+                   if r is None or p not in {c.participant_id for c in r.commitments}])
     differ = sorted(c.participant_id for c in reply.commitments if c.digest != digest)
     if differ:
         raise IntegrityError(f"participant(s) {differ} committed to a different anchor")

@@ -39,6 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _config(args: argparse.Namespace):
+    from noisyanchor.common.logs import configure_logging, quiet_grpc_core
+
+    quiet_grpc_core()  # before grpc is first imported: TLS failures are explained, not dumped
+    configure_logging()  # progress while waiting for the others, at INFO
     from noisyanchor.participant.config import load_participant_config
 
     return load_participant_config(args.config).with_overrides(
@@ -92,5 +96,7 @@ def _status(args: argparse.Namespace) -> int:
         print(f"federation {status['federation_id']}: {status['state']}; committed "
               f"{len(status['committed'])} of {len(status['expected'])} "
               f"({', '.join(status['committed']) or 'none'})"
-              + (f"; error: {status['error']}" if status["error"] else ""))
+              + (f"; error: {status['error']}" if status["error"] else "")
+              + "".join(f"; {w['participant_id']} withdrew: {w['reason']}"
+                        for w in status["withdrawn"]))
     return 0

@@ -1,14 +1,23 @@
-"""A participant's mutual-TLS connection to the analyst, with bounded retries.
+"""A participant's mutual-TLS connection to the analyst: deadlines, retries, waits with progress.
 
-Only ``UNAVAILABLE`` is retried (the analyst restarting, a dropped connection), with capped
-exponential back-off until the configured deadline; an upload is then re-streamed from its
-start, which the analyst answers idempotently. Every other status is a refusal and becomes the
-matching :mod:`common.errors` exception, carrying the analyst's message.
+* Every RPC carries a deadline (:data:`RPC_DEADLINE` for a unary call, set by a channel
+  interceptor so no call can forget it; a bundle stream gets one scaled to its size).
+* Only ``UNAVAILABLE`` is retried (the analyst restarting or not started yet, a dropped
+  connection), with capped exponential back-off and jitter until the client's deadline; an upload
+  is then re-streamed from its start, which the analyst answers idempotently. When the analyst
+  stays unavailable the client finds out why (:mod:`participant.tls_check`) and stops at once
+  with the cause when it is a certificate problem, which no retry can fix.
+* Every other status is a refusal and becomes the matching :mod:`common.errors` exception,
+  carrying the analyst's message; ``DEADLINE_EXCEEDED`` becomes
+  :class:`~common.errors.DeadlineExceededError`.
+* :meth:`AnalystClient.wait_for` polls until the other participants have done their part,
+  reporting who is missing, and stops as soon as the analyst says one of them withdrew.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -17,9 +26,14 @@ import grpc
 import numpy as np
 
 from noisyanchor.common import errors
-from noisyanchor.common.errors import NoisyAnchorError
+from noisyanchor.common.errors import (
+    AnalystUnavailableError,
+    FederationFailedError,
+    NoisyAnchorError,
+)
 from noisyanchor.common.tomlconfig import TlsFiles
 from noisyanchor.common.wire import CHUNK_SIZE, BundleSpec, request_stream
+from noisyanchor.participant import tls_check
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 from noisyanchor.protos.v1 import analyst_pb2_grpc as pb_grpc
 
@@ -30,24 +44,65 @@ _ERRORS_BY_CODE: dict[str, type[NoisyAnchorError]] = {
     cls.grpc_code: cls for cls in (
         errors.InvalidInputError, errors.AlreadyExistsError, errors.UnauthenticatedError,
         errors.PermissionDeniedError, errors.PreconditionError, errors.NotFoundError,
-        errors.IntegrityError, errors.BudgetExceededError)}
+        errors.IntegrityError, errors.BudgetExceededError, errors.DeadlineExceededError,
+        errors.AnalystUnavailableError)}
 
-#: Seconds between polls of the relay while waiting for other participants.
-POLL_SECONDS = 0.1
+#: Seconds one unary RPC may take.
+RPC_DEADLINE = 30.0
 
+#: A bundle stream may take this long plus one second per :data:`STREAM_MIN_RATE` bytes.
+STREAM_DEADLINE_BASE, STREAM_MIN_RATE = 60.0, 1 << 20
 
-class AnalystUnavailableError(NoisyAnchorError):
-    """The analyst could not be reached before the deadline."""
+#: Seconds between polls of the relay while waiting for other participants (first, largest).
+POLL_SECONDS, MAX_POLL_SECONDS = 0.1, 1.0
 
-    grpc_code = "UNAVAILABLE"
+#: Back-off between connection attempts: first and largest delay (seconds).
+RETRY_FIRST, RETRY_MAX = 0.2, 5.0
+
+#: Seconds between two progress lines of one wait.
+PROGRESS_EVERY = 10.0
+
+#: Seconds of unavailability after which the client looks for the cause.
+DIAGNOSE_AFTER = 2.0
 
 
 def as_project_error(err: grpc.RpcError, what: str) -> NoisyAnchorError:
     """The project error for a gRPC failure, with the status code and the server's message."""
     code = err.code()
-    cls = _ERRORS_BY_CODE.get(code.name, AnalystUnavailableError
-                              if code == grpc.StatusCode.UNAVAILABLE else NoisyAnchorError)
+    cls = _ERRORS_BY_CODE.get(code.name, NoisyAnchorError)
     return cls(f"{what} refused by the analyst: {code.name}: {err.details()}")
+
+
+class _DefaultDeadline(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+                       grpc.StreamUnaryClientInterceptor):
+    """Gives every call without a timeout the default one."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def _details(self, details):
+        if details.timeout is not None:
+            return details
+        return _Details(details.method, self.seconds, details.metadata, details.credentials,
+                        details.wait_for_ready, details.compression)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_stream_unary(self, continuation, details, request_iterator):
+        return continuation(self._details(details), request_iterator)
+
+
+class _Details(grpc.ClientCallDetails):
+    """Call details with a timeout (gRPC's own class is private)."""
+
+    def __init__(self, method, timeout, metadata, credentials, wait_for_ready, compression):
+        self.method, self.timeout, self.metadata = method, timeout, metadata
+        self.credentials, self.wait_for_ready, self.compression = (credentials, wait_for_ready,
+                                                                    compression)
 
 
 class AnalystClient:
@@ -63,16 +118,20 @@ class AnalystClient:
         Name the analyst's certificate must carry.
     federation_id : str
     timeout : float
-        Overall seconds allowed for retries and waits.
+        Seconds allowed for retries and waits from now (:meth:`wait_until` moves the deadline).
+    rpc_deadline : float
+        Seconds one unary RPC may take.
     """
 
     def __init__(self, address: str, tls: TlsFiles, server_name: str, federation_id: str,
-                 timeout: float = 120.0) -> None:
+                 timeout: float = 120.0, rpc_deadline: float = RPC_DEADLINE) -> None:
         creds = grpc.ssl_channel_credentials(root_certificates=tls.ca.read_bytes(),
                                              private_key=tls.key.read_bytes(),
                                              certificate_chain=tls.cert.read_bytes())
-        self.channel = grpc.secure_channel(
-            address, creds, options=[("grpc.ssl_target_name_override", server_name)])
+        self.channel = grpc.intercept_channel(
+            grpc.secure_channel(address, creds,
+                                options=[("grpc.ssl_target_name_override", server_name)]),
+            _DefaultDeadline(rpc_deadline))
         self.stub = pb_grpc.AnalystStub(self.channel)
         # Bundle streams take pre-serialized messages (see common.wire.encode_chunk).
         service = pb.DESCRIPTOR.services_by_name["Analyst"].full_name
@@ -80,8 +139,11 @@ class AnalystClient:
             self.channel.stream_unary(f"/{service}/{name}", request_serializer=None,
                                       response_deserializer=pb.Receipt.FromString)
             for name in ("Upload", "Disclose"))
+        self.address, self.tls, self.server_name = address, tls, server_name
         self.federation_id = federation_id
         self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+        self._diagnosed = False
 
     def __enter__(self) -> AnalystClient:
         return self
@@ -89,42 +151,122 @@ class AnalystClient:
     def __exit__(self, *exc) -> None:
         self.channel.close()
 
+    def wait_until(self, deadline: float) -> None:
+        """Retry and wait until ``deadline`` (``time.monotonic()`` seconds)."""
+        self.deadline = deadline
+        self.timeout = max(0.0, deadline - time.monotonic())
+
+    def _remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def _unavailable(self, what: str, err: grpc.RpcError, since: float) -> str | None:
+        """The cause of a lasting UNAVAILABLE when it is one no retry fixes (TLS), else None."""
+        if self._diagnosed or time.monotonic() - since < DIAGNOSE_AFTER:
+            return None
+        self._diagnosed = True
+        cause = tls_check.explain(self.address, self.tls, self.server_name)
+        if cause is not None:
+            log.warning("%s: the analyst at %s is unavailable: %s", what, self.address, cause)
+        fatal = cause is not None and not cause.startswith(("nothing listens", "cannot reach",
+                                                            "cannot resolve"))
+        return cause if fatal else None
+
     def call(self, what: str, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` (one RPC), retrying while the analyst is UNAVAILABLE until the deadline."""
-        deadline = time.monotonic() + self.timeout
-        delay = 0.1
+        delay = RETRY_FIRST
+        since = time.monotonic()
         while True:
             try:
                 return fn()
             except grpc.RpcError as err:
-                if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() >= deadline:
+                if err.code() != grpc.StatusCode.UNAVAILABLE:
                     raise as_project_error(err, what) from None
-                log.info("%s: analyst unavailable (%s); retrying", what, err.details())
-                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                delay = min(2 * delay, 2.0)
+                cause = self._unavailable(what, err, since)
+                if cause is not None:
+                    raise AnalystUnavailableError(f"{what}: cannot connect to the analyst at "
+                                                  f"{self.address} (UNAVAILABLE): {cause}") \
+                        from None
+                if self._remaining() <= 0:
+                    hint = tls_check.explain(self.address, self.tls, self.server_name)
+                    raise AnalystUnavailableError(
+                        f"{what}: the analyst at {self.address} stayed unavailable for "
+                        f"{time.monotonic() - since:.0f} s (UNAVAILABLE: {err.details()})"
+                        + (f"; likely cause: {hint}" if hint else "")) from None
+                log.info("%s: analyst at %s unavailable (%s); retrying in %.1f s", what,
+                         self.address, err.details(), delay)
+                time.sleep(max(0.0, min(delay, self._remaining())))
+                delay = min(RETRY_MAX, delay * 2) * random.uniform(0.8, 1.0)
 
-    def wait_for(self, what: str, fn: Callable[[], Any], ready: Callable[[Any], bool]) -> Any:
-        """Poll ``fn`` until ``ready(result)`` or the deadline; NOT_FOUND counts as not ready."""
-        deadline = time.monotonic() + self.timeout
+    def check_federation(self) -> None:
+        """Raise when the federation cannot complete any more: a participant withdrew, or the
+        analyst reports it failed."""
+        status = self.status()
+        if status.withdrawn:
+            who = "; ".join(f"{w.participant_id}: {w.reason}" for w in status.withdrawn)
+            ids = ", ".join(w.participant_id for w in status.withdrawn)
+            raise FederationFailedError(f"participant(s) {ids} withdrew from federation "
+                                        f"{self.federation_id!r} ({who}); stopping instead of "
+                                        "waiting for them")
+        if status.state == "failed":
+            raise FederationFailedError(f"federation {self.federation_id!r} failed: "
+                                        f"{status.error}")
+
+    def wait_for(self, what: str, fn: Callable[[], Any], ready: Callable[[Any], bool],
+                 missing: Callable[[Any], list[str]] | None = None) -> Any:
+        """Poll ``fn`` until ``ready(result)`` or the deadline; NOT_FOUND counts as not ready.
+
+        ``missing(result)`` (``result`` None before the first answer) names whom the wait is
+        for (logged every :data:`PROGRESS_EVERY`
+        seconds and whenever it changes); a participant's withdrawal ends the wait at once.
+        """
+        started = time.monotonic()
+        last_report, last_missing = started, None
+        pause = POLL_SECONDS
         while True:
+            result = None
             try:
                 result = self.call(what, fn)
                 if ready(result):
                     return result
             except errors.NotFoundError:
                 pass
-            if time.monotonic() >= deadline:
-                raise errors.PreconditionError(f"timed out after {self.timeout:g} s waiting for "
-                                               f"{what}")
-            time.sleep(POLL_SECONDS)
+            now = time.monotonic()
+            who = missing(result) if missing is not None else None
+            if now - last_report >= PROGRESS_EVERY or (who is not None and who != last_missing):
+                self.check_federation()
+                log.info("waiting for %s to %s (%.0f s so far, %.0f s left)",
+                         ", ".join(who) if who else "the others", what, now - started,
+                         max(0.0, self._remaining()))
+                last_report, last_missing = now, who
+            if self._remaining() <= 0:
+                raise errors.DeadlineExceededError(
+                    f"timed out after {now - started:.0f} s waiting for "
+                    f"{', '.join(who) if who else 'the others'} to {what}; every participant "
+                    "must run before the deadline (the analyst's [federation] deadline, or "
+                    "[participant] timeout)")
+            time.sleep(max(0.0, min(pause, self._remaining())))
+            pause = min(MAX_POLL_SECONDS, pause * 1.5)
 
     def send_bundle(self, kind: str, spec: BundleSpec, arrays: Mapping[str, np.ndarray],
                     chunk_size: int = CHUNK_SIZE) -> pb.Receipt:
         """Stream one bundle (``kind`` is ``upload`` or ``disclosure``); re-streamed on retry."""
         rpc = self.raw_upload if kind == "upload" else self.raw_disclose
-        return self.call(kind, lambda: rpc(request_stream(spec, arrays, chunk_size)))
+        deadline = STREAM_DEADLINE_BASE + spec.nbytes / STREAM_MIN_RATE
+        return self.call(kind, lambda: rpc(request_stream(spec, arrays, chunk_size),
+                                           timeout=deadline))
 
     def status(self) -> pb.StatusReply:
         """The federation's progress."""
         return self.call("status", lambda: self.stub.Status(
             pb.StatusRequest(federation_id=self.federation_id)))
+
+    def describe(self) -> pb.FederationInfo:
+        """The federation's declaration (schema, method parameters, deadline)."""
+        return self.call("describe the federation", lambda: self.stub.Describe(
+            pb.DescribeRequest(federation_id=self.federation_id)))
+
+    def withdraw(self, reason: str) -> None:
+        """Tell the analyst (and through it the others) that this participant cannot take
+        part, and why."""
+        self.call("withdraw", lambda: self.stub.Withdraw(
+            pb.WithdrawRequest(federation_id=self.federation_id, reason=reason)))

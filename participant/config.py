@@ -15,6 +15,10 @@ from noisyanchor.common.sealing import SEED_BYTES
 from noisyanchor.common.tomlconfig import Table, TlsFiles, check_id, read_toml
 from noisyanchor.common.validation import check_anchor_rows, check_positive
 
+#: Seconds a participant waits for the analyst and its peers when neither its ``timeout`` nor
+#: the federation's deadline sets a limit (and to reach the analyst before learning the latter).
+DEFAULT_WAIT = 3600.0
+
 
 @dataclass(frozen=True)
 class ParticipantConfig:
@@ -42,8 +46,9 @@ class ParticipantConfig:
     keep_secrets : bool
     seed : int or None
         Seed of the participant's secret generator, for experiments only (default: OS entropy).
-    timeout : float
-        Seconds to wait for the analyst (restarts) and for the other participants.
+    timeout : float or None
+        Seconds to wait for the analyst (restarts) and for the other participants; None: until
+        the federation's deadline (the analyst's ``[federation] deadline``).
     method, anchors, dim, projection_seed, sigma, v, translation_scale
         The protocol: method, ``r`` (default ``4 d``), ``h`` of the public Gaussian projection
         ``F`` drawn from ``projection_seed`` (none when ``dim`` is unset), noise levels, ``s``.
@@ -65,7 +70,7 @@ class ParticipantConfig:
     state_dir: Path
     keep_secrets: bool
     seed: int | None
-    timeout: float
+    timeout: float | None
     method: str
     anchors: int | None
     dim: int | None
@@ -81,6 +86,11 @@ class ParticipantConfig:
     def method_enum(self) -> Method:
         """The method as an enum."""
         return Method(self.method)
+
+    @property
+    def wait_seconds(self) -> float:
+        """``timeout``, or :data:`DEFAULT_WAIT` when it is not set."""
+        return self.timeout if self.timeout is not None else DEFAULT_WAIT
 
     @property
     def needs_shared_seed(self) -> bool:
@@ -127,7 +137,7 @@ def load_participant_config(path: Path) -> ParticipantConfig:
         tag_column=part.str("tag_column", "split"), label_index=part.int("label_index", -1),
         state_dir=part.path("state_dir", str(Path(path).parent / f"state-{pid}")),
         keep_secrets=part.bool("keep_secrets", False), seed=part.int("seed", None, minimum=0),
-        timeout=part.positive_float("timeout", 120.0),
+        timeout=part.positive_float("timeout", None),
         method=method, anchors=anchors, dim=dim,
         projection_seed=projection_seed,
         sigma=proto.float("sigma", 0.0, check=lambda x: check_sigma(method, x)),

@@ -1,6 +1,7 @@
 """A participant's local records: ``.npz``, ``.npy`` or ``.csv`` with a label column.
 
-* ``.npz``: arrays ``x`` (``n x d_in``) and ``labels`` (``n``), optionally ``tags``.
+* ``.npz``: arrays ``x`` (``n x d_in``) and ``labels`` (``n``), optionally ``tags`` and
+  ``feature_names`` (``d_in`` strings).
 * ``.npy``: one 2-D numeric array; the labels are column ``label_index`` (default: the last).
 * ``.csv``: a header row; the label column is named ``label_column``, an optional split column
   ``tag_column`` holds ``train``/``validation``/``test``; every other column is a feature.
@@ -23,11 +24,13 @@ from noisyanchor.common.validation import as_matrix
 
 @dataclass(frozen=True)
 class LocalData:
-    """Records ``X_i`` (``n_i x d_in``), integer labels and split tags (None: not given)."""
+    """Records ``X_i`` (``n_i x d_in``), integer labels, split tags and feature names (None:
+    not given)."""
 
     x: np.ndarray
     labels: np.ndarray
     tags: np.ndarray | None
+    feature_names: tuple[str, ...] | None = None
 
 
 def _labels(values: np.ndarray, path: Path) -> np.ndarray:
@@ -60,8 +63,10 @@ def _load_npz(path: Path) -> LocalData:
         if missing:
             raise InvalidInputError(f"{path}: the .npz file needs arrays 'x' and 'labels' "
                                     f"(missing {sorted(missing)}; has {sorted(z.files)})")
+        names = (tuple(str(n) for n in z["feature_names"].reshape(-1))
+                 if "feature_names" in z.files else None)
         return LocalData(z["x"], _labels(z["labels"], path),
-                         _tags(z["tags"], path) if "tags" in z.files else None)
+                         _tags(z["tags"], path) if "tags" in z.files else None, names)
 
 
 def _load_npy(path: Path, label_index: int) -> LocalData:
@@ -98,7 +103,8 @@ def _load_csv(path: Path, label_column: str, tag_column: str) -> LocalData:
     except ValueError as err:
         raise InvalidInputError(f"{path}: non-numeric feature or label: {err}") from None
     return LocalData(x, _labels(labels, path),
-                     _tags(table[:, ti], path) if ti is not None else None)
+                     _tags(table[:, ti], path) if ti is not None else None,
+                     tuple(header[j] for j in features))
 
 
 def load_local_data(path: Path, *, label_column: str = "label", tag_column: str = "split",
@@ -126,4 +132,7 @@ def load_local_data(path: Path, *, label_column: str = "label", tag_column: str 
     if len(data.labels) != len(x) or (data.tags is not None and len(data.tags) != len(x)):
         raise InvalidInputError(f"{path}: {len(x)} records but {len(data.labels)} labels"
                                 + ("" if data.tags is None else f" and {len(data.tags)} tags"))
-    return LocalData(x, data.labels, data.tags)
+    if data.feature_names is not None and len(data.feature_names) != x.shape[1]:
+        raise InvalidInputError(f"{path}: {len(data.feature_names)} feature names for "
+                                f"{x.shape[1]} feature columns")
+    return LocalData(x, data.labels, data.tags, data.feature_names)

@@ -158,7 +158,7 @@ def release_scores(cfg: ParticipantConfig, t: np.ndarray, epsilon: float, delta:
         stub = pb_grpc.ReleaseStub(client.channel)
         start = time.perf_counter()
         reply = client.call("score release", lambda: stub.ReleaseScores(query,
-                                                                        timeout=cfg.timeout))
+                                                                        timeout=cfg.wait_seconds))
         seconds = time.perf_counter() - start
     scores = decode_array(reply.scores_header, reply.scores)
     return ScoreResult(Spend.from_proto(reply.spend), reply.records, reply.clipped, scores,
@@ -207,7 +207,7 @@ def release_gram(cfg: ParticipantConfig, epsilon: float, delta: float, *,
         stub = pb_grpc.ReleaseStub(client.channel)
         start = time.perf_counter()
         header, matrix = client.call("Gram release", lambda: _receive_gram(
-            iter(stub.ReleaseGram(query, timeout=cfg.timeout))))
+            iter(stub.ReleaseGram(query, timeout=cfg.wait_seconds))))
         seconds = time.perf_counter() - start
     return GramResult(Spend.from_proto(header.spend), matrix, header.projector, header.iterations,
                       header.converged, header.min_eigenvalue, header.max_diag_error, seconds)

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import io
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from noisyanchor.common.errors import AlreadyExistsError, NotFoundError
+from noisyanchor.common.errors import AlreadyExistsError, InvalidInputError, NotFoundError
 from noisyanchor.common.files import atomic_write
 from noisyanchor.common.gdp import anchor_from_seed, gaussian_projection, secret_rng
+from noisyanchor.common.schema import RecordSchema, check_declared
 from noisyanchor.common.splits import split_tags
 from noisyanchor.common.wire import bundle_spec
 from noisyanchor.participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
@@ -22,6 +24,7 @@ from noisyanchor.participant.client import AnalystClient
 from noisyanchor.participant.compute import compute_upload
 from noisyanchor.participant.config import ParticipantConfig
 from noisyanchor.participant.data import LocalData, load_local_data
+from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,63 @@ def _tags(cfg: ParticipantConfig, data: LocalData) -> np.ndarray:
 
 def analyst_client(cfg: ParticipantConfig) -> AnalystClient:
     """A mutual-TLS client to this participant's analyst (use as a context manager)."""
-    return AnalystClient(cfg.analyst, cfg.tls, cfg.server_name, cfg.federation_id, cfg.timeout)
+    return AnalystClient(cfg.analyst, cfg.tls, cfg.server_name, cfg.federation_id,
+                         cfg.wait_seconds)
+
+
+def _declared(info: pb.FederationInfo) -> dict:
+    """The parameters the analyst declares, by the participant config's key names."""
+    declared = {"federation_id": info.federation_id, "method": info.method}
+    for name in ("anchors", "dim", "sigma", "v", "dealer", "projection_seed",
+                 "translation_scale"):
+        declared[name] = getattr(info, name) if info.HasField(name) else None
+    return declared
+
+
+def check_fits_federation(cfg: ParticipantConfig, info: pb.FederationInfo, data: LocalData,
+                          x: np.ndarray) -> None:
+    """Refuse locally, naming both sides, when this participant's config or data do not fit
+    what the analyst declares (issue 10, item 2): before any key, seed or upload leaves.
+
+    The working width ``d`` is compared with a declared ``dim``: it is ``h`` with a public
+    projection and the data's own width without one.
+    """
+    if cfg.id not in info.participants:
+        raise InvalidInputError(f"participant {cfg.id!r} is not one of federation "
+                                f"{info.federation_id!r}'s participants {list(info.participants)}")
+    d = x.shape[1]
+    own = {"federation_id": cfg.federation_id, "method": cfg.method, "sigma": cfg.sigma,
+           "v": cfg.v, "anchors": cfg.anchors or 4 * d, "dim": d, "dealer": cfg.dealer,
+           "projection_seed": cfg.projection_seed if cfg.dim is not None else None,
+           "translation_scale": cfg.translation_scale}
+    declared = _declared(info)
+    if declared["anchors"] is None and declared["dim"] is not None:
+        declared["anchors"] = 4 * declared["dim"]
+    if info.HasField("schema"):
+        schema = RecordSchema(info.schema.features, info.schema.dtype,
+                              tuple(info.schema.feature_names))
+        schema.check(data.x, data.feature_names, who=f"{cfg.id}'s data {cfg.data}",
+                     federation=info.federation_id)
+    check_declared(declared, own, who=f"{cfg.id}'s config", analyst="the analyst")
+
+
+def _join(client: AnalystClient, cfg: ParticipantConfig, data: LocalData,
+          x: np.ndarray) -> pb.FederationInfo:
+    """Read the federation's declaration, check this participant against it (withdrawing
+    with the reason when it does not fit), and wait until the federation's deadline."""
+    info = client.describe()
+    try:
+        check_fits_federation(cfg, info, data, x)
+    except InvalidInputError as err:
+        client.withdraw(str(err))
+        raise
+    if info.deadline_unix and (cfg.timeout is None
+                               or info.deadline_unix < time.time() + cfg.timeout):
+        client.wait_until(time.monotonic() + max(0.0, info.deadline_unix - time.time()))
+    log.info("%s joined federation %s (%d participants, %s); waiting at most %.0f s for the "
+             "others", cfg.id, info.federation_id, len(info.participants), info.method,
+             client.timeout)
+    return info
 
 
 def _write_secrets(cfg: ParticipantConfig, arrays: dict[str, np.ndarray]) -> Path:
@@ -92,6 +151,7 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
     # agreement cannot be resumed any more, so the key need not stay on disk.
     key_file = exchange_key_path(cfg.state_dir, cfg.federation_id)
     with analyst_client(cfg) as client:
+        _join(client, cfg, data, x)
         seed = None
         if cfg.needs_shared_seed:
             seed = agree_on_seed(

@@ -79,6 +79,16 @@ class AnalystStub:
                 request_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListCommitmentsRequest.SerializeToString,
                 response_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListCommitmentsReply.FromString,
                 _registered_method=True)
+        self.Describe = channel.unary_unary(
+                '/noisyanchor.v1.Analyst/Describe',
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.DescribeRequest.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.FederationInfo.FromString,
+                _registered_method=True)
+        self.Withdraw = channel.unary_unary(
+                '/noisyanchor.v1.Analyst/Withdraw',
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.WithdrawRequest.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.WithdrawReply.FromString,
+                _registered_method=True)
 
 
 class AnalystServicer:
@@ -141,6 +151,20 @@ class AnalystServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Describe(self, request, context):
+        """The federation's declaration: schema, method parameters, deadline.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Withdraw(self, request, context):
+        """A participant that cannot take part says so; the others stop waiting for it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnalystServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -188,6 +212,16 @@ def add_AnalystServicer_to_server(servicer, server):
                     servicer.ListCommitments,
                     request_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListCommitmentsRequest.FromString,
                     response_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListCommitmentsReply.SerializeToString,
+            ),
+            'Describe': grpc.unary_unary_rpc_method_handler(
+                    servicer.Describe,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.DescribeRequest.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.FederationInfo.SerializeToString,
+            ),
+            'Withdraw': grpc.unary_unary_rpc_method_handler(
+                    servicer.Withdraw,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.WithdrawRequest.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.WithdrawReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -433,6 +467,60 @@ class Analyst:
             '/noisyanchor.v1.Analyst/ListCommitments',
             noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListCommitmentsRequest.SerializeToString,
             noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.ListCommitmentsReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Describe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/noisyanchor.v1.Analyst/Describe',
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.DescribeRequest.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.FederationInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Withdraw(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/noisyanchor.v1.Analyst/Withdraw',
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.WithdrawRequest.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.WithdrawReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,5 +1,6 @@
 """Analyst and participant config files: templates load, errors name the key."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,19 @@ def test_templates_load_with_paths_relative_to_the_file(workdir):
     ("port = 50051", "port = 70000", r"\[server\] port: port must be in 0..65535"),
     ("max_upload_bytes = 8589934592", "max_upload_bytes = 0",
      r"\[server\] max_upload_bytes must be >= 1"),
+    ("deadline = 2027-01-31T18:00:00Z", "deadline = 2027-01-31T18:00:00",
+     r"\[federation\] deadline: .* has no UTC offset"),
+    ("deadline = 2027-01-31T18:00:00Z", 'deadline = "soon"',
+     r"\[federation\] deadline must be a date-time"),
+    ('dealer = "org-a"', 'dealer = "org-z"', r"\[federation\] dealer: 'org-z' is not one"),
+    ("translation_scale = 100.0", "translation_scale = 0", r"\[federation\] translation_scale"),
+    ("features = 64", "features = 0", r"\[schema\] features must be >= 1"),
+    ('dtype = "float64"', 'dtype = "complex"', r"\[schema\] dtype: expected one of"),
+    ('# feature_names = ["f0", "f1", ...]', 'feature_names = ["a", "b"]',
+     r"\[schema\] feature_names: the schema names 2 features but declares 64"),
+    ('name = "logistic"', 'name = "forest"', r"\[model\] name: expected one of"),
+    ("# health_port = 50052", "health_port = 70000",
+     r"\[server\] health_port: port must be in 0..65535"),
 ])
 def test_analyst_config_errors_name_the_key(workdir, old, new, match):
     path = workdir / "analyst.toml"
@@ -72,7 +86,7 @@ def test_analyst_config_errors_name_the_key(workdir, old, new, match):
     ("keep_secrets = false", "keep_secrets = 1", "must be true or false"),
     ("v = 0.02", "v = -1", r"\[protocol\] v: v must be a finite number >= 0"),
     # Values the engine would refuse only after the anchor agreement, refused at load:
-    ("timeout = 120", "timeout = 0", r"\[participant\] timeout: must be a finite number > 0"),
+    ("# timeout = 3600", "timeout = 0", r"\[participant\] timeout: must be a finite number > 0"),
     ("translation_scale = 100.0", "translation_scale = 0",
      r"\[protocol\] translation_scale: translation_scale must be a finite number > 0"),
     ("translation_scale = 100.0", "translation_scale = -inf",
@@ -94,3 +108,21 @@ def test_missing_or_broken_file_is_a_config_error(tmp_path):
     (tmp_path / "bad.toml").write_text("[federation\n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_analyst_config(tmp_path / "bad.toml")
+
+
+def test_a_downstream_model_without_scikit_learn_is_refused_at_load(workdir, monkeypatch):
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # as if the eval extra were missing
+    with pytest.raises(ConfigError, match=r"\[model\] name: .*pip install 'noisyanchor\[eval\]'"):
+        load_analyst_config(workdir / "analyst.toml")
+    path = workdir / "analyst.toml"
+    path.write_text(path.read_text().replace('name = "logistic"', 'name = "none"'))
+    assert load_analyst_config(path).model == "none"
+
+
+def test_the_template_declares_schema_deadline_and_protocol(workdir):
+    a = load_analyst_config(workdir / "analyst.toml")
+    assert (a.schema.features, a.schema.dtype, a.schema.feature_names) == (64, "float64", ())
+    assert a.deadline.tzinfo is not None and a.deadline.year == 2027
+    assert (a.dealer, a.projection_seed, a.translation_scale, a.model) == (
+        "org-a", 20261129, 100.0, "logistic")
+    assert a.health_port is None and a.log_json is None

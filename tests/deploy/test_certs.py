@@ -28,3 +28,25 @@ def test_every_certificate_is_issued_by_the_ca_and_names_its_holder(tmp_path):
 def test_bad_participant_ids_are_refused(tmp_path, ids):
     with pytest.raises(InvalidInputError):
         write_pki(tmp_path, ids)
+
+
+@pytest.mark.parametrize("ids, server_name", [
+    (["p0", "a" * 300], "localhost"), (["p0", "bad/name"], "localhost"), (["p0"], "bad name"),
+    (["p0", "analyst"], "localhost"),
+])
+def test_nothing_is_written_before_every_name_is_checked(tmp_path, ids, server_name):
+    out = tmp_path / "pki"
+    with pytest.raises(InvalidInputError):
+        write_pki(out, ids, server_name=server_name)
+    assert not out.exists()  # no CA, no server files from a refused call
+
+
+def test_certs_cli_reports_bad_names_and_unwritable_folders_without_a_traceback(tmp_path,
+                                                                                  capsys):
+    from noisyanchor.cli import main
+
+    assert main(["certs", "--out", str(tmp_path / "x"), "--participants", "a" * 300]) == 1
+    assert "(300 characters)' must be 1-64 letters" in capsys.readouterr().err
+    assert main(["certs", "--out", "/proc/x", "--participants", "p0"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot write certificates to /proc/x" in err and "Traceback" not in err

@@ -16,12 +16,14 @@ def analyst(tmp_path):
     running: list[RunningAnalyst] = []
 
     def _start(ids, method="aa-igdp", *, dim=8, anchors=16, accept_collusion=False,
-               extra_certificates=(), port=0, stream_idle_timeout=None) -> RunningAnalyst:
+               extra_certificates=(), port=0, stream_idle_timeout=None,
+               extra=None) -> RunningAnalyst:
         files = write_analyst(tmp_path / f"fed{len(running)}", tuple(ids), federation_id=FEDERATION,
-                              method=method, anchors=anchors, dim=dim, sigma=0.0, v=0.0,
+                              method=method, anchors=anchors, dim=dim, sigma=None, v=None,
                               accept_collusion=accept_collusion,
                               extra_certificates=tuple(extra_certificates),
-                              stream_idle_timeout=stream_idle_timeout, keep_ca_key=True)
+                              stream_idle_timeout=stream_idle_timeout, keep_ca_key=True,
+                              extra=extra)
         log = files.root / "analyst.log"
         args = ["analyst", "serve", "--config", files.analyst_config]
         proc = start(args + (["--port", port] if port else []), log)

@@ -12,8 +12,8 @@ from e2e_support import wait_until
 
 from noisyanchor.common.errors import (
     AlreadyExistsError,
+    DeadlineExceededError,
     IntegrityError,
-    PreconditionError,
     UnauthenticatedError,
 )
 from noisyanchor.common.sealing import (
@@ -49,17 +49,18 @@ def _configs(fed, rng, anchors_by_id: dict[str, int], timeout: float):
 def _outcome(cfg):
     try:
         return run_upload(cfg)
-    except (IntegrityError, PreconditionError) as err:
+    except (IntegrityError, DeadlineExceededError) as err:
         return err
 
 
 def test_a_participant_with_other_parameters_refuses_the_dealers_seed(analyst, rng):
-    fed = analyst(["p0", "p1"], "aa-igdp", dim=D, anchors=16)
+    # The analyst declares neither r nor d, so only the agreement itself can catch the mismatch.
+    fed = analyst(["p0", "p1"], "aa-igdp", dim=None, anchors=None)
     configs = _configs(fed, rng, {"p0": 16, "p1": 20}, timeout=3.0)
     with ThreadPoolExecutor(2) as pool:
         dealer, other = pool.map(_outcome, configs)
     assert isinstance(other, IntegrityError) and "parameters" in str(other)
-    assert isinstance(dealer, PreconditionError) and "commitment" in str(dealer)
+    assert isinstance(dealer, DeadlineExceededError) and "commit to the anchor" in str(dealer)
     assert not list((fed.files.store / "uploads").iterdir())  # nothing derived was uploaded
 
 
@@ -127,15 +128,16 @@ def test_analyst_refuses_an_exchange_key_whose_signature_does_not_verify(analyst
 
 def test_a_dealer_restarted_with_other_parameters_refuses_its_earlier_seed(analyst, rng):
     """The dealer seals (to itself first), then dies waiting for p1's commitment; run again with
-    another r, it reopens its own share and refuses the seed dealt for the old parameters."""
-    fed = analyst(["p0", "p1"], "aa-igdp", dim=D, anchors=16)
+    another r, it reopens its own share and refuses the seed dealt for the old parameters (the
+    analyst declares neither r nor d, so only the agreement can catch it)."""
+    fed = analyst(["p0", "p1"], "aa-igdp", dim=None, anchors=None)
     pub = public_bytes(new_exchange_key())  # p1 publishes a key and then goes silent
     with fed.client("p1") as c:
         c.call("publish", lambda: c.stub.PublishKey(pb.PublishKeyRequest(
             federation_id="e2e", public_key=pub, signature=sign_exchange_key(
                 fed.files.pki.clients["p1"][1].read_bytes(), "e2e", "p1", pub))))
     first = _configs(fed, rng, {"p0": 16}, timeout=2.0)[0]
-    with pytest.raises(PreconditionError, match="commitment"):
+    with pytest.raises(DeadlineExceededError, match="p1 to commit to the anchor"):
         run_upload(first)
     assert (fed.files.store / "relay/sealed/p0.pb").exists()
     again = _configs(fed, rng, {"p0": 20}, timeout=2.0)[0]

@@ -12,6 +12,7 @@ from e2e_support import FEDERATION, random_upload, send, wait_until
 
 from noisyanchor.common.errors import (
     AlreadyExistsError,
+    AnalystUnavailableError,
     IntegrityError,
     InvalidInputError,
     PermissionDeniedError,
@@ -21,7 +22,6 @@ from noisyanchor.common.wire import bundle_spec, iter_chunks
 from noisyanchor.deploy.certs import write_pki
 from noisyanchor.deploy.demo import write_participant
 from noisyanchor.deploy.launch import start
-from noisyanchor.participant.client import AnalystUnavailableError
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 pytestmark = pytest.mark.e2e
