@@ -55,7 +55,7 @@ class StatusRequest(_message.Message):
     def __init__(self, federation_id: _Optional[str] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("federation_id", "state", "expected", "committed", "disclosed", "error", "result_json")
+    __slots__ = ("federation_id", "state", "expected", "committed", "disclosed", "error", "result_json", "withdrawn", "deadline_unix")
     FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +63,8 @@ class StatusReply(_message.Message):
     DISCLOSED_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAWN_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_UNIX_FIELD_NUMBER: _ClassVar[int]
     federation_id: str
     state: str
     expected: _containers.RepeatedScalarFieldContainer[str]
@@ -70,7 +72,75 @@ class StatusReply(_message.Message):
     disclosed: _containers.RepeatedScalarFieldContainer[str]
     error: str
     result_json: str
-    def __init__(self, federation_id: _Optional[str] = ..., state: _Optional[str] = ..., expected: _Optional[_Iterable[str]] = ..., committed: _Optional[_Iterable[str]] = ..., disclosed: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., result_json: _Optional[str] = ...) -> None: ...
+    withdrawn: _containers.RepeatedCompositeFieldContainer[Withdrawal]
+    deadline_unix: float
+    def __init__(self, federation_id: _Optional[str] = ..., state: _Optional[str] = ..., expected: _Optional[_Iterable[str]] = ..., committed: _Optional[_Iterable[str]] = ..., disclosed: _Optional[_Iterable[str]] = ..., error: _Optional[str] = ..., result_json: _Optional[str] = ..., withdrawn: _Optional[_Iterable[_Union[Withdrawal, _Mapping]]] = ..., deadline_unix: _Optional[float] = ...) -> None: ...
+
+class Withdrawal(_message.Message):
+    __slots__ = ("participant_id", "reason")
+    PARTICIPANT_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    participant_id: str
+    reason: str
+    def __init__(self, participant_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class WithdrawRequest(_message.Message):
+    __slots__ = ("federation_id", "reason")
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    reason: str
+    def __init__(self, federation_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class WithdrawReply(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RecordSchema(_message.Message):
+    __slots__ = ("features", "dtype", "feature_names")
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_NAMES_FIELD_NUMBER: _ClassVar[int]
+    features: int
+    dtype: str
+    feature_names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, features: _Optional[int] = ..., dtype: _Optional[str] = ..., feature_names: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DescribeRequest(_message.Message):
+    __slots__ = ("federation_id",)
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    def __init__(self, federation_id: _Optional[str] = ...) -> None: ...
+
+class FederationInfo(_message.Message):
+    __slots__ = ("federation_id", "participants", "method", "anchors", "dim", "sigma", "v", "reference", "schema", "deadline_unix", "dealer", "projection_seed", "translation_scale")
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    ANCHORS_FIELD_NUMBER: _ClassVar[int]
+    DIM_FIELD_NUMBER: _ClassVar[int]
+    SIGMA_FIELD_NUMBER: _ClassVar[int]
+    V_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_UNIX_FIELD_NUMBER: _ClassVar[int]
+    DEALER_FIELD_NUMBER: _ClassVar[int]
+    PROJECTION_SEED_FIELD_NUMBER: _ClassVar[int]
+    TRANSLATION_SCALE_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    participants: _containers.RepeatedScalarFieldContainer[str]
+    method: str
+    anchors: int
+    dim: int
+    sigma: float
+    v: float
+    reference: str
+    schema: RecordSchema
+    deadline_unix: float
+    dealer: str
+    projection_seed: int
+    translation_scale: float
+    def __init__(self, federation_id: _Optional[str] = ..., participants: _Optional[_Iterable[str]] = ..., method: _Optional[str] = ..., anchors: _Optional[int] = ..., dim: _Optional[int] = ..., sigma: _Optional[float] = ..., v: _Optional[float] = ..., reference: _Optional[str] = ..., schema: _Optional[_Union[RecordSchema, _Mapping]] = ..., deadline_unix: _Optional[float] = ..., dealer: _Optional[str] = ..., projection_seed: _Optional[int] = ..., translation_scale: _Optional[float] = ...) -> None: ...
 
 class SignedKey(_message.Message):
     __slots__ = ("participant_id", "public_key", "signature", "certificate_pem")
