@@ -110,18 +110,21 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _builder(subject: str, issuer: x509.Name, public_key) -> x509.CertificateBuilder:
+def _builder(subject: str, issuer: x509.Name, public_key,
+             validity: datetime.timedelta = VALIDITY) -> x509.CertificateBuilder:
     now = datetime.datetime.now(datetime.UTC)
     return (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(issuer)
             .public_key(public_key).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + VALIDITY))
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + validity))
 
 
-def make_ca(common_name: str = "noisyanchor demo CA") -> tuple[ec.EllipticCurvePrivateKey,
-                                                                  x509.Certificate]:
+def make_ca(common_name: str = "noisyanchor demo CA",
+            validity: datetime.timedelta = VALIDITY) -> tuple[ec.EllipticCurvePrivateKey,
+                                                               x509.Certificate]:
     """A self-signed CA key and certificate."""
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = (_builder(common_name, _name(common_name), key.public_key())
+    cert = (_builder(common_name, _name(common_name), key.public_key(), validity)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
                                          key_encipherment=False, data_encipherment=False,
@@ -129,6 +132,40 @@ def make_ca(common_name: str = "noisyanchor demo CA") -> tuple[ec.EllipticCurveP
                                          encipher_only=False, decipher_only=False), critical=True)
             .sign(key, hashes.SHA256()))
     return key, cert
+
+
+def certify(
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    common_name: str,
+    public_key,
+    *,
+    server: bool,
+    dns_names: Sequence[str] = (),
+    ip_addresses: Sequence[str] = ("127.0.0.1",),
+    validity: datetime.timedelta = VALIDITY,
+) -> x509.Certificate:
+    """A leaf certificate for ``public_key`` signed by the CA.
+
+    A server certificate (the analyst) carries ``dns_names`` and ``ip_addresses`` as SANs, the
+    names participants connect by; a client certificate names its participant with the SAN URI
+    of :func:`common.identity.participant_san` (and ``common_name`` as CN), nothing else.
+    """
+    if not common_name or any(c in common_name for c in "/\\\x00") or common_name in {".", ".."}:
+        raise InvalidInputError(f"certificate name {common_name!r} must be a non-empty id "
+                                "without path separators")
+    sans: list[x509.GeneralName]
+    if server:
+        sans = [x509.DNSName(n) for n in dict.fromkeys([common_name, *dns_names])]
+        sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in dict.fromkeys(ip_addresses)]
+    else:
+        sans = [x509.DNSName(common_name), participant_san(common_name)]
+    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+    return (_builder(common_name, ca_cert.subject, public_key, validity)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
 
 
 def issue(
@@ -139,27 +176,13 @@ def issue(
     server: bool,
     dns_names: Sequence[str] = (),
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    """A leaf key and certificate signed by the CA (server or client usage)."""
-    if not common_name or any(c in common_name for c in "/\\\x00") or common_name in {".", ".."}:
-        raise InvalidInputError(f"certificate name {common_name!r} must be a non-empty id "
-                                "without path separators")
+    """A new leaf key and its certificate signed by the CA (:func:`certify`)."""
     key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dict.fromkeys([common_name,
-                                                                            *dns_names])]
-    if server:
-        sans.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
-    else:
-        sans.append(participant_san(common_name))
-    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-    cert = (_builder(common_name, ca_cert.subject, key.public_key())
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    return key, cert
+    return key, certify(ca_key, ca_cert, common_name, key.public_key(), server=server,
+                        dns_names=dns_names)
 
 
-def _write(path: Path, data: bytes, *, private: bool = False) -> Path:
+def write_file(path: Path, data: bytes, *, private: bool = False) -> Path:
     # Private keys are created with mode 0600 from the start (never world-readable).
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     fd = os.open(path, flags, 0o600 if private else 0o644)
@@ -168,7 +191,7 @@ def _write(path: Path, data: bytes, *, private: bool = False) -> Path:
     return path
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
 
@@ -190,16 +213,16 @@ def write_pki(
     out_dir = _writable_dir(out_dir)
     ca_key, ca_cert = make_ca(ca_name)
     pem = serialization.Encoding.PEM
-    ca = _write(out_dir / "ca.pem", ca_cert.public_bytes(pem))
+    ca = write_file(out_dir / "ca.pem", ca_cert.public_bytes(pem))
     skey, scert = issue(ca_key, ca_cert, "analyst", server=True,
                         dns_names=[server_name, DEFAULT_SERVER_NAME])
-    server_cert = _write(out_dir / "analyst.pem", scert.public_bytes(pem))
-    server_key = _write(out_dir / "analyst.key", _key_pem(skey), private=True)
+    server_cert = write_file(out_dir / "analyst.pem", scert.public_bytes(pem))
+    server_key = write_file(out_dir / "analyst.key", key_pem(skey), private=True)
     clients = {}
     for pid in participants:
         key, cert = issue(ca_key, ca_cert, pid, server=False)
-        clients[pid] = (_write(out_dir / f"{pid}.pem", cert.public_bytes(pem)),
-                        _write(out_dir / f"{pid}.key", _key_pem(key), private=True))
-    ca_key_path = _write(out_dir / "ca.key", _key_pem(ca_key), private=True) \
+        clients[pid] = (write_file(out_dir / f"{pid}.pem", cert.public_bytes(pem)),
+                        write_file(out_dir / f"{pid}.key", key_pem(key), private=True))
+    ca_key_path = write_file(out_dir / "ca.key", key_pem(ca_key), private=True) \
         if keep_ca_key else None
     return Pki(ca, server_cert, server_key, clients, ca_key_path)

@@ -11,7 +11,9 @@ from pathlib import Path
 COMMANDS = {"certs": "make a CA, the analyst's server certificate and one client certificate "
                      "per participant",
             "demo": "run analyst, participants, colluder and attack as separate processes over "
-                    "mutual TLS on the digits data"}
+                    "mutual TLS on the digits data",
+            "provision": "make one startup kit per site (and the analyst) from a project file; "
+                         "add sites, renew certificates, sign a site's CSR"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,6 +27,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "127.0.0.1)")
     certs.add_argument("--json", action="store_true", help="print the file paths as JSON")
     certs.set_defaults(handler=_certs)
+
+    prov = sub.add_parser("provision", help=COMMANDS["provision"])
+    prov.add_argument("--project", type=Path, required=True,
+                      help="project file (deploy/templates/federation.toml)")
+    prov.add_argument("--out", type=Path, default=None,
+                      help="kits folder (default: kits/ beside the project file)")
+    action = prov.add_mutually_exclusive_group()
+    action.add_argument("--add-site", nargs="+", default=(), metavar="SITE",
+                        help="make kits for sites added to the project, with the kept CA")
+    action.add_argument("--renew", nargs="+", default=(), metavar="SITE",
+                        help="issue these certificates again (a site, or analyst) for their "
+                        "existing keys, valid validity_days from now")
+    action.add_argument("--sign", type=Path, default=None, metavar="CSR",
+                        help="make the kit of the site this CSR names (participant keygen); "
+                        "the kit holds no key")
+    prov.add_argument("--json", action="store_true", help="print the kits as JSON")
+    prov.set_defaults(handler=_provision)
 
     from noisyanchor.common.cliargs import int_at_least, nonnegative_float
     from noisyanchor.common.methods import Method
@@ -49,6 +68,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                       "(default: a temporary folder, removed)")
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
     demo.set_defaults(handler=_demo)
+
+
+def _provision(args: argparse.Namespace) -> int:
+    from noisyanchor.deploy.provision import provision, sign_request
+
+    if args.sign is not None:
+        done = sign_request(args.project, args.sign, args.out)
+    else:
+        done = provision(args.project, args.out, add_sites=tuple(args.add_site),
+                         renew=tuple(args.renew))
+    kits = {name: str(path) for name, path in sorted(done.kits.items())}
+    if args.json:
+        print(json.dumps({"out": str(done.out), "ca": str(done.out / "ca"), "kits": kits},
+                         indent=2))
+    else:
+        print(f"startup kits in {done.out}: {', '.join(kits)}; the CA key stays in "
+              f"{done.out / 'ca'} (never ship it)")
+    return 0
 
 
 def _certs(args: argparse.Namespace) -> int:

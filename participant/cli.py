@@ -35,6 +35,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.set_defaults(handler=_upload)
     co.set_defaults(handler=_collude)
     st.set_defaults(handler=_status)
+    kg = inner.add_parser("keygen", help="make this site's private key and a certificate "
+                          "signing request for the operator (the key never leaves this host)")
+    kg.add_argument("--id", required=True, help="this site's participant id")
+    kg.add_argument("--out", type=Path, default=Path("."),
+                    help="the folder the startup kit will be unpacked into (key: "
+                    "OUT/pki/ID.key, request: OUT/ID.csr)")
+    kg.add_argument("--json", action="store_true", help="print the file paths as JSON")
+    kg.set_defaults(handler=_keygen)
     release_client.register(sub)  # the top-level `release scores|gram` group
 
 
@@ -99,4 +107,17 @@ def _status(args: argparse.Namespace) -> int:
               + (f"; error: {status['error']}" if status["error"] else "")
               + "".join(f"; {w['participant_id']} withdrew: {w['reason']}"
                         for w in status["withdrawn"]))
+    return 0
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    from noisyanchor.participant.keygen import make_key_and_csr
+
+    made = make_key_and_csr(args.id, args.out)
+    if args.json:
+        print(json.dumps({"key": str(made.key), "csr": str(made.csr)}, indent=2))
+    else:
+        print(f"{args.id}: key {made.key} (mode 0600, stays here); send {made.csr} to the "
+              "operator, then unpack the startup kit you get back into "
+              f"{Path(args.out).resolve()}")
     return 0

@@ -165,10 +165,11 @@ class AnalystClient:
             return None
         self._diagnosed = True
         cause = tls_check.explain(self.address, self.tls, self.server_name)
-        if cause is not None:
-            log.warning("%s: the analyst at %s is unavailable: %s", what, self.address, cause)
         fatal = cause is not None and not cause.startswith(("nothing listens", "cannot reach",
                                                             "cannot resolve"))
+        if cause is not None:
+            log.log(logging.WARNING if fatal else logging.INFO,
+                    "%s: the analyst at %s is unavailable: %s", what, self.address, cause)
         return cause if fatal else None
 
     def call(self, what: str, fn: Callable[[], Any]) -> Any:

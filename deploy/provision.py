@@ -1,0 +1,429 @@
+"""``noisyanchor provision``: one startup kit per site from a project file (NVIDIA FLARE's
+``provision`` convention).
+
+The project file (``deploy/templates/federation.toml``) names the federation, the analyst's
+addresses, the protocol, the record schema and the sites. Provisioning writes, under ``--out``:
+
+* ``ca/``: the CA certificate and key (mode 0600) and ``issued.json``, kept by the operator for
+  ``--add-site`` and ``--renew`` (never shipped);
+* ``analyst/``: ``analyst.toml`` and ``pki/`` (CA certificate, the analyst's certificate with its
+  DNS names and IP addresses as SANs, its key);
+* ``<site>/``: ``<site>.toml`` and ``pki/`` (CA certificate, the site's certificate and, unless
+  the site sent a CSR, its key).
+
+A site that keeps its key to itself runs ``noisyanchor participant keygen`` and sends the CSR;
+the project names it (``csr = "..."``) or the operator signs it with ``--sign``; its kit then
+holds no key. Every name, path and value is checked, and the configs are loaded by the same
+readers the roles use, before anything is written: the kits appear together or not at all.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from noisyanchor.common.errors import (
+    AlreadyExistsError,
+    ConfigError,
+    InvalidInputError,
+    NotFoundError,
+)
+from noisyanchor.common.identity import participant_id
+from noisyanchor.common.tomlconfig import Table, check_id, read_toml
+from noisyanchor.deploy.certs import (
+    certify,
+    check_names,
+    key_pem,
+    make_ca,
+    write_file,
+)
+from noisyanchor.deploy.launch import toml_text
+
+#: Keys of the project's ``[federation]`` table copied into the analyst's and the sites' configs.
+PROTOCOL_KEYS = ("method", "anchors", "dim", "projection_seed", "sigma", "v",
+                 "translation_scale", "dealer")
+
+#: Keys of ``[federation]`` only the analyst's config carries.
+ANALYST_ONLY_KEYS = ("reference", "deadline", "accept_collusion")
+
+#: Default certificate validity (days) when the project sets none.
+DEFAULT_VALIDITY_DAYS = 365
+
+
+@dataclass(frozen=True)
+class Site:
+    """One participant site of the project: its id, data path on its host, optional CSR."""
+
+    name: str
+    data: str
+    csr: Path | None = None
+
+
+@dataclass(frozen=True)
+class Project:
+    """A parsed project file (see ``deploy/templates/federation.toml``)."""
+
+    path: Path
+    name: str
+    validity: datetime.timedelta
+    analyst_names: tuple[str, ...]
+    analyst_addresses: tuple[str, ...]
+    bind: str
+    port: int
+    health_port: int | None
+    federation: dict[str, Any]
+    schema: dict[str, Any] | None
+    model: dict[str, Any] | None
+    sites: tuple[Site, ...]
+
+    @property
+    def site_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.sites)
+
+    def site(self, name: str) -> Site:
+        for s in self.sites:
+            if s.name == name:
+                return s
+        raise NotFoundError(f"{self.path}: no [[site]] named {name!r} (sites: "
+                            f"{', '.join(self.site_names)})")
+
+
+def load_project(path: Path) -> Project:
+    """Read and check a project file (names, addresses, ports, sites)."""
+    path = Path(path)
+    doc = read_toml(path)
+    unknown = sorted(set(doc) - {"project", "analyst", "federation", "schema", "model", "site"})
+    if unknown:
+        raise ConfigError(f"{path}: unknown table(s) {', '.join(unknown)}")
+    proj = Table(doc, "project", path)
+    name = check_id(proj.str("name"), f"{path}: [project] name")
+    days = proj.int("validity_days", DEFAULT_VALIDITY_DAYS, minimum=1)
+    proj.done()
+    an = Table(doc, "analyst", path)
+    names = tuple(an.strs("names", ["localhost"]))
+    addresses = tuple(an.strs("addresses", ["127.0.0.1"]))
+    try:
+        check_names(["site"], [*names, *addresses])
+    except InvalidInputError as err:
+        raise an.error("names", str(err)) from None
+    bind = an.str("bind", "0.0.0.0")
+    port = an.int("port", 50051, minimum=1)
+    health = an.int("health_port", None, minimum=1)
+    an.done()
+    if port > 65535 or (health is not None and health > 65535):
+        raise ConfigError(f"{path}: [analyst] port and health_port must be 1..65535")
+    fed = dict(doc.get("federation", {}))
+    bad = sorted(set(fed) - set(PROTOCOL_KEYS) - set(ANALYST_ONLY_KEYS))
+    if bad:
+        raise ConfigError(f"{path}: [federation] has unknown key(s) {', '.join(bad)}")
+    if "method" not in fed:
+        raise ConfigError(f"{path}: [federation] method is required")
+    raw_sites = doc.get("site", [])
+    if not isinstance(raw_sites, list) or len(raw_sites) < 2:
+        raise ConfigError(f"{path}: at least two [[site]] tables are needed")
+    sites = []
+    for raw in raw_sites:
+        table = Table({"site": raw}, "site", path)
+        site_name = table.str("name")
+        csr = table.path("csr", None)
+        sites.append(Site(site_name, table.str("data", f"data/{site_name}.csv"), csr))
+        table.done()
+    try:
+        check_names([s.name for s in sites])
+    except InvalidInputError as err:
+        raise ConfigError(f"{path}: [[site]] name: {err}") from None
+    fed.setdefault("dealer", sites[0].name)
+    return Project(path, name, datetime.timedelta(days=days), names, addresses, bind, port,
+                   health, fed, doc.get("schema"), doc.get("model"), tuple(sites))
+
+
+# -- configs ---------------------------------------------------------------------------------
+def analyst_tables(project: Project) -> dict[str, dict[str, Any]]:
+    """The analyst's config (paths relative to its kit)."""
+    fed = {"id": project.name, "participants": list(project.site_names)} | project.federation
+    tables: dict[str, dict[str, Any]] = {"federation": fed}
+    if project.schema:
+        tables["schema"] = dict(project.schema)
+    if project.model:
+        tables["model"] = dict(project.model)
+    tables["server"] = {"host": project.bind, "port": project.port, "output_dir": "store",
+                        "port_file": "analyst.port", "health_port": project.health_port,
+                        "log_json": "logs/analyst.jsonl"}
+    tables["tls"] = {"ca": "pki/ca.pem", "cert": "pki/analyst.pem", "key": "pki/analyst.key"}
+    return tables
+
+
+def site_tables(project: Project, site: Site) -> dict[str, dict[str, Any]]:
+    """Site ``site``'s config: it connects to the analyst's first name, checked against it."""
+    protocol = {k: project.federation[k] for k in PROTOCOL_KEYS if k in project.federation}
+    return {
+        "participant": {"id": site.name, "federation_id": project.name,
+                        "analyst": f"{project.analyst_names[0]}:{project.port}",
+                        "server_name": project.analyst_names[0], "data": site.data,
+                        "state_dir": "state"},
+        "protocol": protocol,
+        "tls": {"ca": "pki/ca.pem", "cert": f"pki/{site.name}.pem",
+                "key": f"pki/{site.name}.key"},
+    }
+
+
+# -- the CA kept by the operator -------------------------------------------------------------
+@dataclass
+class KeptCa:
+    """The operator's CA (``<out>/ca/``) and its record of issued certificates."""
+
+    key: ec.EllipticCurvePrivateKey
+    cert: x509.Certificate
+    issued: list[dict[str, Any]]
+
+    @classmethod
+    def load(cls, out: Path) -> KeptCa:
+        folder = Path(out) / "ca"
+        if not (folder / "ca.key").is_file():
+            raise NotFoundError(f"no CA under {folder}: run 'noisyanchor provision' without "
+                                "--add-site/--renew/--sign first")
+        key = serialization.load_pem_private_key((folder / "ca.key").read_bytes(), None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise InvalidInputError(f"{folder / 'ca.key'} is not an ECDSA key")
+        cert = x509.load_pem_x509_certificate((folder / "ca.pem").read_bytes())
+        issued_path = folder / "issued.json"
+        issued = json.loads(issued_path.read_text()) if issued_path.is_file() else []
+        return cls(key, cert, issued)
+
+    def issue(self, name: str, public_key, project: Project, *, server: bool) -> x509.Certificate:
+        cert = certify(self.key, self.cert, name, public_key, server=server,
+                       dns_names=project.analyst_names if server else (),
+                       ip_addresses=project.analyst_addresses if server else (),
+                       validity=project.validity)
+        self.issued.append({"name": name, "serial": format(cert.serial_number, "x"),
+                            "not_after": cert.not_valid_after_utc.isoformat()})
+        return cert
+
+    def write(self, out: Path) -> None:
+        folder = Path(out) / "ca"
+        folder.mkdir(parents=True, exist_ok=True)
+        pem = serialization.Encoding.PEM
+        write_file(folder / "ca.pem", self.cert.public_bytes(pem))
+        write_file(folder / "ca.key", key_pem(self.key), private=True)
+        write_file(folder / "issued.json", json.dumps(self.issued, indent=2).encode())
+
+
+def _csr_public_key(csr_path: Path, site: str):
+    """The public key of a site's CSR, checked: valid signature, and it names ``site``."""
+    try:
+        csr = x509.load_pem_x509_csr(Path(csr_path).read_bytes())
+    except (OSError, ValueError) as err:
+        raise InvalidInputError(f"cannot read the CSR {csr_path} of {site!r}: {err}") from None
+    if not csr.is_signature_valid:
+        raise InvalidInputError(f"the CSR {csr_path} is not signed by its own key")
+    named = participant_id(csr)  # type: ignore[arg-type]  # same SAN/CN rule as certificates
+    if named != site:
+        raise InvalidInputError(f"the CSR {csr_path} names {named!r}, not the site {site!r}")
+    return csr.public_key()
+
+
+# -- kits ------------------------------------------------------------------------------------
+def _write_kit(root: Path, name: str, tables: dict, ca: KeptCa, cert: x509.Certificate,
+               key: ec.EllipticCurvePrivateKey | None) -> Path:
+    kit = root / name
+    (kit / "pki").mkdir(parents=True, exist_ok=True)
+    pem = serialization.Encoding.PEM
+    write_file(kit / "pki" / "ca.pem", ca.cert.public_bytes(pem))
+    write_file(kit / "pki" / f"{name}.pem", cert.public_bytes(pem))
+    if key is not None:
+        write_file(kit / "pki" / f"{name}.key", key_pem(key), private=True)
+    return _write_config(kit / f"{name}.toml", name, tables)
+
+
+def _write_config(path: Path, name: str, tables: dict) -> Path:
+    path.write_text(f"# Startup kit of {name!r}: made by noisyanchor provision; keep the files "
+                    "of one kit together\n" + toml_text(tables))
+    return path
+
+
+def _site_kit(root: Path, project: Project, site: Site, ca: KeptCa) -> Path:
+    if site.csr is not None:
+        key = None
+        public = _csr_public_key(site.csr, site.name)
+    else:
+        key = ec.generate_private_key(ec.SECP256R1())
+        public = key.public_key()
+    return _write_kit(root, site.name, site_tables(project, site), ca,
+                      ca.issue(site.name, public, project, server=False), key)
+
+
+def _analyst_kit(root: Path, project: Project, ca: KeptCa,
+                 key: ec.EllipticCurvePrivateKey | None = None) -> Path:
+    key = key or ec.generate_private_key(ec.SECP256R1())
+    return _write_kit(root, "analyst", analyst_tables(project), ca,
+                      ca.issue("analyst", key.public_key(), project, server=True), key)
+
+
+def _check_configs(root: Path, project: Project, names: list[str]) -> None:
+    """Load the written configs with the roles' own readers (every key checked)."""
+    from noisyanchor.analyst.config import load_analyst_config
+    from noisyanchor.participant.config import load_participant_config
+
+    for name in names:
+        config = root / name / f"{name}.toml"
+        if name == "analyst":
+            load_analyst_config(config)
+            continue
+        if not (root / name / "pki" / f"{name}.key").exists():  # CSR site: its key is elsewhere
+            (root / name / "pki" / f"{name}.key").write_bytes(b"")
+            try:
+                load_participant_config(config)
+            finally:
+                (root / name / "pki" / f"{name}.key").unlink()
+        else:
+            load_participant_config(config)
+
+
+def _commit(staging: Path, out: Path) -> list[Path]:
+    """Move every folder of ``staging`` to ``out`` (replacing kits of the same name)."""
+    out.mkdir(parents=True, exist_ok=True)
+    moved = []
+    for item in sorted(staging.iterdir()):
+        target = out / item.name
+        if target.exists() and item.name != "ca":
+            shutil.rmtree(target)
+        if item.name == "ca":
+            target.mkdir(exist_ok=True)
+            for f in item.iterdir():
+                shutil.move(str(f), target / f.name)
+        else:
+            shutil.move(str(item), target)
+        moved.append(target)
+    return moved
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """What a provisioning run wrote: the output folder and the kits (by name)."""
+
+    out: Path
+    kits: dict[str, Path]
+
+
+def provision(project_path: Path, out: Path | None = None, *, add_sites: tuple[str, ...] = (),
+              renew: tuple[str, ...] = ()) -> Provisioned:
+    """Make (or extend, or renew) the startup kits of a project.
+
+    Parameters
+    ----------
+    project_path : Path
+        The project file.
+    out : Path, optional
+        Output folder (default: ``kits`` beside the project file).
+    add_sites : tuple of str
+        Sites of the project to make kits for with the kept CA (the analyst's config is made
+        again, naming every site); the first run makes every kit.
+    renew : tuple of str
+        Sites (or ``analyst``) whose certificates are issued again for their existing key,
+        valid for the project's ``validity_days`` from now.
+    """
+    project = load_project(project_path)
+    out = Path(out) if out is not None else project.path.parent / "kits"
+    first = not (out / "ca" / "ca.key").exists()
+    for name in (*add_sites, *(r for r in renew if r != "analyst")):
+        project.site(name)
+    if first and (add_sites or renew):
+        raise NotFoundError(f"no CA under {out / 'ca'}: run 'noisyanchor provision --project "
+                            f"{project.path}' first")
+    if first and out.exists() and any(p for p in out.iterdir()):
+        raise AlreadyExistsError(f"{out} is not empty and holds no CA: choose another --out")
+    if not first and not (add_sites or renew):
+        raise AlreadyExistsError(f"{out} is already provisioned (CA in {out / 'ca'}): use "
+                                 "--add-site SITE, --renew SITE, or another --out")
+    try:
+        staging_parent = out.parent if out.parent.exists() else Path(tempfile.gettempdir())
+        staging = Path(tempfile.mkdtemp(prefix=".provision-", dir=staging_parent))
+    except OSError as err:
+        raise InvalidInputError(f"cannot write the kits to {out}: {err.strerror or err}") \
+            from None
+    try:
+        if first:
+            ca_key, ca_cert = make_ca(f"{project.name} CA", project.validity)
+            ca = KeptCa(ca_key, ca_cert, [])
+            names = ["analyst", *project.site_names]
+            _analyst_kit(staging, project, ca)
+            for site in project.sites:
+                _site_kit(staging, project, site, ca)
+        else:
+            ca = KeptCa.load(out)
+            names = []
+            for site_name in add_sites:
+                if (out / site_name).exists():
+                    raise AlreadyExistsError(f"{out / site_name} exists: use --renew "
+                                             f"{site_name} to issue its certificate again")
+                _site_kit(staging, project, project.site(site_name), ca)
+                names.append(site_name)
+            for name in renew:
+                _renew(staging, out, project, ca, name)
+                names.append(name)
+            if add_sites and "analyst" not in names:  # the analyst must expect the new sites
+                _reconfigure_analyst(staging, out, project)
+                names.append("analyst")
+        _check_configs(staging, project, names)
+        ca.write(staging)
+        moved = _commit(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Provisioned(out, {p.name: p for p in moved if p.name != "ca"})
+
+
+def _renew(staging: Path, out: Path, project: Project, ca: KeptCa, name: str) -> None:
+    """Issue ``name``'s certificate again for the key it has (copied kit, new certificate)."""
+    kit = out / name
+    cert_path = kit / "pki" / f"{name}.pem"
+    if not cert_path.is_file():
+        raise NotFoundError(f"no kit for {name!r} under {out}")
+    shutil.copytree(kit, staging / name)
+    public = x509.load_pem_x509_certificate(cert_path.read_bytes()).public_key()
+    cert = ca.issue(name, public, project, server=name == "analyst")
+    write_file(staging / name / "pki" / f"{name}.pem",
+               cert.public_bytes(serialization.Encoding.PEM))
+    tables = analyst_tables(project) if name == "analyst" else site_tables(project,
+                                                                           project.site(name))
+    _write_config(staging / name / f"{name}.toml", name, tables)
+
+
+def _reconfigure_analyst(staging: Path, out: Path, project: Project) -> None:
+    kit = out / "analyst"
+    if not kit.is_dir():
+        raise NotFoundError(f"no analyst kit under {out}")
+    shutil.copytree(kit, staging / "analyst", ignore=shutil.ignore_patterns("store", "logs"))
+    _write_config(staging / "analyst" / "analyst.toml", "analyst", analyst_tables(project))
+
+
+def sign_request(project_path: Path, csr_path: Path, out: Path | None = None) -> Provisioned:
+    """Make (again) the kit of the site a CSR names, with the kept CA: the kit holds the
+    certificate and no key (the key stays on the site that made the request)."""
+    project = load_project(project_path)
+    out = Path(out) if out is not None else project.path.parent / "kits"
+    try:
+        csr = x509.load_pem_x509_csr(Path(csr_path).read_bytes())
+    except (OSError, ValueError) as err:
+        raise InvalidInputError(f"cannot read the CSR {csr_path}: {err}") from None
+    name = participant_id(csr)  # type: ignore[arg-type]
+    site = project.site(name)
+    ca = KeptCa.load(out)
+    staging = Path(tempfile.mkdtemp(prefix=".provision-", dir=out))
+    try:
+        with_csr = Site(site.name, site.data, Path(csr_path))
+        _site_kit(staging, project, with_csr, ca)
+        _check_configs(staging, project, [name])
+        ca.write(staging)
+        moved = _commit(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Provisioned(out, {p.name: p for p in moved if p.name != "ca"})

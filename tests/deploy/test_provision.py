@@ -1,0 +1,146 @@
+"""Provisioning from a project file: one startup kit per site, the CA kept for new sites and
+renewals, and the CSR flow in which a site's key never leaves it."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from noisyanchor import deploy
+from noisyanchor.analyst.config import load_analyst_config
+from noisyanchor.common.errors import (
+    AlreadyExistsError,
+    ConfigError,
+    InvalidInputError,
+    NoisyAnchorError,
+)
+from noisyanchor.common.identity import participant_id
+from noisyanchor.deploy.provision import provision, sign_request
+from noisyanchor.participant.config import load_participant_config
+from noisyanchor.participant.keygen import make_key_and_csr
+
+TEMPLATE = Path(deploy.__file__).parent / "templates" / "federation.toml"
+SITES = ("org-a", "org-b", "org-c")
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    path = tmp_path / "federation.toml"
+    path.write_text(TEMPLATE.read_text())
+    return path
+
+
+def _cert(path: Path) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(path.read_bytes())
+
+
+def test_every_site_gets_a_kit_whose_config_loads_and_whose_certificate_names_it(project):
+    done = provision(project)
+    assert sorted(done.kits) == ["analyst", *SITES]
+    kits = done.out
+    ca = _cert(kits / "ca" / "ca.pem")
+    assert stat.S_IMODE((kits / "ca" / "ca.key").stat().st_mode) == 0o600
+    analyst = load_analyst_config(kits / "analyst" / "analyst.toml")
+    assert analyst.participants == SITES and analyst.federation_id == "pilot-2026"
+    assert analyst.schema.features == 64 and analyst.host == "0.0.0.0"
+    server = _cert(analyst.tls.cert)
+    server.verify_directly_issued_by(ca)
+    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "analyst.example.org" in sans.get_values_for_type(x509.DNSName)
+    assert [str(a) for a in sans.get_values_for_type(x509.IPAddress)] == ["10.0.0.10"]
+    validity = server.not_valid_after_utc - server.not_valid_before_utc
+    assert abs(validity.days - 365) <= 1  # validity_days of the project
+    for site in SITES:
+        cfg = load_participant_config(kits / site / f"{site}.toml")
+        assert (cfg.id, cfg.server_name, cfg.analyst) == (
+            site, "analyst.example.org", "analyst.example.org:50051")
+        cert = _cert(cfg.tls.cert)
+        cert.verify_directly_issued_by(ca)
+        assert participant_id(cert) == site
+        assert stat.S_IMODE(cfg.tls.key.stat().st_mode) == 0o600
+        assert not (kits / site / "pki" / "ca.key").exists()  # the CA key is never shipped
+    with pytest.raises(AlreadyExistsError, match="already provisioned"):
+        provision(project)
+
+
+@pytest.mark.parametrize("old, new, match", [
+    ('name = "org-c"', 'name = "org-a"', "unique"),
+    ('name = "org-c"', 'name = "' + "c" * 300 + '"', "300 characters"),
+    ('names = ["analyst.example.org"]', 'names = ["bad name"]', "DNS name"),
+    ('method = "aa-igdp-an"', 'method = "gdp"', r"\[federation\] method"),
+    ("features = 64", "features = 0", r"\[schema\] features"),
+    ('# csr = "requests/org-c.csr"', 'csr = "requests/org-c.csr"', "cannot read the CSR"),
+])
+def test_a_bad_project_writes_nothing(project, old, new, match):
+    text = project.read_text()
+    assert old in text
+    project.write_text(text.replace(old, new, 1))
+    with pytest.raises(NoisyAnchorError, match=match):
+        provision(project)
+    assert not (project.parent / "kits").exists()
+
+
+def test_a_site_added_later_is_issued_by_the_kept_ca_and_the_analyst_expects_it(project):
+    provision(project)
+    kits = project.parent / "kits"
+    ca_before = (kits / "ca" / "ca.pem").read_bytes()
+    project.write_text(project.read_text() + '\n[[site]]\nname = "org-d"\n')
+    done = provision(project, add_sites=("org-d",))
+    assert sorted(done.kits) == ["analyst", "org-d"]
+    assert (kits / "ca" / "ca.pem").read_bytes() == ca_before
+    _cert(kits / "org-d" / "pki" / "org-d.pem").verify_directly_issued_by(_cert(kits / "ca" /
+                                                                                "ca.pem"))
+    assert load_analyst_config(kits / "analyst" / "analyst.toml").participants[-1] == "org-d"
+    with pytest.raises(AlreadyExistsError, match="--renew org-d"):
+        provision(project, add_sites=("org-d",))
+
+
+def test_renewal_keeps_the_key_and_issues_a_new_certificate(project):
+    provision(project)
+    kits = project.parent / "kits"
+    old = _cert(kits / "org-b" / "pki" / "org-b.pem")
+    key = (kits / "org-b" / "pki" / "org-b.key").read_bytes()
+    provision(project, renew=("org-b", "analyst"))
+    new = _cert(kits / "org-b" / "pki" / "org-b.pem")
+    assert new.serial_number != old.serial_number
+    assert new.public_key().public_numbers() == old.public_key().public_numbers()
+    assert (kits / "org-b" / "pki" / "org-b.key").read_bytes() == key
+
+
+def test_a_site_that_sends_a_csr_gets_a_kit_without_a_key(project, tmp_path):
+    site_dir = tmp_path / "org-c-host"
+    request = make_key_and_csr("org-c", site_dir)
+    assert stat.S_IMODE(request.key.stat().st_mode) == 0o600
+    with pytest.raises(AlreadyExistsError):
+        make_key_and_csr("org-c", site_dir)  # never overwrites a key
+    provision(project)
+    kits = project.parent / "kits"
+    sign_request(project, request.csr)
+    assert not (kits / "org-c" / "pki" / "org-c.key").exists()
+    cert = _cert(kits / "org-c" / "pki" / "org-c.pem")
+    from cryptography.hazmat.primitives import serialization
+
+    own = serialization.load_pem_private_key(request.key.read_bytes(), None)
+    assert cert.public_key().public_numbers() == own.public_key().public_numbers()
+    assert participant_id(cert) == "org-c"
+    other = make_key_and_csr("org-z", tmp_path / "z")
+    with pytest.raises(NoisyAnchorError, match="no \\[\\[site\\]\\] named 'org-z'"):
+        sign_request(project, other.csr)
+
+
+def test_keygen_refuses_an_id_no_certificate_may_carry(tmp_path):
+    with pytest.raises(InvalidInputError):
+        make_key_and_csr("../x", tmp_path)
+
+
+def test_the_project_template_is_complete(project):
+    text = project.read_text()
+    for key in ("validity_days", "names", "addresses", "bind", "deadline", "[schema]",
+                "[model]", "[[site]]", "csr"):
+        assert key in text
+    with pytest.raises(ConfigError, match="unknown table"):
+        project.write_text(text + "\n[extra]\nx = 1\n")
+        provision(project)
