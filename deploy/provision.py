@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -156,8 +157,7 @@ def analyst_tables(project: Project) -> dict[str, dict[str, Any]]:
     if project.model:
         tables["model"] = dict(project.model)
     tables["server"] = {"host": project.bind, "port": project.port, "output_dir": "store",
-                        "port_file": "analyst.port", "health_port": project.health_port,
-                        "log_json": "logs/analyst.jsonl"}
+                        "health_port": project.health_port, "log_json": "logs/analyst.jsonl"}
     tables["tls"] = {"ca": "pki/ca.pem", "cert": "pki/analyst.pem", "key": "pki/analyst.key"}
     return tables
 
@@ -236,6 +236,10 @@ def _write_kit(root: Path, name: str, tables: dict, ca: KeptCa, cert: x509.Certi
                key: ec.EllipticCurvePrivateKey | None) -> Path:
     kit = root / name
     (kit / "pki").mkdir(parents=True, exist_ok=True)
+    # The folders a role writes, made now: a kit mounted read-only (containers) gets volumes
+    # mounted on them.
+    for folder in (("store", "logs") if name == "analyst" else ("state", "data")):
+        (kit / folder).mkdir(exist_ok=True)
     pem = serialization.Encoding.PEM
     write_file(kit / "pki" / "ca.pem", ca.cert.public_bytes(pem))
     write_file(kit / "pki" / f"{name}.pem", cert.public_bytes(pem))
@@ -289,21 +293,16 @@ def _check_configs(root: Path, project: Project, names: list[str]) -> None:
 
 
 def _commit(staging: Path, out: Path) -> list[Path]:
-    """Move every folder of ``staging`` to ``out`` (replacing kits of the same name)."""
+    """Move every file of ``staging`` to the same place under ``out``, replacing files of the
+    same name and leaving everything else (an analyst's store, a site's state) where it is."""
     out.mkdir(parents=True, exist_ok=True)
-    moved = []
-    for item in sorted(staging.iterdir()):
-        target = out / item.name
-        if target.exists() and item.name != "ca":
-            shutil.rmtree(target)
-        if item.name == "ca":
-            target.mkdir(exist_ok=True)
-            for f in item.iterdir():
-                shutil.move(str(f), target / f.name)
+    for path in sorted(staging.rglob("*")):
+        target = out / path.relative_to(staging)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
         else:
-            shutil.move(str(item), target)
-        moved.append(target)
-    return moved
+            os.replace(path, target)
+    return [out / item.name for item in sorted(staging.iterdir())]
 
 
 @dataclass(frozen=True)
@@ -387,7 +386,7 @@ def _renew(staging: Path, out: Path, project: Project, ca: KeptCa, name: str) ->
     cert_path = kit / "pki" / f"{name}.pem"
     if not cert_path.is_file():
         raise NotFoundError(f"no kit for {name!r} under {out}")
-    shutil.copytree(kit, staging / name)
+    shutil.copytree(kit / "pki", staging / name / "pki")
     public = x509.load_pem_x509_certificate(cert_path.read_bytes()).public_key()
     cert = ca.issue(name, public, project, server=name == "analyst")
     write_file(staging / name / "pki" / f"{name}.pem",
@@ -401,7 +400,7 @@ def _reconfigure_analyst(staging: Path, out: Path, project: Project) -> None:
     kit = out / "analyst"
     if not kit.is_dir():
         raise NotFoundError(f"no analyst kit under {out}")
-    shutil.copytree(kit, staging / "analyst", ignore=shutil.ignore_patterns("store", "logs"))
+    shutil.copytree(kit / "pki", staging / "analyst" / "pki")
     _write_config(staging / "analyst" / "analyst.toml", "analyst", analyst_tables(project))
 
 
@@ -424,6 +423,9 @@ def sign_request(project_path: Path, csr_path: Path, out: Path | None = None) ->
         _check_configs(staging, project, [name])
         ca.write(staging)
         moved = _commit(staging, out)
+        # A key made for the site earlier is superseded: the site's own key now belongs to the
+        # certificate, and a stale one beside it would only mislead.
+        (out / name / "pki" / f"{name}.key").unlink(missing_ok=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return Provisioned(out, {p.name: p for p in moved if p.name != "ca"})

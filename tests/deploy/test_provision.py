@@ -87,8 +87,12 @@ def test_a_site_added_later_is_issued_by_the_kept_ca_and_the_analyst_expects_it(
     provision(project)
     kits = project.parent / "kits"
     ca_before = (kits / "ca" / "ca.pem").read_bytes()
+    kept = kits / "analyst" / "store" / "uploads" / "org-a.bundle"  # the analyst already ran
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"committed")
     project.write_text(project.read_text() + '\n[[site]]\nname = "org-d"\n')
     done = provision(project, add_sites=("org-d",))
+    assert kept.read_bytes() == b"committed"  # nothing stored is lost
     assert sorted(done.kits) == ["analyst", "org-d"]
     assert (kits / "ca" / "ca.pem").read_bytes() == ca_before
     _cert(kits / "org-d" / "pki" / "org-d.pem").verify_directly_issued_by(_cert(kits / "ca" /
