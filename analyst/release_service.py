@@ -51,7 +51,7 @@ from noisyanchor.analyst.privacy_budget import Charge, PrivacyLedger
 from noisyanchor.common.errors import InvalidInputError, NotFoundError, PreconditionError
 from noisyanchor.common.scoreshield import (
     GRAM_PROJECTORS,
-    calibrate_sigma,
+    calibrate,
     gram_record_sensitivity,
     release_gram,
     release_score_vector,
@@ -63,13 +63,13 @@ from noisyanchor.protos.v1 import release_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 
-#: Projector of a Gram release when the query names none.
-DEFAULT_PROJECTOR = "aap"
+#: Projector of a Gram release when the query names none: semismooth Newton, the metric
+#: projection in ~10 eigendecompositions (AAP and Dykstra need hundreds).
+DEFAULT_PROJECTOR = GRAM_PROJECTORS[0]
 
 #: Projection iterations of a Gram release when the query sets no cap, and the largest cap
-#: (the paper's T_max). One AAP iteration is an n x n eigendecomposition: ~1.4 s at n = 1,797 on
-#: one loaded core, where 20 iterations already cut the Frobenius error of the noisy Gram 60-fold
-#: and 100 did not cut it further (measured; see the issue 5 report).
+#: (the paper's T_max). Each iteration costs about one n x n eigendecomposition (~1.4 s at
+#: n = 1,797 on one loaded core); Newton needs ~10, alternating projections hundreds.
 DEFAULT_GRAM_ITERATIONS, MAX_GRAM_ITERATIONS = 100, 500
 
 #: Largest full score vector returned in one message (bytes); larger collections need top_k.
@@ -253,10 +253,9 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
             raise InvalidInputError(f"the full score vector of {n} records exceeds "
                                     f"{MAX_SCORE_BYTES} bytes; ask for top_k")
         s = coll.scores(pid, t)
-        sens = score_vector_sensitivity()
-        sigma = calibrate_sigma(request.epsilon, request.delta, sens)  # validates (eps, delta)
-        charge = self.ledger.charge(dataset, sigma, sens, label=f"scores/{pid}")
-        rel = release_score_vector(s, request.epsilon, request.delta, rng=np.random.default_rng())
+        cal = calibrate(request.epsilon, request.delta, score_vector_sensitivity())
+        charge = self.ledger.charge(dataset, cal.sigma, cal.sensitivity, label=f"scores/{pid}")
+        rel = release_score_vector(s, cal, rng=np.random.default_rng())
         ids = top_k(rel.noisy, k) if k else None
         scores = rel.scores if ids is None else rel.scores[ids]
         log.info("released %s scores to %s (sigma=%.4g, spent epsilon=%.4g)",
@@ -281,12 +280,11 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
             raise InvalidInputError(f"max_iterations must be <= {MAX_GRAM_ITERATIONS}, got "
                                     f"{max_iter}")
         n = coll.rows.shape[0]
-        sens = gram_record_sensitivity(n)
-        sigma = calibrate_sigma(request.epsilon, request.delta, sens)  # validates (eps, delta)
-        charge = self.ledger.charge(dataset, sigma, sens, label=f"gram/{projector}/{pid}")
-        rel = release_gram(coll.rows @ coll.rows.T, request.epsilon, request.delta,
-                           rng=np.random.default_rng(), projector=projector, sensitivity=sens,
-                           max_iter=max_iter)
+        cal = calibrate(request.epsilon, request.delta, gram_record_sensitivity(n))
+        charge = self.ledger.charge(dataset, cal.sigma, cal.sensitivity,
+                                    label=f"gram/{projector}/{pid}")
+        rel = release_gram(coll.rows @ coll.rows.T, cal, rng=np.random.default_rng(),
+                           projector=projector, max_iter=max_iter)
         proj = rel.projection
         header = pb.GramHeader(
             spend=self._spend(charge, rel.epsilon, rel.delta),

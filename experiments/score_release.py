@@ -39,6 +39,7 @@ import numpy as np
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.scoreshield import (
     auc,
+    calibrate,
     calibrate_sigma,
     eer,
     gaussian_epsilon,
@@ -223,8 +224,8 @@ def regime_ii(config: ScoresConfig, enc, y, gal, rng, progress) -> dict:
         out["calibrations"][cal] = {"sensitivity": sens[cal], "guarantee": GUARANTEES[cal],
                                     "epsilons": []}
     for cal, eps in progress(jobs, desc="regime (ii) Gram releases"):
-        rel = release_gram(clean, eps, config.delta, rng=rng, projector="aap",
-                           sensitivity=sens[cal], tol=config.tol, max_iter=config.aap_iter)
+        rel = release_gram(clean, calibrate(eps, config.delta, sens[cal]), rng=rng,
+                           projector="aap", tol=config.tol, max_iter=config.aap_iter)
         sigma, noisy, aap = rel.sigma, rel.noisy, rel.projection
         dyk = project_correlation(noisy, method="dykstra", tol=config.tol,
                                   max_iter=config.dykstra_iter)
@@ -250,9 +251,9 @@ def scaling(config: ScoresConfig, data_x, rng, progress) -> dict:
         e = _encode(data_x[idx], mean)
         clean = e @ e.T
         np.fill_diagonal(clean, 1.0)
-        rel = release_gram(clean, config.scaling_epsilon, config.delta, rng=rng,
-                           projector="aap", sensitivity=gram_record_sensitivity(n),
-                           tol=config.tol, max_iter=config.scaling_iter)
+        rel = release_gram(clean, calibrate(config.scaling_epsilon, config.delta,
+                                            gram_record_sensitivity(n)),
+                           rng=rng, projector="aap", tol=config.tol, max_iter=config.scaling_iter)
         sigma, noisy, aap = rel.sigma, rel.noisy, rel.projection
         err_noisy = float(np.linalg.norm(noisy - clean) ** 2)
         err_aap = float(np.linalg.norm(aap.matrix - clean) ** 2)

@@ -190,7 +190,7 @@ def _receive_gram(parts) -> tuple[object, np.ndarray]:
 
 
 def release_gram(cfg: ParticipantConfig, epsilon: float, delta: float, *,
-                 projector: str = "aap", max_iterations: int = 0,
+                 projector: str = "newton", max_iterations: int = 0,
                  dataset: str = "") -> GramResult:
     """Receive the privatised Gram matrix of the collection (streamed in bounded chunks).
 
@@ -241,8 +241,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="row K of this participant's local data")
     sc.add_argument("--top-k", type=int_at_least(0), default=0,
                     help="return only the K highest scores")
-    gr.add_argument("--projector", choices=("aap", "dykstra", "none"), default="aap",
-                    help="post-processing onto correlation matrices (default aap)")
+    gr.add_argument("--projector", choices=("newton", "aap", "dykstra", "none"),
+                    default="newton", help="post-processing onto correlation matrices: "
+                    "semismooth Newton (the nearest correlation matrix), averaged alternating "
+                    "projections (the paper's), Dykstra, or none")
     gr.add_argument("--max-iter", type=int_at_least(0), default=0,
                     help="cap on the projection's iterations (default: the analyst's, 100)")
     gr.add_argument("--out", type=Path, required=True, help="where to save the matrix (.npy)")

@@ -10,6 +10,7 @@ differential privacy: analytical calibration and optimal denoising", ICML 2018, 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import brentq
@@ -158,8 +159,11 @@ def analytic_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     lo, hi = -1.0, 1.0
     while excess(lo) <= 0.0:
         lo -= 2.0
-        if lo < -60.0:  # sigma < 1e-26 Delta already meets delta: degenerate request
-            break
+        if lo < -60.0:  # sigma < 1e-26 Delta already meets delta: no noise worth the name
+            raise InvalidInputError(
+                f"epsilon={epsilon!r} is too large to calibrate: noise below 1e-26 times the "
+                f"sensitivity already meets delta={delta!r}, so the release would carry no "
+                "privacy; ask for a smaller epsilon")
     while excess(hi) > 0.0:
         hi += 2.0
         if hi > 60.0:
@@ -206,3 +210,50 @@ def calibrate_sigma(
     if method == "classic":
         return classic_sigma(epsilon, delta, sensitivity)
     raise InvalidInputError(f"method must be one of {CALIBRATION_METHODS}, got {method!r}")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The noise of one Gaussian release, fixed once: what a ledger charges is what is applied.
+
+    Build it with :func:`calibrate`, charge it, and hand the same object to the release
+    (:func:`common.scoreshield.release_gram`, :func:`common.scoreshield.release_score_vector`),
+    so the charged ``sigma`` and the sampled one are the same number by construction.
+
+    Attributes
+    ----------
+    epsilon, delta : float
+        The requested guarantee of this release alone.
+    sensitivity : float
+        L2 / Frobenius sensitivity ``Delta`` under the adjacency the guarantee is about.
+    sigma : float
+        Noise standard deviation meeting ``(epsilon, delta)`` at ``Delta``.
+    method : str
+        ``"analytic"`` or ``"classic"`` (:func:`calibrate_sigma`).
+    """
+
+    epsilon: float
+    delta: float
+    sensitivity: float
+    sigma: float
+    method: str
+
+    @property
+    def noise_multiplier(self) -> float:
+        """``z = sigma / Delta``: all that the privacy loss of the release depends on."""
+        return self.sigma / self.sensitivity
+
+
+def calibrate(epsilon: float, delta: float, sensitivity: float,
+              method: str = "analytic") -> Calibration:
+    """:class:`Calibration` of a Gaussian release: :func:`calibrate_sigma` with its inputs.
+
+    Raises
+    ------
+    InvalidInputError
+        Bad ``epsilon``, ``delta``, ``sensitivity`` or ``method``, or an ``epsilon`` so large
+        that no meaningful noise meets it.
+    """
+    eps, dlt = check_epsilon_delta(epsilon, delta)
+    sens = check_positive(sensitivity, "sensitivity")
+    return Calibration(eps, dlt, sens, calibrate_sigma(eps, dlt, sens, method=method), method)

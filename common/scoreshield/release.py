@@ -13,20 +13,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from noisyanchor.common.errors import InvalidInputError
-from noisyanchor.common.scoreshield.calibration import calibrate_sigma, check_epsilon_delta
+from noisyanchor.common.scoreshield.calibration import Calibration
 from noisyanchor.common.scoreshield.projection import (
+    PROJECTION_METHODS,
+    Progress,
     ProjectionResult,
     project_correlation,
     symmetrize,
 )
-from noisyanchor.common.scoreshield.sensitivity import (
-    gram_record_sensitivity,
-    score_vector_sensitivity,
-)
-from noisyanchor.common.validation import as_matrix, as_vector, check_positive
+from noisyanchor.common.validation import as_matrix, as_vector
 
-#: Post-processing choices of :func:`release_gram`.
-GRAM_PROJECTORS = ("aap", "dykstra", "none")
+#: Post-processing choices of :func:`release_gram`, the default first.
+GRAM_PROJECTORS = (*PROJECTION_METHODS, "none")
 
 
 @dataclass(frozen=True)
@@ -75,7 +73,7 @@ class GramRelease:
     epsilon, delta : float
         Guarantee of this single release under the adjacency ``sensitivity`` corresponds to.
     projector : str
-        ``"aap"``, ``"dykstra"`` or ``"none"``.
+        ``"newton"``, ``"aap"``, ``"dykstra"`` or ``"none"``.
     projection : ProjectionResult or None
         Diagnostics of the projection (None for ``"none"``).
     """
@@ -92,11 +90,9 @@ class GramRelease:
 
 def release_score_vector(
     scores: object,
-    epsilon: float,
-    delta: float,
+    calibration: Calibration,
     *,
     rng: np.random.Generator | None = None,
-    method: str = "analytic",
 ) -> ScoreRelease:
     """Regime (i): release ``clip(s + N(0, sigma^2 I), -1, 1)`` for cosine scores ``s = E q``.
 
@@ -104,13 +100,11 @@ def release_score_vector(
     ----------
     scores : (n,) array_like
         Clean scores ``s_k = <e_k, q>`` in ``[-1, 1]`` (unit-norm gallery and public query).
-    epsilon, delta : float
-        Target guarantee, ``epsilon > 0``, ``0 < delta < 1``, for record replacement
-        (L2 sensitivity 2, :func:`score_vector_sensitivity`).
+    calibration : Calibration
+        The noise, from :func:`common.scoreshield.calibrate` with the record-replacement
+        sensitivity :func:`score_vector_sensitivity` (2) or another the caller answers for.
     rng : numpy.random.Generator, optional
         Noise source; default a generator seeded from OS entropy.
-    method : {"analytic", "classic"}
-        Calibration (:func:`calibrate_sigma`).
 
     Returns
     -------
@@ -126,52 +120,47 @@ def release_score_vector(
     if np.abs(s).max() > 1.0 + 1e-9:
         raise InvalidInputError(
             f"scores must be cosine similarities in [-1, 1], got max |s| = {np.abs(s).max():.6g}")
-    eps, dlt = check_epsilon_delta(epsilon, delta)
-    sens = score_vector_sensitivity()
-    sigma = calibrate_sigma(eps, dlt, sens, method=method)
+    cal = _check_calibration(calibration)
     rng = np.random.default_rng() if rng is None else rng
-    noisy = s + rng.normal(0.0, sigma, size=s.shape)
+    noisy = s + rng.normal(0.0, cal.sigma, size=s.shape)
     clipped = np.clip(noisy, -1.0, 1.0)
-    return ScoreRelease(scores=clipped, noisy=noisy, sigma=sigma, sensitivity=sens, epsilon=eps,
-                        delta=dlt, n_clipped=int(np.count_nonzero(clipped != noisy)))
+    return ScoreRelease(scores=clipped, noisy=noisy, sigma=cal.sigma,
+                        sensitivity=cal.sensitivity, epsilon=cal.epsilon, delta=cal.delta,
+                        n_clipped=int(np.count_nonzero(clipped != noisy)))
 
 
 def release_gram(
     gram: object,
-    epsilon: float,
-    delta: float,
+    calibration: Calibration,
     *,
     rng: np.random.Generator | None = None,
-    projector: str = "aap",
-    sensitivity: float | None = None,
-    method: str = "analytic",
+    projector: str = "newton",
     tol: float = 1e-6,
     max_iter: int = 500,
+    progress: Progress | None = None,
 ) -> GramRelease:
     """Regime (ii): release a DP cosine Gram matrix, perturb then project.
 
     ``S_tilde = S + (N + N^T)/2`` with ``N_ij ~ N(0, sigma^2)`` iid (paper Corollary C.10: the
-    symmetrisation is post-processing of the full-matrix Gaussian mechanism), ``sigma`` calibrated
-    to ``sensitivity`` (default: record replacement, ``Delta_F = 2 sqrt(2 (n - 1))``), then
-    ``S_hat = P(S_tilde)`` with the chosen projector (post-processing, Lemma 2.8).
+    symmetrisation is post-processing of the full-matrix Gaussian mechanism), ``sigma`` from
+    ``calibration``, then ``S_hat = P(S_tilde)`` with the chosen projector (post-processing,
+    Lemma 2.8).
 
     Parameters
     ----------
     gram : (n, n) array_like
         Clean Gram ``S = E E^T`` of unit-norm rows (finite, square, ``n >= 2``).
-    epsilon, delta : float
-        Target guarantee, ``epsilon > 0``, ``0 < delta < 1``.
+    calibration : Calibration
+        The noise, from :func:`common.scoreshield.calibrate`. Record-level DP needs
+        :func:`gram_record_sensitivity` ``(n)``, ``Delta_F = 2 sqrt(2 (n - 1))``;
+        :func:`per_entry_sensitivity` reproduces the paper's experimental calibration, which is
+        NOT record-level DP.
     rng : numpy.random.Generator, optional
         Noise source; default a generator seeded from OS entropy.
-    projector : {"aap", "dykstra", "none"}
-        Post-processing: averaged alternating projections, Dykstra (metric projection), or none.
-    sensitivity : float, optional
-        Frobenius sensitivity ``Delta_F``. Default :func:`gram_record_sensitivity` (record-level
-        DP). Passing :func:`per_entry_sensitivity` reproduces the paper's experimental
-        calibration, which is NOT record-level DP.
-    method : {"analytic", "classic"}
-        Calibration (:func:`calibrate_sigma`).
-    tol, max_iter : float, int
+    projector : {"newton", "aap", "dykstra", "none"}
+        Post-processing: semismooth Newton (metric projection, the default), averaged
+        alternating projections, Dykstra (metric projection), or none.
+    tol, max_iter, progress
         Passed to :func:`project_correlation`.
 
     Returns
@@ -190,15 +179,22 @@ def release_gram(
         raise InvalidInputError(f"gram must be at least 2 x 2, got shape {s.shape}")
     if projector not in GRAM_PROJECTORS:
         raise InvalidInputError(f"projector must be one of {GRAM_PROJECTORS}, got {projector!r}")
-    eps, dlt = check_epsilon_delta(epsilon, delta)
-    sens = (gram_record_sensitivity(n) if sensitivity is None
-            else check_positive(sensitivity, "sensitivity"))
-    sigma = calibrate_sigma(eps, dlt, sens, method=method)
+    cal = _check_calibration(calibration)
     rng = np.random.default_rng() if rng is None else rng
-    noisy = symmetrize(s + rng.normal(0.0, sigma, size=s.shape))
+    noisy = symmetrize(s + rng.normal(0.0, cal.sigma, size=s.shape))
     if projector == "none":
-        return GramRelease(matrix=noisy, noisy=noisy, sigma=sigma, sensitivity=sens, epsilon=eps,
-                           delta=dlt, projector=projector, projection=None)
-    proj = project_correlation(noisy, method=projector, tol=tol, max_iter=max_iter)
-    return GramRelease(matrix=proj.matrix, noisy=noisy, sigma=sigma, sensitivity=sens,
-                       epsilon=eps, delta=dlt, projector=projector, projection=proj)
+        return GramRelease(matrix=noisy, noisy=noisy, sigma=cal.sigma, sensitivity=cal.sensitivity,
+                           epsilon=cal.epsilon, delta=cal.delta, projector=projector,
+                           projection=None)
+    proj = project_correlation(noisy, method=projector, tol=tol, max_iter=max_iter,
+                               progress=progress)
+    return GramRelease(matrix=proj.matrix, noisy=noisy, sigma=cal.sigma,
+                       sensitivity=cal.sensitivity, epsilon=cal.epsilon, delta=cal.delta,
+                       projector=projector, projection=proj)
+
+
+def _check_calibration(calibration: object) -> Calibration:
+    if not isinstance(calibration, Calibration):
+        raise InvalidInputError("calibration must be a Calibration from "
+                                f"common.scoreshield.calibrate, got {type(calibration).__name__}")
+    return calibration
