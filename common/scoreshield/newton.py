@@ -118,13 +118,9 @@ class NewtonOutcome:
 class _Point:
     """``A = G + Diag(y)`` at one dual point, with its eigendecomposition and derived terms."""
 
-    def __init__(self, g: np.ndarray, y: np.ndarray, w: np.ndarray | None = None,
-                 v: np.ndarray | None = None) -> None:
+    def __init__(self, y: np.ndarray, w: np.ndarray, v: np.ndarray) -> None:
         self.y = y
-        if w is None:
-            a = g + np.diag(y)
-            w, v = scipy.linalg.eigh(a, driver="evd", check_finite=False, overwrite_a=True)
-        self.w, self.v = w, v  # ascending
+        self.w, self.v = w, v  # ascending eigenvalues and their eigenvectors
         # ascending eigenvalues: alpha is the last r columns (views, no n x n copies)
         split = int(np.searchsorted(w, 0.0, side="right"))
         self.r = w.size - split
@@ -136,6 +132,13 @@ class _Point:
         self.diag_x = (self.p_pos ** 2) @ self.lam
         self.theta = 0.5 * float(self.lam @ self.lam) - float(y.sum())
         self.f = self.diag_x - 1.0
+
+    @classmethod
+    def at(cls, g: np.ndarray, y: np.ndarray) -> _Point:
+        """The point ``y``: one eigendecomposition of ``G + Diag(y)`` (LAPACK ``syevd``)."""
+        w, v = scipy.linalg.eigh(g + np.diag(y), driver="evd", check_finite=False,
+                                 overwrite_a=True)
+        return cls(y, w, v)
 
     def matrix(self) -> np.ndarray:
         """``X = P_alpha Lambda_alpha P_alpha^T``."""
@@ -258,7 +261,7 @@ def newton_dual(
     a = g + np.diag(y)
     w, v = scipy.linalg.eigh(a, driver="evd", check_finite=False, overwrite_a=True)
     c = _trace_shift(w, n)
-    pt = _Point(g, y - c, w - c, v)
+    pt = _Point(y - c, w - c, v)
     eigs, cg_total, it, last_step, change = 1, 0, 0, 1.0, math.inf
 
     def rel(point: _Point) -> tuple[float, float]:
@@ -285,17 +288,18 @@ def newton_dual(
         step = min(1.0, _GROW * last_step)
         # rounding error of theta: eigenvalues carry an absolute error ~ n eps ||A||
         noise = n * _EPS * (float(pt.lam @ pt.lam) + float(np.abs(pt.y).sum()) + n)
+        accepted: _Point | None = None
         for _ in range(_MAX_BACKTRACKS):
-            trial = _Point(g, pt.y + step * d)
+            trial = _Point.at(g, pt.y + step * d)
             eigs += 1
             if trial.theta <= pt.theta + _ARMIJO * step * slope:
-                break  # Armijo
+                accepted = trial  # Armijo
+                break
             if -step * slope <= noise:
                 # the predicted decrease is below theta's rounding error, so Armijo cannot tell;
                 # near the solution the residual can: keep a step that reduces it, or stop
                 if np.linalg.norm(trial.f) < res:
-                    break
-                trial = None
+                    accepted = trial
                 break
             # minimiser of the quadratic through theta(0), theta'(0) = slope and theta(step),
             # kept within [0.1, 0.5] of the step (safeguarded backtracking): far from the
@@ -304,12 +308,10 @@ def newton_dual(
             excess = trial.theta - pt.theta - step * slope
             quad = -slope * step * step / (2.0 * excess) if excess > 0.0 else _BACKTRACK * step
             step = min(_BACKTRACK * step, max(_SHRINK_MIN * step, quad))
-        else:
-            trial = None
-        if trial is None:  # no step makes progress: this is as close as rounding allows
+        if accepted is None:  # no step makes progress: this is as close as rounding allows
             break
-        change = step * float(np.linalg.norm(d)) / max(float(np.linalg.norm(trial.y)), 1.0)
-        pt, last_step = trial, step
+        change = step * float(np.linalg.norm(d)) / max(float(np.linalg.norm(accepted.y)), 1.0)
+        pt, last_step = accepted, step
         res, rel_res = rel(pt)
         converged = rel_res <= tol
         if progress is not None:
