@@ -11,7 +11,7 @@ from pathlib import Path
 
 from noisyanchor.common.downstream import MODELS, sklearn_available
 from noisyanchor.common.errors import ConfigError, InvalidInputError
-from noisyanchor.common.gopp import check_precision
+from noisyanchor.common.gopp import check_precision, check_stopping
 from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.schema import SCHEMA_DTYPES, RecordSchema
 from noisyanchor.common.tomlconfig import Table, TlsFiles, check_id, read_toml
@@ -71,6 +71,8 @@ class AnalystConfig:
         GOPP solver's ``T_max`` and ``eps``.
     precision : str
         GOPP products: ``"auto"``, ``"double"`` or ``"mixed"`` (:func:`common.gopp.solve_gopp`).
+    stopping : str
+        GOPP stopping rule: ``"objective"``, ``"relative"`` or ``"absolute"``.
     output_dir : Path
         The analyst's store: committed uploads, relay, result.
     tls : TlsFiles
@@ -133,6 +135,7 @@ class AnalystConfig:
     projection_seed: int | None = None
     translation_scale: float | None = None
     model: str = "logistic"
+    stopping: str = "objective"
 
     @property
     def ledger_path(self) -> Path:
@@ -198,6 +201,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
     max_iter = solver.int("max_iter", 500, minimum=1)
     tol = solver.float("tol", 1e-7, check=lambda x: check_positive(x, "tol"))
     precision = solver.str("precision", "auto", check=check_precision)
+    stopping = solver.str("stopping", "objective", check=check_stopping)
     solver.done()
     server = Table(doc, "server", path)
     privacy = _privacy(doc, path)
@@ -215,7 +219,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         max_upload_bytes=server.int("max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES, minimum=1),
         stream_idle_timeout=server.positive_float("stream_idle_timeout",
                                                   DEFAULT_STREAM_IDLE_TIMEOUT),
-        privacy=privacy, precision=precision,
+        privacy=privacy, precision=precision, stopping=stopping,
         health_port=server.int("health_port", None, minimum=1, check=check_port),
         log_json=server.path("log_json", None), schema=schema, model=_model(doc, path),
         **declared)

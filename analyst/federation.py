@@ -436,7 +436,8 @@ class Federation:
         anchors = [b["anchor"] for b in bundles] if self.method.uses_anchor else None
         alignment = align(self.method, data, anchors,
                           reference=cfg.participants.index(cfg.reference),
-                          max_iter=cfg.max_iter, tol=cfg.tol, precision=cfg.precision)
+                          max_iter=cfg.max_iter, tol=cfg.tol, precision=cfg.precision,
+                          stopping=cfg.stopping)
         d = data[0].shape[1]
         r = anchors[0].shape[0] if anchors else None
         summary = {

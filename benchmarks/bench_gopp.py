@@ -9,9 +9,13 @@ Three measurements per size, anchors ``B_i = A O_i + 1 Psi_i^T + v W_i`` at ``v 
 (a) the same number of iterations, initialisation included (``v = 0.5 v_PT``): wall time and
     objective of the baseline, of ours (default ``precision="auto"``) and of ours in float64
     throughout (``precision="double"``); the objectives must agree to 1e-7 relative;
-(b) below ``v_PT`` (``0.5 v_PT``): time to the stopping rule ``||R^(t+1) - R^(t)||_F <= 1e-7``
-    including the certificate, plain GPM and the opt-in extrapolated GPM (and the baseline);
-(c) above ``v_PT`` (``1.5 v_PT``), capped at 500 iterations: objective reached and time.
+(b) below ``v_PT`` (``0.5 v_PT``): iterations and time to the stopping rule, certificate
+    included, for the default objective rule ("ours"), the plain rule (relative step
+    ``||R^(t+1) - R^(t)||_F <= 1e-7 ||R||_F``) and the old rule (the paper's
+    ``||R^(t+1) - R^(t)||_F <= 1e-7``), with each objective and certificate next to the old
+    rule's; the opt-in extrapolated GPM; and the baseline to the old rule;
+(c) above ``v_PT`` (``1.5 v_PT``), capped at 500 iterations: the same runs, objective reached and
+    time.
 
 Peak memory is the tracemalloc peak of a short run (spectral start, 3 iterations, and for ours the
 certificate), so it counts numpy's arrays (the baseline's dense ``G`` included) but not BLAS
@@ -183,16 +187,33 @@ def fixed_iterations(anchors: np.ndarray, counts: tuple[int, ...]) -> list[dict]
     return rows
 
 
+#: ``(label, stopping rule, accelerate)`` of the runs to the stopping rule: the default
+#: objective rule ("ours"), the plain relative step rule and the paper's (old) absolute rule,
+#: and the opt-in extrapolated GPM under the default rule.
+RULE_RUNS = (("ours", "objective", False), ("plain-rule", "relative", False),
+             ("old-rule", "absolute", False), ("ours-accelerated", "objective", True))
+
+
 def to_tolerance(anchors: np.ndarray, max_iter: int, *, with_baseline: bool) -> list[dict]:
-    """(b)/(c) Plain and extrapolated GPM to the stopping rule or the cap, certificate included."""
+    """(b)/(c) Each stopping rule (:data:`RULE_RUNS`) to its stop or the cap, certificate
+    included; objectives and rotations compared with the old rule's run."""
     init = _ours_init_seconds(anchors)
+    results = {label: solve_gopp(list(anchors), max_iter=max_iter, accelerate=accelerate,
+                                 stopping=rule)
+               for label, rule, accelerate in RULE_RUNS}
+    old = results["old-rule"]
     rows = []
-    for label, accelerate in (("ours", False), ("ours-accelerated", True)):
-        res = solve_gopp(list(anchors), max_iter=max_iter, accelerate=accelerate)
+    for label, rule, _ in RULE_RUNS:
+        res = results[label]
         rows.append(_row(label, res.seconds - res.certificate_seconds, init, res.iterations,
-                         res.objective, seconds_with_certificate=res.seconds,
+                         res.objective, stopping=rule, stopped_by=res.stopped_by,
+                         seconds_with_certificate=res.seconds,
                          certificate_seconds=res.certificate_seconds, converged=res.converged,
                          fixed_point_residual=res.fixed_point_residual,
+                         objective_rel_diff_to_old_rule=abs(res.objective - old.objective)
+                         / abs(old.objective),
+                         max_rotation_diff_to_old_rule=float(
+                             np.abs(res.rotations - old.rotations).max()),
                          rejected_extrapolations=res.rejected_extrapolations,
                          mixed_precision_steps=res.mixed_precision_steps,
                          certificate_min_eig=res.certificate_min_eig,
@@ -202,6 +223,16 @@ def to_tolerance(anchors: np.ndarray, max_iter: int, *, with_baseline: bool) -> 
         rows.append(_row("baseline", base.seconds, base.init_seconds, base.iterations,
                          base.objective, converged=base.converged))
     return rows
+
+
+def stops_first(rows: list[dict]) -> bool:
+    """Issue 14's check: the default rule stops no later than the plain rule, which stops no
+    later than the old one, at the old rule's objective (1e-10 relative) and certificate."""
+    by = {x["variant"]: x for x in rows}
+    ours, plain, old = by["ours"], by["plain-rule"], by["old-rule"]
+    return bool(ours["iterations"] <= plain["iterations"] <= old["iterations"]
+                and all(x["objective_rel_diff_to_old_rule"] <= 1e-10 for x in (ours, plain))
+                and ours["certified"] == plain["certified"] == old["certified"])
 
 
 def peak_memory(anchors: np.ndarray) -> dict:
@@ -248,6 +279,8 @@ def run(quick: bool) -> dict:
         print("  to tolerance below v_PT", file=sys.stderr, flush=True)
         entry["below_v_pt"] = {"factor": 0.5, "tol": 1e-7,
                                "runs": to_tolerance(below, cap, with_baseline=True)}
+        entry["below_v_pt"]["ours_stops_first_at_the_same_answer"] = stops_first(
+            entry["below_v_pt"]["runs"])
         print("  capped above v_PT", file=sys.stderr, flush=True)
         entry["above_v_pt"] = {"factor": 1.5, "max_iter": cap,
                                "runs": to_tolerance(above, cap, with_baseline=False)}
@@ -285,14 +318,17 @@ def table(report: dict) -> str:
         for key, title in (("below_v_pt", "(b) 0.5 v_PT to tol 1e-7"),
                            ("above_v_pt", "(c) 1.5 v_PT, cap")):
             lines.append(f"  {title}: variant | iters | solve s (+certificate s) | it/s | "
-                         "objective | converged | certified (min eig)")
+                         "objective (rel diff to old rule) | stopped by | certified (min eig)")
             for x in e[key]["runs"]:
                 cert = (f"{x['certified']} ({x['certificate_min_eig']:.2e})"
                         if "certified" in x else "-")
                 cs = f"(+{x['certificate_seconds']:.2f})" if "certificate_seconds" in x else ""
+                diff = (f" ({x['objective_rel_diff_to_old_rule']:.1e})"
+                        if "objective_rel_diff_to_old_rule" in x else "")
                 lines.append(f"      {x['variant']:16s} | {x['iterations']:4d} | "
                              f"{x['seconds']:7.2f} {cs:8s} | {x['iterations_per_second']:6.2f} | "
-                             f"{x['objective']:.10g} | {x.get('converged')} | {cert}")
+                             f"{x['objective']:.12g}{diff} | {x.get('stopped_by', '-')} | "
+                             f"{cert}")
     return "\n".join(lines)
 
 
@@ -345,6 +381,11 @@ def main(argv: list[str] | None = None) -> int:
     agree = all(f["objective_agrees"] for e in report["sizes"] for f in e["fixed_iterations"])
     if not agree:
         print("objective disagreement above 1e-7 relative", file=sys.stderr)
+    first = all(e["below_v_pt"]["ours_stops_first_at_the_same_answer"] for e in report["sizes"])
+    if not first:
+        print("the default stopping rule stopped later than the plain rule, or at another "
+              "objective or certificate", file=sys.stderr)
+    agree = agree and first
     return 0 if agree else 1
 
 

@@ -73,6 +73,7 @@ def align(
     certify: bool = True,
     solver: str | None = None,
     precision: str = "auto",
+    stopping: str = "objective",
 ) -> Alignment:
     """Align the uploads ``Y_i`` (with anchors ``B_i`` where the method has them) into ``Z``.
 
@@ -85,7 +86,7 @@ def align(
         ``B_i`` (AA-I-GDP variants).
     reference : int
         Reference participant ``s`` for Procrustes.
-    max_iter, tol, certify, precision
+    max_iter, tol, certify, precision, stopping
         GOPP solver parameters (:func:`common.gopp.solve_gopp`).
     solver : {"procrustes", "gopp"}, optional
         Override the method's default solver (anchor methods only).
@@ -124,9 +125,10 @@ def align(
                                 "seconds": res.seconds}
     else:
         gopp = solve_gopp(anchors, max_iter=max_iter, tol=tol, certify=certify,
-                          precision=precision)
+                          precision=precision, stopping=stopping)
         rotations, means, shift = gopp.rotations, gopp.means, np.zeros(d)
         diag = {"name": "gopp", "iterations": gopp.iterations, "converged": gopp.converged,
+                "stopping": stopping, "stopped_by": gopp.stopped_by,
                 "objective": gopp.objective, "fixed_point_residual": gopp.fixed_point_residual,
                 "gopp_residual": gopp.gopp_residual,
                 "certificate_min_eig": gopp.certificate_min_eig,

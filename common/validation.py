@@ -83,6 +83,13 @@ def check_count(value: int, name: str, *, minimum: int) -> int:
     return int(value)
 
 
+def check_choice(value: str, name: str, choices: Sequence[str]) -> str:
+    """Return ``value`` after checking it is one of ``choices``."""
+    if value not in choices:
+        raise InvalidInputError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
 def check_anchor_rows(r: int, d: int, what: str) -> None:
     """Raise unless an anchor has ``r >= d + 1`` rows for dimension ``d``.
 

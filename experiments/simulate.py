@@ -77,6 +77,7 @@ class SimulationConfig:
     max_iter: int = 500
     tol: float = 1e-7
     precision: str = "auto"
+    stopping: str = "objective"
     test_fraction: float = 0.2
     validation_fraction: float = 0.0
     translation_scale: float = DEFAULT_TRANSLATION_SCALE
@@ -227,7 +228,8 @@ def simulate(config: SimulationConfig, federation: Federation | None = None) -> 
     states = [s for _, s in pairs]
     alignment = align(method, [u.data for u in uploads],
                       [u.anchor for u in uploads] if method.uses_anchor else None,
-                      max_iter=config.max_iter, tol=config.tol, precision=config.precision)
+                      max_iter=config.max_iter, tol=config.tol, precision=config.precision,
+                      stopping=config.stopping)
 
     solver = {"iterations": 0, "converged": True, "certified": None, "certificate_min_eig": None,
               "seconds": 0.0, **alignment.solver}

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from noisyanchor.common.cliargs import int_at_least, nonnegative_float, positive_float
-from noisyanchor.common.gopp import PRECISIONS
+from noisyanchor.common.gopp import PRECISIONS, STOPPING_RULES
 from noisyanchor.common.methods import Method
 from noisyanchor.experiments.datasets import DATASETS
 
@@ -30,7 +30,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     ps.add_argument("--seed", type=int_at_least(0), default=None,
                     help="root seed for a reproducible run (default: OS entropy)")
     ps.add_argument("--max-iter", type=int_at_least(0), default=500, help="GPM iteration cap T_max")
-    ps.add_argument("--tol", type=positive_float, default=1e-7, help="GPM stopping tolerance eps")
+    ps.add_argument("--tol", type=positive_float, default=1e-7,
+                    help="GPM step tolerance eps (relative to ||R||_F; absolute with "
+                         "--stopping absolute)")
+    ps.add_argument("--stopping", choices=STOPPING_RULES, default="objective",
+                    help="GPM stopping rule: the objective known, or the relative step rule "
+                         "(objective); the step rule relative to ||R||_F (relative); the "
+                         "paper's ||R' - R||_F <= eps (absolute)")
     ps.add_argument("--precision", choices=PRECISIONS, default="auto",
                     help="GOPP products: float64 throughout (double), float32 increments once "
                          "steps are small (mixed), or mixed for large problems (auto)")
@@ -46,7 +52,7 @@ def _run(args: argparse.Namespace) -> int:
         dataset=args.dataset, method=args.method, participants=args.participants,
         anchors=args.anchors, dim=args.dim, sigma=args.sigma, v=args.v,
         colluder=None if args.colluder < 0 else args.colluder, seed=args.seed,
-        max_iter=args.max_iter, tol=args.tol, precision=args.precision,
+        max_iter=args.max_iter, tol=args.tol, precision=args.precision, stopping=args.stopping,
         utility=not args.no_utility)
     summary = simulate(config).summary()
     if args.json:

@@ -102,9 +102,13 @@ def test_gpm_below_phase_transition_converges_and_is_certified(factor):
     p, d, r = 6, 10, 40
     anchor, keys, _ = _federation(rng, p, d, r)
     v = factor * phase_transition_v(p, d, r)
-    res = solve_gopp([anchor @ k.rotation + k.translation + v * rng.standard_normal((r, d))
-                      for k in keys])
-    assert res.converged and res.fixed_point_residual <= 1e-7
+    b = [anchor @ k.rotation + k.translation + v * rng.standard_normal((r, d)) for k in keys]
+    res = solve_gopp(b)
+    paper = solve_gopp(b, stopping="absolute")
+    assert paper.converged and paper.fixed_point_residual <= 1e-7
+    # The default rule stops no later, at the same objective (1e-10 relative).
+    assert res.converged and res.iterations <= paper.iterations
+    assert res.objective == pytest.approx(paper.objective, rel=1e-10)
     assert res.certified and res.certificate_min_eig >= -res.certificate_tol
     # The objective never decreases from the spectral start (relative slack 1e-12).
     assert np.all(np.diff(res.objective_trace) >= -1e-12 * abs(res.objective))

@@ -238,13 +238,18 @@ def test_quick_benchmark_writes_its_report(tmp_path, mixed_everywhere):
     assert all(f["objective_agrees"] for s in report["sizes"] for f in s["fixed_iterations"])
     assert any(f["ours"]["mixed_precision_steps"] for s in report["sizes"]
                for f in s["fixed_iterations"])
+    for size in report["sizes"]:
+        below = size["below_v_pt"]
+        assert below["ours_stops_first_at_the_same_answer"]
+        assert {r["variant"] for r in below["runs"]} >= {"ours", "plain-rule", "old-rule"}
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_mixed_precision_converges_to_the_double_precision_certified_optimum(seed):
     b = _anchors(seed, 6, 30, 120, 0.5)
-    double = solve_gopp(b, precision="double")
-    mixed = solve_gopp(b, precision="mixed")
+    # The paper's step rule, met on an exact product: both stop at the same iteration.
+    double = solve_gopp(b, precision="double", stopping="absolute")
+    mixed = solve_gopp(b, precision="mixed", stopping="absolute")
     assert double.mixed_precision_steps == 0
     assert mixed.mixed_precision_steps > 0  # small steps were carried by float32 increments
     assert mixed.converged and mixed.certified and double.certified
