@@ -102,7 +102,10 @@ class AnalystConfig:
         Downstream model fitted on the training rows of ``Z`` after the alignment, its held-out
         metrics written to ``result.json`` (a name of :data:`common.downstream.MODELS`, or
         ``"none"``).
-    dealer, projection_seed, translation_scale : optional
+    dealer : str
+        The one participant whose sealed shares the relay accepts (the anchor seed's dealer);
+        declared to participants. Default (None given): the first participant.
+    projection_seed, translation_scale : optional
         Further declared protocol parameters participants check their own against (None: not
         declared).
     """
@@ -136,6 +139,11 @@ class AnalystConfig:
     translation_scale: float | None = None
     model: str = "logistic"
     stopping: str = "objective"
+
+    def __post_init__(self) -> None:
+        # The relay accepts sealed shares from exactly one participant: always declared.
+        if self.dealer is None:  # frozen: set once, here
+            object.__setattr__(self, "dealer", self.participants[0])
 
     @property
     def ledger_path(self) -> Path:

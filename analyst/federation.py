@@ -38,9 +38,10 @@ from noisyanchor.common.errors import (
     NotFoundError,
     PermissionDeniedError,
     PreconditionError,
+    UnauthenticatedError,
 )
 from noisyanchor.common.files import atomic_write, sweep_stale_writes
-from noisyanchor.common.sealing import verify_exchange_key
+from noisyanchor.common.sealing import share_statement, verify_exchange_key, verify_statement
 from noisyanchor.common.splits import SPLIT_NAMES
 from noisyanchor.common.theory import phase_transition_v
 from noisyanchor.common.wire import BundleSpec
@@ -96,7 +97,7 @@ class Federation:
         public = {"federation_id": config.federation_id, "participants": list(config.participants),
                   "method": config.method, "anchors": config.anchors, "dim": config.dim,
                   "sigma": config.sigma, "v": config.v, "reference": config.reference,
-                  "accept_collusion": config.accept_collusion,
+                  "dealer": config.dealer, "accept_collusion": config.accept_collusion,
                   "deadline": config.deadline.isoformat() if config.deadline else None,
                   "schema": None if config.schema is None else {
                       "features": config.schema.features, "dtype": config.schema.dtype,
@@ -295,16 +296,39 @@ class Federation:
             atomic_write(path, data)
         log.info("relay: %s", event)
 
-    def publish_key(self, pid: str, public_key: bytes, signature: bytes, cert_pem: bytes) -> None:
-        """Store ``pid``'s signed X25519 key with the certificate seen on its connection."""
+    def _stored_key(self, pid: str) -> pb.SignedKey | None:
+        path = self.store.keys / f"{pid}.pb"
+        return _parse(pb.SignedKey, path.read_bytes()) if path.exists() else None
+
+    def publish_key(self, pid: str, public_key: bytes, signature: bytes, bound_to: bytes,
+                    cert_pem: bytes) -> None:
+        """Store ``pid``'s signed X25519 key with the certificate seen on its connection.
+
+        The dealer's key is bound to nothing; every other key must be bound to the dealer's
+        published key (:func:`common.sealing.key_statement`), so the dealer publishes first.
+        """
+        dealer = self.config.dealer
+        if pid == dealer:
+            if bound_to:
+                raise InvalidInputError(f"the dealer {dealer!r} binds its exchange key to "
+                                        "nothing; bound_to must be empty")
+        else:
+            dealer_key = self._stored_key(dealer)
+            if dealer_key is None:
+                raise PreconditionError(f"the dealer {dealer!r} has not published its exchange "
+                                        "key yet; every other key is bound to it")
+            if bound_to != dealer_key.public_key:
+                raise UnauthenticatedError(f"the exchange key of {pid!r} is bound to another "
+                                           f"key than the dealer {dealer!r}'s of this agreement "
+                                           "(a stale or replayed statement)")
         # The participants verify every key themselves (the analyst is not trusted); checking
         # here too refuses a bad signature at once instead of relaying it.
         self.check_deadline()
         verify_exchange_key(cert_pem, self.config.tls.ca.read_bytes(), self.config.federation_id,
-                            pid, public_key, signature)
+                            pid, public_key, signature, bound_to=bound_to)
         self._rejoin(pid)
         msg = pb.SignedKey(participant_id=pid, public_key=public_key, signature=signature,
-                           certificate_pem=cert_pem)
+                           certificate_pem=cert_pem, bound_to=bound_to)
         # Signatures may be randomized, so the public key decides whether it is the same.
         self._publish_once(self.store.keys / f"{pid}.pb", msg.SerializeToString(deterministic=True),
                            f"the exchange key of {pid!r} was already published differently",
@@ -313,28 +337,42 @@ class Federation:
 
     def list_keys(self) -> list[pb.SignedKey]:
         """Every published signed key."""
-        keys = []
-        for pid in self.config.participants:
-            path = self.store.keys / f"{pid}.pb"
-            if path.exists():
-                keys.append(_parse(pb.SignedKey, path.read_bytes()))
-        return keys
+        return [k for pid in self.config.participants if (k := self._stored_key(pid)) is not None]
 
-    def post_sealed(self, dealer: str, shares: list[pb.SealedShare]) -> None:
+    def post_sealed(self, pid: str, shares: list[pb.SealedShare], cert_pem: bytes) -> None:
         """Relay the dealer's sealed shares (ciphertext only) to their recipients, the dealer
         itself included (its copy lets a restarted dealer reopen its seed).
 
-        A share for a recipient that already has one from the same dealer is a no-op (the first
-        is kept: a restarted dealer re-seals with fresh nonces); from another dealer it is
-        refused.
+        Only the dealer named in the config may post, each share signed with the TLS key of
+        the certificate on its connection over both exchange keys of this agreement
+        (:func:`common.sealing.share_statement`); the recipients check that signature again.
+        Every share is checked before any is stored. A share for a recipient that already has
+        one is a no-op (the first is kept: a restarted dealer re-seals with fresh nonces).
         """
+        dealer = self.config.dealer
+        if pid != dealer:
+            raise PermissionDeniedError(f"only the dealer {dealer!r} named in the analyst config "
+                                        f"may post sealed shares, not {pid!r}")
+        fid, ca_pem = self.config.federation_id, self.config.tls.ca.read_bytes()
+        dealer_key = self._stored_key(dealer)
+        if dealer_key is None:
+            raise PreconditionError(f"the dealer {dealer!r} has not published its exchange key")
         for share in shares:
             if share.recipient_id not in self._participant_locks:
                 raise InvalidInputError(f"sealed share for {share.recipient_id!r}: not a "
                                         "participant of this federation")
+            recipient_key = self._stored_key(share.recipient_id)
+            if recipient_key is None:
+                raise PreconditionError(f"sealed share for {share.recipient_id!r}, who has not "
+                                        "published an exchange key")
+            verify_statement(cert_pem, ca_pem, dealer, share_statement(
+                fid, dealer, share.recipient_id, dealer_key.public_key, recipient_key.public_key,
+                share.nonce, share.ciphertext), share.signature,
+                f"the sealed share from {dealer!r} to {share.recipient_id!r}")
         for share in shares:
             stored = pb.SealedShare(dealer_id=dealer, recipient_id=share.recipient_id,
-                                    nonce=share.nonce, ciphertext=share.ciphertext)
+                                    nonce=share.nonce, ciphertext=share.ciphertext,
+                                    signature=share.signature)
             self._publish_once(
                 self.store.sealed / f"{share.recipient_id}.pb",
                 stored.SerializeToString(deterministic=True),

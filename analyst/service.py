@@ -104,7 +104,7 @@ class AnalystServicer(pb_grpc.AnalystServicer):
     @grpc_edge
     def PublishKey(self, request, context):
         pid, pem = self._caller(context, request.federation_id)
-        self.fed.publish_key(pid, request.public_key, request.signature, pem)
+        self.fed.publish_key(pid, request.public_key, request.signature, request.bound_to, pem)
         return pb.PublishKeyReply()
 
     @grpc_edge
@@ -114,8 +114,8 @@ class AnalystServicer(pb_grpc.AnalystServicer):
 
     @grpc_edge
     def PostSealed(self, request, context):
-        pid, _ = self._caller(context, request.federation_id)
-        self.fed.post_sealed(pid, list(request.shares))
+        pid, pem = self._caller(context, request.federation_id)
+        self.fed.post_sealed(pid, list(request.shares), pem)
         return pb.PostSealedReply()
 
     @grpc_edge

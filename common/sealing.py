@@ -1,13 +1,16 @@
 """Anchor agreement through an untrusted relay: signed X25519 keys, sealed seeds, commitments.
 
-Each participant makes an X25519 key pair for the federation and publishes the public half,
+Each participant makes an X25519 key pair for the agreement and publishes the public half,
 signed with the private key of its TLS client certificate, so that every other participant can
-check it against the certificate (issued by the federation's CA). The dealer draws the 256-bit
-anchor seed and seals it to each recipient: X25519 between the dealer's and the recipient's
-keys, HKDF-SHA256 bound to both ids and keys, ChaCha20-Poly1305 with the federation id and both
-ids as associated data (a ciphertext replayed into another federation or to another recipient
-does not open). Everyone then publishes a commitment to the seed and the parameters derived
-from it, so all can check that they hold the same anchor ``A``.
+check it against the certificate (issued by the federation's CA). Every key but the dealer's is
+signed bound to the dealer's key of this agreement (fresh from OS entropy), so the relay cannot
+replay a statement from an earlier run. The dealer draws the 256-bit anchor seed and seals it to
+each recipient: X25519 between the dealer's and the recipient's keys, HKDF-SHA256 bound to both
+ids and keys, ChaCha20-Poly1305 with the federation id and both ids as associated data (a
+ciphertext replayed into another federation or to another recipient does not open), and signs
+each sealed share with its TLS key over both keys, so a share opens for a recipient only if the
+dealer made it for this recipient's current key. Everyone then publishes a commitment to the
+seed and the parameters derived from it, so all can check that they hold the same anchor ``A``.
 
 All of this is ``cryptography`` library calls; the relay (the analyst) only sees public keys,
 signatures, ciphertexts and commitments.
@@ -37,6 +40,7 @@ from noisyanchor.common.errors import IntegrityError, InvalidInputError, Unauthe
 #: Domain labels: one per kind of signed, derived or hashed value.
 KEY_DOMAIN = b"noisyanchor/v1/x25519-key"
 SEAL_DOMAIN = b"noisyanchor/v1/seal"
+SHARE_DOMAIN = b"noisyanchor/v1/sealed-share"
 COMMIT_DOMAIN = b"noisyanchor/v1/anchor-commitment"
 
 #: Bytes of the anchor seed (256 bits).
@@ -112,24 +116,40 @@ def _verify(public_key, signature: bytes, data: bytes, whose: str) -> None:
                                    "with EC, RSA, Ed25519 or Ed448 keys only")
 
 
-def key_statement(federation_id: str, participant_id: str, public_key: bytes) -> bytes:
-    """The bytes a participant signs to publish its X25519 key for one federation."""
-    return encode_fields(KEY_DOMAIN, federation_id, participant_id, public_key)
+def key_statement(federation_id: str, participant_id: str, public_key: bytes,
+                  bound_to: bytes) -> bytes:
+    """The bytes a participant signs to publish its X25519 key for one agreement.
+
+    ``bound_to`` is the dealer's X25519 public key of this agreement (empty in the dealer's own
+    statement). The dealer's key comes fresh from OS entropy for every agreement, so a statement
+    bound to it cannot be an old one replayed by the relay, even under a reused federation id.
+    """
+    return encode_fields(KEY_DOMAIN, federation_id, participant_id, public_key, bound_to)
+
+
+def share_statement(federation_id: str, dealer_id: str, recipient_id: str, dealer_public: bytes,
+                    recipient_public: bytes, nonce: bytes, ciphertext: bytes) -> bytes:
+    """The bytes the dealer signs for one sealed share: both ids, both X25519 keys of this
+    agreement, the nonce and the ciphertext."""
+    return encode_fields(SHARE_DOMAIN, federation_id, dealer_id, recipient_id, dealer_public,
+                         recipient_public, nonce, ciphertext)
+
+
+def sign_statement(tls_key_pem: bytes, statement: bytes) -> bytes:
+    """Signature of ``statement`` with a participant's TLS private key."""
+    return _sign(load_private_key(tls_key_pem), statement)
 
 
 def sign_exchange_key(tls_key_pem: bytes, federation_id: str, participant_id: str,
-                      public_key: bytes) -> bytes:
+                      public_key: bytes, *, bound_to: bytes) -> bytes:
     """Signature of the key statement with the participant's TLS private key."""
-    return _sign(load_private_key(tls_key_pem),
-                 key_statement(federation_id, participant_id, public_key))
+    return sign_statement(tls_key_pem, key_statement(federation_id, participant_id, public_key,
+                                                     bound_to))
 
 
-def verify_exchange_key(
-    cert_pem: bytes, ca_pem: bytes, federation_id: str, participant_id: str, public_key: bytes,
-    signature: bytes,
-) -> None:
-    """Check a published X25519 key: certificate issued by the CA, valid now, naming
-    ``participant_id``, and a valid signature of the key statement under its key.
+def signer_certificate(cert_pem: bytes, ca_pem: bytes, signer_id: str) -> x509.Certificate:
+    """``cert_pem`` once checked as ``signer_id``'s: issued by the CA, valid now, a client
+    certificate, naming ``signer_id`` by the rule of :mod:`common.identity`.
 
     Raises :class:`~common.errors.UnauthenticatedError` naming what failed.
     """
@@ -137,40 +157,61 @@ def verify_exchange_key(
         cert = x509.load_pem_x509_certificate(cert_pem)
         ca = x509.load_pem_x509_certificate(ca_pem)
     except ValueError as err:
-        raise UnauthenticatedError(f"unreadable certificate for {participant_id}: {err}") from None
+        raise UnauthenticatedError(f"unreadable certificate for {signer_id}: {err}") from None
     try:
         cert.verify_directly_issued_by(ca)
     except (ValueError, TypeError, InvalidSignature):
-        raise UnauthenticatedError(f"the certificate of {participant_id!r} was not issued by "
+        raise UnauthenticatedError(f"the certificate of {signer_id!r} was not issued by "
                                    "the federation CA") from None
     now = datetime.datetime.now(datetime.UTC)
     if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
-        raise UnauthenticatedError(f"the certificate of {participant_id!r} is not valid now")
+        raise UnauthenticatedError(f"the certificate of {signer_id!r} is not valid now")
     try:
         usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     except x509.ExtensionNotFound:
         usage = None
     if usage is not None and ExtendedKeyUsageOID.CLIENT_AUTH not in usage:
-        raise UnauthenticatedError(f"the certificate of {participant_id!r} is not a client "
+        raise UnauthenticatedError(f"the certificate of {signer_id!r} is not a client "
                                    "certificate (its extended key usage has no clientAuth)")
     named = identity.participant_id(cert)
-    if named != participant_id:
-        raise UnauthenticatedError(f"a key published as {participant_id!r} comes with the "
+    if named != signer_id:
+        raise UnauthenticatedError(f"a statement signed as {signer_id!r} comes with the "
                                    f"certificate of {named!r}")
-    if len(public_key) != 32:
-        raise UnauthenticatedError(f"{participant_id!r} published a {len(public_key)}-byte key; "
-                                   "X25519 keys have 32")
+    return cert
+
+
+def verify_statement(cert_pem: bytes, ca_pem: bytes, signer_id: str, statement: bytes,
+                     signature: bytes, what: str) -> None:
+    """Check that ``signer_id``'s certificate (:func:`signer_certificate`) signed
+    ``statement``; ``what`` names the statement in the refusal."""
+    cert = signer_certificate(cert_pem, ca_pem, signer_id)
     try:
         cert_key = cert.public_key()
     except (ValueError, UnsupportedAlgorithm) as err:
-        raise UnauthenticatedError(f"the certificate of {participant_id!r} has a key this "
+        raise UnauthenticatedError(f"the certificate of {signer_id!r} has a key this "
                                    f"system cannot use: {err}") from None
     try:
-        _verify(cert_key, signature,
-                key_statement(federation_id, participant_id, public_key), participant_id)
+        _verify(cert_key, signature, statement, signer_id)
     except InvalidSignature:
-        raise UnauthenticatedError(f"the signature on {participant_id!r}'s exchange key does not "
-                                   "verify") from None
+        raise UnauthenticatedError(f"the signature on {what} does not verify") from None
+
+
+def verify_exchange_key(
+    cert_pem: bytes, ca_pem: bytes, federation_id: str, participant_id: str, public_key: bytes,
+    signature: bytes, *, bound_to: bytes,
+) -> None:
+    """Check a published X25519 key: certificate issued by the CA, valid now, naming
+    ``participant_id``, and a valid signature of the key statement (bound to ``bound_to``,
+    see :func:`key_statement`) under its key.
+
+    Raises :class:`~common.errors.UnauthenticatedError` naming what failed.
+    """
+    if len(public_key) != 32:
+        raise UnauthenticatedError(f"{participant_id!r} published a {len(public_key)}-byte key; "
+                                   "X25519 keys have 32")
+    verify_statement(cert_pem, ca_pem, participant_id,
+                     key_statement(federation_id, participant_id, public_key, bound_to),
+                     signature, f"{participant_id!r}'s exchange key")
 
 
 def _channel(own: X25519PrivateKey, peer_public: bytes, federation_id: str, dealer_id: str,

@@ -76,7 +76,8 @@ def write_analyst(root: Path, ids: tuple[str, ...], *, federation_id: str, metho
     tables: dict[str, dict[str, Any]] = {
         "federation": {"id": federation_id, "participants": list(ids), "method": method,
                        "anchors": anchors, "dim": dim, "sigma": sigma, "v": v,
-                       "reference": ids[0], "accept_collusion": accept_collusion},
+                       "reference": ids[0], "dealer": ids[0],
+                       "accept_collusion": accept_collusion},
         "solver": {"max_iter": max_iter, "tol": tol},
         "server": {"host": "127.0.0.1", "port": 0, "port_file": port_file, "output_dir": store,
                    "stream_idle_timeout": stream_idle_timeout},

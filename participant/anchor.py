@@ -1,18 +1,23 @@
 """Agreeing on the anchor seed with the other participants, through the analyst as an untrusted
 relay (issue 3, item 4).
 
-1. Every participant publishes an X25519 key signed with its TLS key.
-2. The dealer draws the 256-bit seed (OS entropy; an explicit seed only for experiments),
-   checks every other participant's signed key against its CA-issued certificate, and seals the
-   seed with the common parameters to each of them.
-3. Each recipient checks the dealer's signed key, opens its share and checks the parameters.
-4. Everyone publishes a commitment to the seed and parameters and checks that all commitments
+1. The dealer (named in every participant's config and in the analyst's, which accepts shares
+   from it only) publishes an X25519 key signed with its TLS key.
+2. Every other participant checks the dealer's signed key and publishes its own X25519 key,
+   signed bound to the dealer's (fresh) key, so no statement of an earlier run can be replayed.
+3. The dealer draws the 256-bit seed (OS entropy; an explicit seed only for experiments),
+   checks every other participant's signed key against its CA-issued certificate and the
+   binding, seals the seed with the common parameters to each of them, and signs each share.
+4. Each recipient checks the dealer's signature on its share (made for its current key), opens
+   it and checks the parameters.
+5. Everyone publishes a commitment to the seed and parameters and checks that all commitments
    are equal before uploading anything derived from the seed.
 
 A participant restarted mid-agreement resumes it: its X25519 key is kept in its state folder
 (mode 0600) until its upload is committed, and the dealer seals the seed to itself first, so a
-restarted dealer reopens the seed it already sent instead of drawing another. Re-publishing the
-same key, shares or commitment is a no-op at the relay.
+restarted dealer reopens the seed it already sent instead of drawing another, and seals it again
+only to the keys it sealed it to before. Re-publishing the same key, shares or commitment is a
+no-op at the relay.
 
 The analyst sees only public keys, signatures, certificates, ciphertexts and commitments.
 """
@@ -26,7 +31,12 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from noisyanchor.common.errors import IntegrityError, InvalidInputError, NotFoundError
+from noisyanchor.common.errors import (
+    IntegrityError,
+    InvalidInputError,
+    NotFoundError,
+    UnauthenticatedError,
+)
 from noisyanchor.common.files import atomic_write
 from noisyanchor.common.sealing import (
     SEED_BYTES,
@@ -37,8 +47,11 @@ from noisyanchor.common.sealing import (
     private_bytes,
     public_bytes,
     seal,
+    share_statement,
     sign_exchange_key,
+    sign_statement,
     verify_exchange_key,
+    verify_statement,
 )
 from noisyanchor.participant.client import AnalystClient
 from noisyanchor.protos.v1 import analyst_pb2 as pb
@@ -73,15 +86,23 @@ def kept_exchange_key(path: Path) -> X25519PrivateKey:
     return key
 
 
-def _open_share(client: AnalystClient, own: X25519PrivateKey, dealer_public: bytes,
-                share: pb.SealedShare, *, participant_id: str, dealer: str) -> pb.AnchorSecret:
-    """Check and open the dealer's sealed share addressed to this participant."""
+def _open_share(client: AnalystClient, own: X25519PrivateKey, dealer_key: pb.SignedKey,
+                share: pb.SealedShare, *, participant_id: str, dealer: str,
+                ca_pem: bytes) -> pb.AnchorSecret:
+    """Check the dealer's signature on its sealed share addressed to this participant's current
+    key, then open it."""
     if share.dealer_id != dealer:
         raise IntegrityError(f"the sealed share comes from {share.dealer_id!r}, not from the "
                              f"dealer {dealer!r}")
+    fid, dealer_public = client.federation_id, bytes(dealer_key.public_key)
+    verify_statement(dealer_key.certificate_pem, ca_pem, dealer, share_statement(
+        fid, dealer, participant_id, dealer_public, public_bytes(own), share.nonce,
+        share.ciphertext), share.signature,
+        f"the sealed share from {dealer!r} to {participant_id!r} (not made by the dealer for "
+        "this participant's current exchange key)")
     secret = pb.AnchorSecret()
-    secret.ParseFromString(open_sealed(own, dealer_public, client.federation_id, dealer,
-                                       participant_id, share.nonce, share.ciphertext))
+    secret.ParseFromString(open_sealed(own, dealer_public, fid, dealer, participant_id,
+                                       share.nonce, share.ciphertext))
     return secret
 
 
@@ -104,8 +125,10 @@ def _own_share(client: AnalystClient) -> pb.SealedShare | None:
         return None
 
 
-def _verified_keys(client: AnalystClient, ca_pem: bytes, wanted: list[str]) -> dict[str, bytes]:
-    """Wait for the signed keys of ``wanted`` and verify each; ``{id: X25519 public key}``."""
+def _verified_keys(client: AnalystClient, ca_pem: bytes, wanted: list[str],
+                   bound_to: bytes) -> dict[str, pb.SignedKey]:
+    """Wait for the signed keys of ``wanted`` and verify each, bound to ``bound_to`` (the
+    dealer's key; empty for the dealer's own): ``{id: signed key}``."""
     fid = client.federation_id
     reply = client.wait_for(
         "publish their exchange keys",
@@ -115,9 +138,13 @@ def _verified_keys(client: AnalystClient, ca_pem: bytes, wanted: list[str]) -> d
     keys = {}
     for k in reply.keys:
         if k.participant_id in wanted:
+            if k.bound_to != bound_to:
+                raise UnauthenticatedError(f"the exchange key of {k.participant_id!r} is bound "
+                                           "to another dealer key than this agreement's (a "
+                                           "stale or replayed statement)")
             verify_exchange_key(k.certificate_pem, ca_pem, fid, k.participant_id, k.public_key,
-                                k.signature)
-            keys[k.participant_id] = bytes(k.public_key)
+                                k.signature, bound_to=bound_to)
+            keys[k.participant_id] = k
     return keys
 
 
@@ -131,8 +158,10 @@ def agree_on_seed(
     ----------
     client : AnalystClient
     participant_id, dealer : str
+        Own id and the dealer's (``[protocol] dealer``; the analyst declares its own).
     tls_key_pem, ca_pem : bytes
-        Own TLS private key (signs the exchange key) and the federation CA.
+        Own TLS private key (signs the exchange key and, for the dealer, the shares) and the
+        federation CA.
     params : SharedParameters
         This participant's own view of the parameters; a dealer sending others is refused.
     key_path : Path
@@ -141,24 +170,28 @@ def agree_on_seed(
         The dealer's explicit seed (experiments only); OS entropy when omitted.
     """
     fid = client.federation_id
-    own = kept_exchange_key(key_path)
-    pub = public_bytes(own)
-    client.call("publish exchange key", lambda: client.stub.PublishKey(pb.PublishKeyRequest(
-        federation_id=fid, public_key=pub,
-        signature=sign_exchange_key(tls_key_pem, fid, participant_id, pub))))
     expected = list(client.status().expected)
     if participant_id not in expected or dealer not in expected:
         raise InvalidInputError(f"participant {participant_id!r} and dealer {dealer!r} must both "
                                 f"be in the federation {expected}")
-    if participant_id == dealer:
-        seed = _deal(client, own, dealer, params, dealer_seed, expected, ca_pem)
+    own = kept_exchange_key(key_path)
+    pub = public_bytes(own)
+    # Freshness: every key but the dealer's is bound to the dealer's key of this agreement.
+    dealer_key = None if participant_id == dealer else \
+        _verified_keys(client, ca_pem, [dealer], b"")[dealer]
+    bound_to = b"" if dealer_key is None else bytes(dealer_key.public_key)
+    client.call("publish exchange key", lambda: client.stub.PublishKey(pb.PublishKeyRequest(
+        federation_id=fid, public_key=pub, bound_to=bound_to,
+        signature=sign_exchange_key(tls_key_pem, fid, participant_id, pub, bound_to=bound_to))))
+    if dealer_key is None:
+        seed = _deal(client, own, dealer, params, dealer_seed, expected, ca_pem, tls_key_pem)
     else:
         share = client.wait_for(
             "seal the anchor seed to this participant", lambda: client.stub.GetSealed(
                 pb.GetSealedRequest(federation_id=fid)), lambda s: True, lambda s: [dealer])
-        dealer_key = _verified_keys(client, ca_pem, [dealer])[dealer]
         seed = _checked_seed(_open_share(client, own, dealer_key, share,
-                                         participant_id=participant_id, dealer=dealer), params)
+                                         participant_id=participant_id, dealer=dealer,
+                                         ca_pem=ca_pem), params)
     digest = anchor_commitment(fid, seed, method=params.method, anchors=params.anchors,
                                dim=params.dim, translation_scale=params.translation_scale)
     client.call("publish commitment", lambda: client.stub.PublishCommitment(
@@ -177,27 +210,46 @@ def agree_on_seed(
 
 
 def _deal(client: AnalystClient, own: X25519PrivateKey, dealer: str, params: SharedParameters,
-          dealer_seed: bytes | None, expected: list[str], ca_pem: bytes) -> bytes:
+          dealer_seed: bytes | None, expected: list[str], ca_pem: bytes,
+          tls_key_pem: bytes) -> bytes:
     """The dealer's part: draw the seed (or reopen the one this dealer already sealed to itself
-    before a restart) and seal it to every participant, itself first."""
-    fid = client.federation_id
+    before a restart) and seal and sign it to every participant, itself first.
+
+    A reopened seed is sealed again only to the very keys it was sealed to before (recorded
+    inside the dealer's own share): never to a key that changed meanwhile.
+    """
+    fid, pub = client.federation_id, public_bytes(own)
+    others = [p for p in expected if p != dealer]
+    keys = {dealer: pub} | {pid: bytes(k.public_key) for pid, k in
+                            _verified_keys(client, ca_pem, others, pub).items()}
     kept = _own_share(client)
     if kept is not None:
-        seed = _checked_seed(_open_share(client, own, public_bytes(own), kept,
-                                         participant_id=dealer, dealer=dealer), params)
+        if kept.dealer_id != dealer:
+            raise IntegrityError(f"the share kept for the dealer comes from {kept.dealer_id!r}")
+        secret = pb.AnchorSecret()
+        secret.ParseFromString(open_sealed(own, pub, fid, dealer, dealer, kept.nonce,
+                                           kept.ciphertext))
+        seed = _checked_seed(secret, params)
+        changed = sorted(p for p in expected if secret.sealed_to.get(p) != keys[p])
+        if changed:
+            raise IntegrityError(f"the exchange key(s) of {changed} changed since this dealer "
+                                 "sealed its seed; a dealer never seals a seed again to a changed "
+                                 "key (start a new agreement under a new federation id)")
         log.info("resuming the anchor agreement with the seed sealed before a restart")
     else:
         seed = dealer_seed if dealer_seed is not None else secrets.token_bytes(SEED_BYTES)
-    secret = pb.AnchorSecret(seed=seed, method=params.method, anchors=params.anchors,
-                             dim=params.dim, translation_scale=params.translation_scale)
-    plaintext = secret.SerializeToString(deterministic=True)
-    keys = {dealer: public_bytes(own)} | _verified_keys(
-        client, ca_pem, [p for p in expected if p != dealer])
-    for batch in ([dealer], [p for p in expected if p != dealer]):  # own share durable first
+    plaintext = pb.AnchorSecret(
+        seed=seed, method=params.method, anchors=params.anchors, dim=params.dim,
+        translation_scale=params.translation_scale, sealed_to=keys,
+    ).SerializeToString(deterministic=True)
+    for batch in ([dealer], others):  # own share durable first
         shares = []
         for pid in batch:
             nonce, ciphertext = seal(own, keys[pid], fid, dealer, pid, plaintext)
-            shares.append(pb.SealedShare(recipient_id=pid, nonce=nonce, ciphertext=ciphertext))
+            signature = sign_statement(tls_key_pem, share_statement(
+                fid, dealer, pid, pub, keys[pid], nonce, ciphertext))
+            shares.append(pb.SealedShare(recipient_id=pid, nonce=nonce, ciphertext=ciphertext,
+                                         signature=signature))
         client.call("post sealed shares", lambda shares=shares: client.stub.PostSealed(
             pb.PostSealedRequest(federation_id=fid, shares=shares)))
     return seed

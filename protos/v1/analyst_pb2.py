@@ -24,13 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#noisyanchor/protos/v1/analyst.proto\x12\x0enoisyanchor.v1\"Y\n\x0b\x41rrayHeader\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x04\x12\x0e\n\x06nbytes\x18\x04 \x01(\x04\x12\x0e\n\x06sha256\x18\x05 \x01(\x0c\"b\n\x0c\x42undleHeader\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12+\n\x06\x61rrays\x18\x03 \x03(\x0b\x32\x1b.noisyanchor.v1.ArrayHeader\"X\n\rUploadRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1c.noisyanchor.v1.BundleHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"M\n\x07Receipt\x12\x16\n\x0eparticipant_id\x18\x01 \x01(\t\x12\x0f\n\x07receipt\x18\x02 \x01(\x0c\x12\x19\n\x11\x61lready_committed\x18\x03 \x01(\x08\"&\n\rStatusRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\"\xd5\x01\n\x0bStatusReply\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x10\n\x08\x65xpected\x18\x03 \x03(\t\x12\x11\n\tcommitted\x18\x04 \x03(\t\x12\x11\n\tdisclosed\x18\x05 \x03(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x13\n\x0bresult_json\x18\x07 \x01(\t\x12-\n\twithdrawn\x18\x08 \x03(\x0b\x32\x1a.noisyanchor.v1.Withdrawal\x12\x15\n\rdeadline_unix\x18\t \x01(\x01\"4\n\nWithdrawal\x12\x16\n\x0eparticipant_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"8\n\x0fWithdrawRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x0f\n\rWithdrawReply\"F\n\x0cRecordSchema\x12\x10\n\x08\x66\x65\x61tures\x18\x01 \x01(\r\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\x15\n\rfeature_names\x18\x03 \x03(\t\"(\n\x0f\x44\x65scribeRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\"\xad\x03\n\x0e\x46\x65\x64\x65rationInfo\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x14\n\x0cparticipants\x18\x02 \x03(\t\x12\x0e\n\x06method\x18\x03 \x01(\t\x12\x14\n\x07\x61nchors\x18\x04 \x01(\rH\x00\x88\x01\x01\x12\x10\n\x03\x64im\x18\x05 \x01(\rH\x01\x88\x01\x01\x12\x12\n\x05sigma\x18\x06 \x01(\x01H\x02\x88\x01\x01\x12\x0e\n\x01v\x18\x07 \x01(\x01H\x03\x88\x01\x01\x12\x11\n\treference\x18\x08 \x01(\t\x12\x31\n\x06schema\x18\t \x01(\x0b\x32\x1c.noisyanchor.v1.RecordSchemaH\x04\x88\x01\x01\x12\x15\n\rdeadline_unix\x18\n \x01(\x01\x12\x13\n\x06\x64\x65\x61ler\x18\x0b \x01(\tH\x05\x88\x01\x01\x12\x1c\n\x0fprojection_seed\x18\x0c \x01(\x04H\x06\x88\x01\x01\x12\x1e\n\x11translation_scale\x18\r \x01(\x01H\x07\x88\x01\x01\x42\n\n\x08_anchorsB\x06\n\x04_dimB\x08\n\x06_sigmaB\x04\n\x02_vB\t\n\x07_schemaB\t\n\x07_dealerB\x12\n\x10_projection_seedB\x14\n\x12_translation_scale\"c\n\tSignedKey\x12\x16\n\x0eparticipant_id\x18\x01 \x01(\t\x12\x12\n\npublic_key\x18\x02 \x01(\x0c\x12\x11\n\tsignature\x18\x03 \x01(\x0c\x12\x17\n\x0f\x63\x65rtificate_pem\x18\x04 \x01(\x0c\"Q\n\x11PublishKeyRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x12\n\npublic_key\x18\x02 \x01(\x0c\x12\x11\n\tsignature\x18\x03 \x01(\x0c\"\x11\n\x0fPublishKeyReply\"(\n\x0fListKeysRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\"J\n\rListKeysReply\x12\x10\n\x08\x65xpected\x18\x01 \x03(\t\x12\'\n\x04keys\x18\x02 \x03(\x0b\x32\x19.noisyanchor.v1.SignedKey\"Y\n\x0bSealedShare\x12\x11\n\tdealer_id\x18\x01 \x01(\t\x12\x14\n\x0crecipient_id\x18\x02 \x01(\t\x12\r\n\x05nonce\x18\x03 \x01(\x0c\x12\x12\n\nciphertext\x18\x04 \x01(\x0c\"W\n\x11PostSealedRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12+\n\x06shares\x18\x02 \x03(\x0b\x32\x1b.noisyanchor.v1.SealedShare\"\x11\n\x0fPostSealedReply\")\n\x10GetSealedRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\"e\n\x0c\x41nchorSecret\x12\x0c\n\x04seed\x18\x01 \x01(\x0c\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07\x61nchors\x18\x03 \x01(\r\x12\x0b\n\x03\x64im\x18\x04 \x01(\r\x12\x19\n\x11translation_scale\x18\x05 \x01(\x01\"4\n\nCommitment\x12\x16\n\x0eparticipant_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\x0c\"A\n\x18PublishCommitmentRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\x0c\"\x18\n\x16PublishCommitmentReply\"/\n\x16ListCommitmentsRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\"Y\n\x14ListCommitmentsReply\x12\x10\n\x08\x65xpected\x18\x01 \x03(\t\x12/\n\x0b\x63ommitments\x18\x02 \x03(\x0b\x32\x1a.noisyanchor.v1.Commitment2\xf6\x06\n\x07\x41nalyst\x12\x42\n\x06Upload\x12\x1d.noisyanchor.v1.UploadRequest\x1a\x17.noisyanchor.v1.Receipt(\x01\x12\x44\n\x08\x44isclose\x12\x1d.noisyanchor.v1.UploadRequest\x1a\x17.noisyanchor.v1.Receipt(\x01\x12\x44\n\x06Status\x12\x1d.noisyanchor.v1.StatusRequest\x1a\x1b.noisyanchor.v1.StatusReply\x12P\n\nPublishKey\x12!.noisyanchor.v1.PublishKeyRequest\x1a\x1f.noisyanchor.v1.PublishKeyReply\x12J\n\x08ListKeys\x12\x1f.noisyanchor.v1.ListKeysRequest\x1a\x1d.noisyanchor.v1.ListKeysReply\x12P\n\nPostSealed\x12!.noisyanchor.v1.PostSealedRequest\x1a\x1f.noisyanchor.v1.PostSealedReply\x12J\n\tGetSealed\x12 .noisyanchor.v1.GetSealedRequest\x1a\x1b.noisyanchor.v1.SealedShare\x12\x65\n\x11PublishCommitment\x12(.noisyanchor.v1.PublishCommitmentRequest\x1a&.noisyanchor.v1.PublishCommitmentReply\x12_\n\x0fListCommitments\x12&.noisyanchor.v1.ListCommitmentsRequest\x1a$.noisyanchor.v1.ListCommitmentsReply\x12K\n\x08\x44\x65scribe\x12\x1f.noisyanchor.v1.DescribeRequest\x1a\x1e.noisyanchor.v1.FederationInfo\x12J\n\x08Withdraw\x12\x1f.noisyanchor.v1.WithdrawRequest\x1a\x1d.noisyanchor.v1.WithdrawReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#noisyanchor/protos/v1/analyst.proto\x12\x0enoisyanchor.v1\"Y\n\x0b\x41rrayHeader\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x04\x12\x0e\n\x06nbytes\x18\x04 \x01(\x04\x12\x0e\n\x06sha256\x18\x05 \x01(\x0c\"b\n\x0c\x42undleHeader\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12+\n\x06\x61rrays\x18\x03 \x03(\x0b\x32\x1b.noisyanchor.v1.ArrayHeader\"X\n\rUploadRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1c.noisyanchor.v1.BundleHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"M\n\x07Receipt\x12\x16\n\x0eparticipant_id\x18\x01 \x01(\t\x12\x0f\n\x07receipt\x18\x02 \x01(\x0c\x12\x19\n\x11\x61lready_committed\x18\x03 \x01(\x08\"&\n\rStatusRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\"\xd5\x01\n\x0bStatusReply\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x10\n\x08\x65xpected\x18\x03 \x03(\t\x12\x11\n\tcommitted\x18\x04 \x03(\t\x12\x11\n\tdisclosed\x18\x05 \x03(\t\x12\r\n\x05\x65rror\x18\x06 \x01(\t\x12\x13\n\x0bresult_json\x18\x07 \x01(\t\x12-\n\twithdrawn\x18\x08 \x03(\x0b\x32\x1a.noisyanchor.v1.Withdrawal\x12\x15\n\rdeadline_unix\x18\t \x01(\x01\"4\n\nWithdrawal\x12\x16\n\x0eparticipant_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"8\n\x0fWithdrawRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x0f\n\rWithdrawReply\"F\n\x0cRecordSchema\x12\x10\n\x08\x66\x65\x61tures\x18\x01 \x01(\r\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\x15\n\rfeature_names\x18\x03 \x03(\t\"(\n\x0f\x44\x65scribeRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\"\xad\x03\n\x0e\x46\x65\x64\x65rationInfo\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x14\n\x0cparticipants\x18\x02 \x03(\t\x12\x0e\n\x06method\x18\x03 \x01(\t\x12\x14\n\x07\x61nchors\x18\x04 \x01(\rH\x00\x88\x01\x01\x12\x10\n\x03\x64im\x18\x05 \x01(\rH\x01\x88\x01\x01\x12\x12\n\x05sigma\x18\x06 \x01(\x01H\x02\x88\x01\x01\x12\x0e\n\x01v\x18\x07 \x01(\x01H\x03\x88\x01\x01\x12\x11\n\treference\x18\x08 \x01(\t\x12\x31\n\x06schema\x18\t \x01(\x0b\x32\x1c.noisyanchor.v1.RecordSchemaH\x04\x88\x01\x01\x12\x15\n\rdeadline_unix\x18\n \x01(\x01\x12\x13\n\x06\x64\x65\x61ler\x18\x0b \x01(\tH\x05\x88\x01\x01\x12\x1c\n\x0fprojection_seed\x18\x0c \x01(\x04H\x06\x88\x01\x01\x12\x1e\n\x11translation_scale\x18\r \x01(\x01H\x07\x88\x01\x01\x42\n\n\x08_anchorsB\x06\n\x04_dimB\x08\n\x06_sigmaB\x04\n\x02_vB\t\n\x07_schemaB\t\n\x07_dealerB\x12\n\x10_projection_seedB\x14\n\x12_translation_scale\"u\n\tSignedKey\x12\x16\n\x0eparticipant_id\x18\x01 \x01(\t\x12\x12\n\npublic_key\x18\x02 \x01(\x0c\x12\x11\n\tsignature\x18\x03 \x01(\x0c\x12\x17\n\x0f\x63\x65rtificate_pem\x18\x04 \x01(\x0c\x12\x10\n\x08\x62ound_to\x18\x05 \x01(\x0c\"c\n\x11PublishKeyRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x12\n\npublic_key\x18\x02 \x01(\x0c\x12\x11\n\tsignature\x18\x03 \x01(\x0c\x12\x10\n\x08\x62ound_to\x18\x04 \x01(\x0c\"\x11\n\x0fPublishKeyReply\"(\n\x0fListKeysRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\"J\n\rListKeysReply\x12\x10\n\x08\x65xpected\x18\x01 \x03(\t\x12\'\n\x04keys\x18\x02 \x03(\x0b\x32\x19.noisyanchor.v1.SignedKey\"l\n\x0bSealedShare\x12\x11\n\tdealer_id\x18\x01 \x01(\t\x12\x14\n\x0crecipient_id\x18\x02 \x01(\t\x12\r\n\x05nonce\x18\x03 \x01(\x0c\x12\x12\n\nciphertext\x18\x04 \x01(\x0c\x12\x11\n\tsignature\x18\x05 \x01(\x0c\"W\n\x11PostSealedRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12+\n\x06shares\x18\x02 \x03(\x0b\x32\x1b.noisyanchor.v1.SealedShare\"\x11\n\x0fPostSealedReply\")\n\x10GetSealedRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\"\xd5\x01\n\x0c\x41nchorSecret\x12\x0c\n\x04seed\x18\x01 \x01(\x0c\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07\x61nchors\x18\x03 \x01(\r\x12\x0b\n\x03\x64im\x18\x04 \x01(\r\x12\x19\n\x11translation_scale\x18\x05 \x01(\x01\x12=\n\tsealed_to\x18\x06 \x03(\x0b\x32*.noisyanchor.v1.AnchorSecret.SealedToEntry\x1a/\n\rSealedToEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\"4\n\nCommitment\x12\x16\n\x0eparticipant_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\x0c\"A\n\x18PublishCommitmentRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\x0c\"\x18\n\x16PublishCommitmentReply\"/\n\x16ListCommitmentsRequest\x12\x15\n\rfederation_id\x18\x01 \x01(\t\"Y\n\x14ListCommitmentsReply\x12\x10\n\x08\x65xpected\x18\x01 \x03(\t\x12/\n\x0b\x63ommitments\x18\x02 \x03(\x0b\x32\x1a.noisyanchor.v1.Commitment2\xf6\x06\n\x07\x41nalyst\x12\x42\n\x06Upload\x12\x1d.noisyanchor.v1.UploadRequest\x1a\x17.noisyanchor.v1.Receipt(\x01\x12\x44\n\x08\x44isclose\x12\x1d.noisyanchor.v1.UploadRequest\x1a\x17.noisyanchor.v1.Receipt(\x01\x12\x44\n\x06Status\x12\x1d.noisyanchor.v1.StatusRequest\x1a\x1b.noisyanchor.v1.StatusReply\x12P\n\nPublishKey\x12!.noisyanchor.v1.PublishKeyRequest\x1a\x1f.noisyanchor.v1.PublishKeyReply\x12J\n\x08ListKeys\x12\x1f.noisyanchor.v1.ListKeysRequest\x1a\x1d.noisyanchor.v1.ListKeysReply\x12P\n\nPostSealed\x12!.noisyanchor.v1.PostSealedRequest\x1a\x1f.noisyanchor.v1.PostSealedReply\x12J\n\tGetSealed\x12 .noisyanchor.v1.GetSealedRequest\x1a\x1b.noisyanchor.v1.SealedShare\x12\x65\n\x11PublishCommitment\x12(.noisyanchor.v1.PublishCommitmentRequest\x1a&.noisyanchor.v1.PublishCommitmentReply\x12_\n\x0fListCommitments\x12&.noisyanchor.v1.ListCommitmentsRequest\x1a$.noisyanchor.v1.ListCommitmentsReply\x12K\n\x08\x44\x65scribe\x12\x1f.noisyanchor.v1.DescribeRequest\x1a\x1e.noisyanchor.v1.FederationInfo\x12J\n\x08Withdraw\x12\x1f.noisyanchor.v1.WithdrawRequest\x1a\x1d.noisyanchor.v1.WithdrawReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'noisyanchor.protos.v1.analyst_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_ANCHORSECRET_SEALEDTOENTRY']._loaded_options = None
+  _globals['_ANCHORSECRET_SEALEDTOENTRY']._serialized_options = b'8\001'
   _globals['_ARRAYHEADER']._serialized_start=55
   _globals['_ARRAYHEADER']._serialized_end=144
   _globals['_BUNDLEHEADER']._serialized_start=146
@@ -56,35 +58,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FEDERATIONINFO']._serialized_start=915
   _globals['_FEDERATIONINFO']._serialized_end=1344
   _globals['_SIGNEDKEY']._serialized_start=1346
-  _globals['_SIGNEDKEY']._serialized_end=1445
-  _globals['_PUBLISHKEYREQUEST']._serialized_start=1447
-  _globals['_PUBLISHKEYREQUEST']._serialized_end=1528
-  _globals['_PUBLISHKEYREPLY']._serialized_start=1530
-  _globals['_PUBLISHKEYREPLY']._serialized_end=1547
-  _globals['_LISTKEYSREQUEST']._serialized_start=1549
-  _globals['_LISTKEYSREQUEST']._serialized_end=1589
-  _globals['_LISTKEYSREPLY']._serialized_start=1591
-  _globals['_LISTKEYSREPLY']._serialized_end=1665
-  _globals['_SEALEDSHARE']._serialized_start=1667
-  _globals['_SEALEDSHARE']._serialized_end=1756
-  _globals['_POSTSEALEDREQUEST']._serialized_start=1758
-  _globals['_POSTSEALEDREQUEST']._serialized_end=1845
-  _globals['_POSTSEALEDREPLY']._serialized_start=1847
-  _globals['_POSTSEALEDREPLY']._serialized_end=1864
-  _globals['_GETSEALEDREQUEST']._serialized_start=1866
-  _globals['_GETSEALEDREQUEST']._serialized_end=1907
-  _globals['_ANCHORSECRET']._serialized_start=1909
-  _globals['_ANCHORSECRET']._serialized_end=2010
-  _globals['_COMMITMENT']._serialized_start=2012
-  _globals['_COMMITMENT']._serialized_end=2064
-  _globals['_PUBLISHCOMMITMENTREQUEST']._serialized_start=2066
-  _globals['_PUBLISHCOMMITMENTREQUEST']._serialized_end=2131
-  _globals['_PUBLISHCOMMITMENTREPLY']._serialized_start=2133
-  _globals['_PUBLISHCOMMITMENTREPLY']._serialized_end=2157
-  _globals['_LISTCOMMITMENTSREQUEST']._serialized_start=2159
-  _globals['_LISTCOMMITMENTSREQUEST']._serialized_end=2206
-  _globals['_LISTCOMMITMENTSREPLY']._serialized_start=2208
-  _globals['_LISTCOMMITMENTSREPLY']._serialized_end=2297
-  _globals['_ANALYST']._serialized_start=2300
-  _globals['_ANALYST']._serialized_end=3186
+  _globals['_SIGNEDKEY']._serialized_end=1463
+  _globals['_PUBLISHKEYREQUEST']._serialized_start=1465
+  _globals['_PUBLISHKEYREQUEST']._serialized_end=1564
+  _globals['_PUBLISHKEYREPLY']._serialized_start=1566
+  _globals['_PUBLISHKEYREPLY']._serialized_end=1583
+  _globals['_LISTKEYSREQUEST']._serialized_start=1585
+  _globals['_LISTKEYSREQUEST']._serialized_end=1625
+  _globals['_LISTKEYSREPLY']._serialized_start=1627
+  _globals['_LISTKEYSREPLY']._serialized_end=1701
+  _globals['_SEALEDSHARE']._serialized_start=1703
+  _globals['_SEALEDSHARE']._serialized_end=1811
+  _globals['_POSTSEALEDREQUEST']._serialized_start=1813
+  _globals['_POSTSEALEDREQUEST']._serialized_end=1900
+  _globals['_POSTSEALEDREPLY']._serialized_start=1902
+  _globals['_POSTSEALEDREPLY']._serialized_end=1919
+  _globals['_GETSEALEDREQUEST']._serialized_start=1921
+  _globals['_GETSEALEDREQUEST']._serialized_end=1962
+  _globals['_ANCHORSECRET']._serialized_start=1965
+  _globals['_ANCHORSECRET']._serialized_end=2178
+  _globals['_ANCHORSECRET_SEALEDTOENTRY']._serialized_start=2131
+  _globals['_ANCHORSECRET_SEALEDTOENTRY']._serialized_end=2178
+  _globals['_COMMITMENT']._serialized_start=2180
+  _globals['_COMMITMENT']._serialized_end=2232
+  _globals['_PUBLISHCOMMITMENTREQUEST']._serialized_start=2234
+  _globals['_PUBLISHCOMMITMENTREQUEST']._serialized_end=2299
+  _globals['_PUBLISHCOMMITMENTREPLY']._serialized_start=2301
+  _globals['_PUBLISHCOMMITMENTREPLY']._serialized_end=2325
+  _globals['_LISTCOMMITMENTSREQUEST']._serialized_start=2327
+  _globals['_LISTCOMMITMENTSREQUEST']._serialized_end=2374
+  _globals['_LISTCOMMITMENTSREPLY']._serialized_start=2376
+  _globals['_LISTCOMMITMENTSREPLY']._serialized_end=2465
+  _globals['_ANALYST']._serialized_start=2468
+  _globals['_ANALYST']._serialized_end=3354
 # @@protoc_insertion_point(module_scope)

@@ -143,26 +143,30 @@ class FederationInfo(_message.Message):
     def __init__(self, federation_id: _Optional[str] = ..., participants: _Optional[_Iterable[str]] = ..., method: _Optional[str] = ..., anchors: _Optional[int] = ..., dim: _Optional[int] = ..., sigma: _Optional[float] = ..., v: _Optional[float] = ..., reference: _Optional[str] = ..., schema: _Optional[_Union[RecordSchema, _Mapping]] = ..., deadline_unix: _Optional[float] = ..., dealer: _Optional[str] = ..., projection_seed: _Optional[int] = ..., translation_scale: _Optional[float] = ...) -> None: ...
 
 class SignedKey(_message.Message):
-    __slots__ = ("participant_id", "public_key", "signature", "certificate_pem")
+    __slots__ = ("participant_id", "public_key", "signature", "certificate_pem", "bound_to")
     PARTICIPANT_ID_FIELD_NUMBER: _ClassVar[int]
     PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     CERTIFICATE_PEM_FIELD_NUMBER: _ClassVar[int]
+    BOUND_TO_FIELD_NUMBER: _ClassVar[int]
     participant_id: str
     public_key: bytes
     signature: bytes
     certificate_pem: bytes
-    def __init__(self, participant_id: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., certificate_pem: _Optional[bytes] = ...) -> None: ...
+    bound_to: bytes
+    def __init__(self, participant_id: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., certificate_pem: _Optional[bytes] = ..., bound_to: _Optional[bytes] = ...) -> None: ...
 
 class PublishKeyRequest(_message.Message):
-    __slots__ = ("federation_id", "public_key", "signature")
+    __slots__ = ("federation_id", "public_key", "signature", "bound_to")
     FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
     PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    BOUND_TO_FIELD_NUMBER: _ClassVar[int]
     federation_id: str
     public_key: bytes
     signature: bytes
-    def __init__(self, federation_id: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+    bound_to: bytes
+    def __init__(self, federation_id: _Optional[str] = ..., public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., bound_to: _Optional[bytes] = ...) -> None: ...
 
 class PublishKeyReply(_message.Message):
     __slots__ = ()
@@ -183,16 +187,18 @@ class ListKeysReply(_message.Message):
     def __init__(self, expected: _Optional[_Iterable[str]] = ..., keys: _Optional[_Iterable[_Union[SignedKey, _Mapping]]] = ...) -> None: ...
 
 class SealedShare(_message.Message):
-    __slots__ = ("dealer_id", "recipient_id", "nonce", "ciphertext")
+    __slots__ = ("dealer_id", "recipient_id", "nonce", "ciphertext", "signature")
     DEALER_ID_FIELD_NUMBER: _ClassVar[int]
     RECIPIENT_ID_FIELD_NUMBER: _ClassVar[int]
     NONCE_FIELD_NUMBER: _ClassVar[int]
     CIPHERTEXT_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     dealer_id: str
     recipient_id: str
     nonce: bytes
     ciphertext: bytes
-    def __init__(self, dealer_id: _Optional[str] = ..., recipient_id: _Optional[str] = ..., nonce: _Optional[bytes] = ..., ciphertext: _Optional[bytes] = ...) -> None: ...
+    signature: bytes
+    def __init__(self, dealer_id: _Optional[str] = ..., recipient_id: _Optional[str] = ..., nonce: _Optional[bytes] = ..., ciphertext: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class PostSealedRequest(_message.Message):
     __slots__ = ("federation_id", "shares")
@@ -213,18 +219,27 @@ class GetSealedRequest(_message.Message):
     def __init__(self, federation_id: _Optional[str] = ...) -> None: ...
 
 class AnchorSecret(_message.Message):
-    __slots__ = ("seed", "method", "anchors", "dim", "translation_scale")
+    __slots__ = ("seed", "method", "anchors", "dim", "translation_scale", "sealed_to")
+    class SealedToEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
     SEED_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     ANCHORS_FIELD_NUMBER: _ClassVar[int]
     DIM_FIELD_NUMBER: _ClassVar[int]
     TRANSLATION_SCALE_FIELD_NUMBER: _ClassVar[int]
+    SEALED_TO_FIELD_NUMBER: _ClassVar[int]
     seed: bytes
     method: str
     anchors: int
     dim: int
     translation_scale: float
-    def __init__(self, seed: _Optional[bytes] = ..., method: _Optional[str] = ..., anchors: _Optional[int] = ..., dim: _Optional[int] = ..., translation_scale: _Optional[float] = ...) -> None: ...
+    sealed_to: _containers.ScalarMap[str, bytes]
+    def __init__(self, seed: _Optional[bytes] = ..., method: _Optional[str] = ..., anchors: _Optional[int] = ..., dim: _Optional[int] = ..., translation_scale: _Optional[float] = ..., sealed_to: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
 
 class Commitment(_message.Message):
     __slots__ = ("participant_id", "digest")

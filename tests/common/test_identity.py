@@ -83,19 +83,19 @@ def _statement(ca, **names):
     tls_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
     pub = public_bytes(new_exchange_key())
-    return _pem(cert), pub, sign_exchange_key(tls_pem, "fed", "org-a", pub)
+    return _pem(cert), pub, sign_exchange_key(tls_pem, "fed", "org-a", pub, bound_to=b"")
 
 
 def test_the_key_signature_check_reads_the_certificate_by_the_same_rule(ca):
     ca_pem = _pem(ca[1])
     cert, pub, sig = _statement(ca, common_names=["x"], uris=[participant_uri("org-a")])
-    verify_exchange_key(cert, ca_pem, "fed", "org-a", pub, sig)
+    verify_exchange_key(cert, ca_pem, "fed", "org-a", pub, sig, bound_to=b"")
     cert, pub, sig = _statement(ca, common_names=["org-a\x00evil"])
     with pytest.raises(UnauthenticatedError, match="not a valid participant id"):
-        verify_exchange_key(cert, ca_pem, "fed", "org-a", pub, sig)
+        verify_exchange_key(cert, ca_pem, "fed", "org-a", pub, sig, bound_to=b"")
     cert, pub, sig = _statement(ca, common_names=["org-a", "evil"])
     with pytest.raises(UnauthenticatedError, match="2 subject common names"):
-        verify_exchange_key(cert, ca_pem, "fed", "org-a", pub, sig)
+        verify_exchange_key(cert, ca_pem, "fed", "org-a", pub, sig, bound_to=b"")
 
 
 def test_a_server_certificate_cannot_vouch_for_an_exchange_key(ca):
@@ -105,7 +105,8 @@ def test_a_server_certificate_cannot_vouch_for_an_exchange_key(ca):
     pub = public_bytes(new_exchange_key())
     with pytest.raises(UnauthenticatedError, match="not a client certificate"):
         verify_exchange_key(_pem(cert), _pem(ca[1]), "fed", "org-a", pub,
-                            sign_exchange_key(tls_pem, "fed", "org-a", pub))
+                            sign_exchange_key(tls_pem, "fed", "org-a", pub, bound_to=b""),
+                            bound_to=b"")
 
 
 def test_an_unsupported_key_type_is_named_not_reported_as_a_bad_signature(ca):
@@ -113,5 +114,5 @@ def test_an_unsupported_key_type_is_named_not_reported_as_a_bad_signature(ca):
     with pytest.raises(UnauthenticatedError, match="DSAPublicKey key; exchange keys are signed "
                                                    "with EC, RSA, Ed25519 or Ed448") as err:
         verify_exchange_key(_pem(cert), _pem(ca[1]), "fed", "org-a",
-                            public_bytes(new_exchange_key()), b"\x00" * 64)
+                            public_bytes(new_exchange_key()), b"\x00" * 64, bound_to=b"")
     assert "does not verify" not in str(err.value)

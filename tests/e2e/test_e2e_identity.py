@@ -54,7 +54,7 @@ def test_an_ambiguous_certificate_is_refused_by_every_service(fed, rng, forged, 
         with pytest.raises(UnauthenticatedError, match=refusal):
             c.status()
         pub = public_bytes(new_exchange_key())
-        signature = sign_exchange_key(tls.key.read_bytes(), FEDERATION, "p0", pub)
+        signature = sign_exchange_key(tls.key.read_bytes(), FEDERATION, "p0", pub, bound_to=b"")
         with pytest.raises(UnauthenticatedError, match=refusal):
             c.call("publish key", lambda: c.stub.PublishKey(pb.PublishKeyRequest(
                 federation_id=FEDERATION, public_key=pub, signature=signature)))

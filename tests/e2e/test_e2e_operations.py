@@ -123,7 +123,7 @@ def test_a_participant_started_alone_waits_for_a_late_peer_and_says_whom_it_wait
     first = _upload(fed, "p1", configs["p1"])
     late = None
     try:
-        assert wait_until(lambda: "waiting for p0 to seal the anchor seed" in
+        assert wait_until(lambda: "waiting for p0 to publish their exchange keys" in
                           _log(fed, "p1"), 30)
         late = _upload(fed, "p0", configs["p0"])
         assert [first.wait(120), late.wait(120)] == [0, 0]
