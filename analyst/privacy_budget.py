@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
 import os
 import threading
@@ -38,6 +39,8 @@ from noisyanchor.common.errors import BudgetExceededError, InvalidInputError, Pr
 from noisyanchor.common.files import atomic_write
 from noisyanchor.common.scoreshield.calibration import gaussian_delta, gaussian_epsilon
 from noisyanchor.common.validation import check_positive
+
+log = logging.getLogger(__name__)
 
 #: Version of the ledger file layout.
 LEDGER_VERSION = 1
@@ -249,6 +252,10 @@ class PrivacyLedger:
             self._write(charges)  # persist first; memory changes only if the write succeeded
             self._charges = charges
             self._composed[dataset] = composed
+        # Logged at the charge (not when the release is sent): a release abandoned by a
+        # shutdown stays charged, and the operator's log must show it.
+        log.info("privacy ledger: charged %s to dataset %s: epsilon %.4g alone, %.4g of %.4g "
+                 "spent", label, dataset, alone, after, self.epsilon_budget)
         return charge
 
     def spent(self, dataset: str) -> tuple[float, float]:

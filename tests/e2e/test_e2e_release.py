@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from e2e_support import FEDERATION, RunningAnalyst, free_port
+from e2e_support import FEDERATION, RunningAnalyst, free_port, wait_until
 
 from noisyanchor.analyst.storage import read_bundle
 from noisyanchor.cli import main
@@ -162,6 +162,8 @@ def test_score_release_tracks_the_clean_cosines_at_large_epsilon(fed):
     # sigma = 0.19 against a spread of ~0.7: the correlation is ~0.97 in expectation
     assert np.corrcoef(res.scores, clean)[0, 1] > 0.9
     assert 0 < res.spend.spent_epsilon <= EPS_BUDGET
+    # The operator's log shows the charge (made before any noise is drawn).
+    assert wait_until(lambda: "charged scores/p1 to dataset" in fed.analyst.log.read_text(), 10)
 
 
 def test_top_k_release_returns_k_ids_sorted_by_privatised_score(fed):
