@@ -34,9 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     prov.add_argument("--out", type=Path, default=None,
                       help="kits folder (default: kits/ beside the project file)")
     action = prov.add_mutually_exclusive_group()
-    action.add_argument("--add-site", nargs="+", default=(), metavar="SITE",
+    action.add_argument("--add-site", nargs="+", default=None, metavar="SITE",
                         help="make kits for sites added to the project, with the kept CA")
-    action.add_argument("--renew", nargs="+", default=(), metavar="SITE",
+    action.add_argument("--renew", nargs="+", default=None, metavar="SITE",
                         help="issue these certificates again (a site, or analyst) for their "
                         "existing keys, valid validity_days from now")
     action.add_argument("--sign", type=Path, default=None, metavar="CSR",
@@ -76,8 +76,8 @@ def _provision(args: argparse.Namespace) -> int:
     if args.sign is not None:
         done = sign_request(args.project, args.sign, args.out)
     else:
-        done = provision(args.project, args.out, add_sites=tuple(args.add_site),
-                         renew=tuple(args.renew))
+        done = provision(args.project, args.out, add_sites=tuple(args.add_site or ()),
+                         renew=tuple(args.renew or ()))
     kits = {name: str(path) for name, path in sorted(done.kits.items())}
     if args.json:
         print(json.dumps({"out": str(done.out), "ca": str(done.out / "ca"), "kits": kits},

@@ -148,3 +148,16 @@ def test_the_project_template_is_complete(project):
     with pytest.raises(ConfigError, match="unknown table"):
         project.write_text(text + "\n[extra]\nx = 1\n")
         provision(project)
+
+
+def test_provision_cli_prints_the_kits_and_refuses_a_second_run(project, capsys):
+    import json
+
+    from noisyanchor.cli import main
+
+    assert main(["provision", "--project", str(project), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert sorted(printed["kits"]) == ["analyst", *SITES]
+    assert main(["provision", "--project", str(project)]) == 1
+    assert "already provisioned" in capsys.readouterr().err
+    assert main(["provision", "--project", str(project), "--renew", "org-a"]) == 0
