@@ -27,23 +27,67 @@ DEFAULT_STREAM_IDLE_TIMEOUT = 60.0
 DEFAULT_LEDGER_NAME = "privacy_ledger.json"
 
 
+#: Default cap on the releases one participant may be charged for on one dataset.
+DEFAULT_PARTICIPANT_MAX_RELEASES = 1000
+
+
 @dataclass(frozen=True)
 class PrivacyBudget:
-    """Per-dataset budget of the DP similarity releases (``[privacy]`` table).
+    """Budgets of the DP similarity releases (``[privacy]`` table).
 
     Attributes
     ----------
     epsilon_budget : float
         Composed ``epsilon > 0`` every dataset may spend in total.
     delta_budget : float
-        ``0 < delta < 1`` at which the composition is accounted.
+        ``0 < delta < 1`` at which every composition is accounted.
     ledger : Path or None
         Ledger file; None: ``output_dir / DEFAULT_LEDGER_NAME``.
+    participant_epsilon_budget : float or None
+        Composed epsilon each participant may spend on each dataset; None: its fair share, the
+        quota with which every participant's full quota fits the dataset budget together
+        (:mod:`analyst.privacy_budget`).
+    participant_max_releases : int
+        Releases each participant may be charged for on each dataset (bounds the ledger).
     """
 
     epsilon_budget: float
     delta_budget: float
     ledger: Path | None = None
+    participant_epsilon_budget: float | None = None
+    participant_max_releases: int = DEFAULT_PARTICIPANT_MAX_RELEASES
+
+
+@dataclass(frozen=True)
+class ReleaseLimits:
+    """What one DP release may cost the analyst (``[release]`` table; defaults when absent).
+
+    Attributes
+    ----------
+    min_epsilon : float
+        Releases asking a smaller epsilon are refused: they cost (next to) nothing, so nothing
+        else would bound how often they can be asked for.
+    send_timeout : float
+        Seconds a release stream may wait for its client to take the next message before it is
+        cancelled (a client that stops reading holds nothing for longer).
+    max_concurrent : int
+        Gram projections computed at once; further paid requests wait in a queue.
+    max_queued_per_participant : int
+        Paid Gram releases of one participant waiting or computing at once.
+    max_memory_bytes : int
+        Working memory one Gram release may need (estimated from ``n`` before anything is
+        charged; a larger collection is refused).
+    max_kept_bytes_per_participant : int
+        Released outputs kept for one participant (for repeats and later fetches); a release
+        that would exceed it is refused before it is charged.
+    """
+
+    min_epsilon: float = 0.01
+    send_timeout: float = 30.0
+    max_concurrent: int = 1
+    max_queued_per_participant: int = 4
+    max_memory_bytes: int = 4 << 30
+    max_kept_bytes_per_participant: int = 4 << 30
 
 
 @dataclass(frozen=True)
@@ -88,6 +132,8 @@ class AnalystConfig:
         message before it is cancelled and its partial data discarded.
     privacy : PrivacyBudget or None
         Budget of the DP releases; None (no ``[privacy]`` table): releases are refused.
+    release : ReleaseLimits
+        Limits of the DP releases (``[release]`` table).
     health_port : int or None
         Plaintext port on 127.0.0.1 answering only the standard gRPC health check (probes
         without a client certificate); None: health is served on the mTLS port only.
@@ -129,6 +175,7 @@ class AnalystConfig:
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT
     privacy: PrivacyBudget | None = None
+    release: ReleaseLimits = ReleaseLimits()
     precision: str = "auto"
     health_port: int | None = None
     log_json: Path | None = None
@@ -179,7 +226,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
     """Read and validate an analyst config file."""
     doc = read_toml(path)
     unknown = sorted(set(doc) - {"federation", "solver", "server", "tls", "privacy", "schema",
-                                 "model"})
+                                 "model", "release"})
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(unknown)}")
     fed = Table(doc, "federation", path)
@@ -213,6 +260,11 @@ def load_analyst_config(path: Path) -> AnalystConfig:
     solver.done()
     server = Table(doc, "server", path)
     privacy = _privacy(doc, path)
+    release = _release(doc, path)
+    if privacy is not None and release.min_epsilon > privacy.epsilon_budget:
+        raise ConfigError(f"{path}: [release] min_epsilon = {release.min_epsilon:g} exceeds "
+                          f"[privacy] epsilon_budget = {privacy.epsilon_budget:g}: every release "
+                          "would be refused")
     schema = _schema(doc, path)
     if schema is not None and dim is None and anchors is not None:
         fed.checked("anchors", anchors, lambda r: check_anchor_rows(
@@ -227,7 +279,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         max_upload_bytes=server.int("max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES, minimum=1),
         stream_idle_timeout=server.positive_float("stream_idle_timeout",
                                                   DEFAULT_STREAM_IDLE_TIMEOUT),
-        privacy=privacy, precision=precision, stopping=stopping,
+        privacy=privacy, release=release, precision=precision, stopping=stopping,
         health_port=server.int("health_port", None, minimum=1, check=check_port),
         log_json=server.path("log_json", None), schema=schema, model=_model(doc, path),
         **declared)
@@ -236,7 +288,8 @@ def load_analyst_config(path: Path) -> AnalystConfig:
 
 
 def _privacy(doc: dict, path: Path) -> PrivacyBudget | None:
-    """The optional ``[privacy]`` table: ``epsilon_budget > 0``, ``0 < delta_budget < 1``."""
+    """The optional ``[privacy]`` table: ``epsilon_budget > 0``, ``0 < delta_budget < 1``,
+    per-participant quotas."""
     if "privacy" not in doc:
         return None
     table = Table(doc, "privacy", path)
@@ -244,9 +297,33 @@ def _privacy(doc: dict, path: Path) -> PrivacyBudget | None:
     delta = table.float("delta_budget", minimum=0.0)
     if not 0.0 < delta < 1.0:
         raise table.error("delta_budget", f"must be in (0, 1), got {delta}")
-    budget = PrivacyBudget(eps, delta, table.path("ledger", None))
+    quota = table.positive_float("participant_epsilon_budget", None)
+    if quota is not None and quota > eps:
+        raise table.error("participant_epsilon_budget",
+                          f"must be <= epsilon_budget = {eps:g}, got {quota:g}")
+    budget = PrivacyBudget(
+        eps, delta, table.path("ledger", None), quota,
+        table.int("participant_max_releases", DEFAULT_PARTICIPANT_MAX_RELEASES, minimum=1))
     table.done()
     return budget
+
+
+def _release(doc: dict, path: Path) -> ReleaseLimits:
+    """The optional ``[release]`` table (:class:`ReleaseLimits`; defaults for missing keys)."""
+    table = Table(doc, "release", path, required=False)
+    d = ReleaseLimits()
+    limits = ReleaseLimits(
+        min_epsilon=table.positive_float("min_epsilon", d.min_epsilon),
+        send_timeout=table.positive_float("send_timeout", d.send_timeout),
+        max_concurrent=table.int("max_concurrent", d.max_concurrent, minimum=1),
+        max_queued_per_participant=table.int("max_queued_per_participant",
+                                             d.max_queued_per_participant, minimum=1),
+        max_memory_bytes=table.int("max_memory_bytes", d.max_memory_bytes, minimum=1 << 20),
+        max_kept_bytes_per_participant=table.int("max_kept_bytes_per_participant",
+                                                 d.max_kept_bytes_per_participant,
+                                                 minimum=1 << 20))
+    table.done()
+    return limits
 
 
 def _schema(doc: dict, path: Path) -> RecordSchema | None:

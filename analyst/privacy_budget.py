@@ -1,27 +1,45 @@
-"""Privacy budget accountant of the analyst: a persisted ledger of Gaussian releases per dataset.
+"""Privacy budget accountant of the analyst: a persisted ledger of Gaussian releases, per dataset
+and per participant.
 
 Every DP release (a ScoreShield score vector or Gram, SPEC.md section 5) is a Gaussian mechanism
-with noise ``sigma`` and L2 sensitivity ``Delta``; its privacy loss depends only on the noise
-multiplier ``z = sigma / Delta``. The releases charged against one dataset compose; the composed
-guarantee is computed by ``dp_accounting``'s privacy-loss-distribution (PLD) accountant (tight, up
-to a pessimistic discretisation), never by summing epsilons. A dataset's budget is
-``(epsilon_budget, delta_budget)``: a release is refused when, composed with everything already
-charged, the smallest epsilon at ``delta_budget`` would exceed ``epsilon_budget``.
+with noise ``sigma`` and L2 sensitivity ``Delta``. Its privacy loss is exactly that of
+``mu``-Gaussian differential privacy with ``mu = Delta / sigma`` (Dong, Roth and Su, "Gaussian
+differential privacy", JRSS-B 2022, Theorem 2.7), and Gaussian mechanisms compose exactly, even
+adaptively: ``k`` releases are ``sqrt(sum_i mu_i^2)``-GDP (ibid., Corollary 3.3). So the composed
+guarantee of any set of releases is that of ONE Gaussian mechanism, whose ``(epsilon, delta)``
+curve is the analytic one of Balle and Wang (:func:`common.scoreshield.gaussian_epsilon`). This
+is exact (a privacy-loss-distribution accountant such as ``dp_accounting``'s computes the same
+number up to its pessimistic discretisation; the tests check the two agree), costs O(1) per
+charge, and a restart only sums ``mu_i^2`` over the rows: no composition to redo under the lock.
 
-The ledger is a JSON file written atomically (temporary file in the same directory, fsync,
-``os.replace``, fsync of the directory), so a restart resumes the spent budget; a ledger that
-cannot be read or does not validate is an error, never silently reset. Check-then-charge is atomic
-under a ``threading.Lock`` (the analyst service is multi-threaded); one process owns a ledger file.
+Two budgets are checked before anything is released, both at ``delta_budget``:
+
+- the dataset budget ``epsilon_budget`` bounds the composition of every release of a dataset;
+- each participant's quota ``participant_epsilon_budget`` bounds the composition of that
+  participant's releases of the dataset, so one participant cannot spend the budget of all.
+  Default: the fair share ``mu_B / sqrt(p)`` for ``p`` participants, with which every
+  participant can always spend its whole quota (``p`` quotas compose to exactly the budget).
+
+and a count quota (``participant_max_releases``) bounds the rows each participant can add. A
+refusal names the budget that is exhausted and what is left of it: the largest epsilon one more
+release could still have (``sqrt(mu_B^2 - mu_spent^2)`` converted at ``delta_budget``).
+
+Each row carries the caller's request id, so a release is charged at most once per id (the
+release jobs of :mod:`analyst.release_jobs` rely on this after a crash). The ledger is a JSON
+file written atomically (:func:`common.files.atomic_write`), so a restart resumes the spent
+budget; a ledger that cannot be read or does not validate is an error, never silently reset.
+Check-then-charge is atomic under a ``threading.Lock``; one process owns a ledger file. Version 1
+ledgers (no participants, no request ids) are read, their rows attributed to the participant
+named at the end of their label, and rewritten as version 2 on the next charge.
 
 References
 ----------
 SPEC.md section 5 ("repeated releases compose and need an accountant"); ScoreShield paper,
-Section 5 limitations (one release analysed); Google ``dp_accounting`` (PLD accountant).
+Section 5 limitations (one release analysed); Dong, Roth and Su (2022); Balle and Wang (2018).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import math
@@ -29,96 +47,182 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-import dp_accounting
-from dp_accounting.pld import pld_privacy_accountant
-
-from noisyanchor.common.errors import BudgetExceededError, InvalidInputError, PreconditionError
+from noisyanchor.common.errors import BudgetExceededError, InvalidInputError, LedgerError
 from noisyanchor.common.files import atomic_write
-from noisyanchor.common.scoreshield.calibration import gaussian_delta, gaussian_epsilon
-from noisyanchor.common.validation import check_positive
+from noisyanchor.common.scoreshield.calibration import (
+    Calibration,
+    analytic_sigma,
+    check_epsilon_delta,
+    gaussian_epsilon,
+)
 
 log = logging.getLogger(__name__)
 
 #: Version of the ledger file layout.
-LEDGER_VERSION = 1
+LEDGER_VERSION = 2
+
+#: A reported "left" epsilon is converted from ``mu_left * (1 - _LEFT_MARGIN)``, so a release
+#: asking exactly for it fits despite the rounding of squares and square roots.
+_LEFT_MARGIN = 1e-9
 
 
-class LedgerError(PreconditionError):
-    """The ledger file is unreadable, corrupt or disagrees with the configured budget."""
+def epsilon_of_mu(mu: float, delta: float) -> float:
+    """Epsilon at ``delta`` of ``mu``-GDP (a Gaussian mechanism with ``Delta / sigma = mu``)."""
+    if mu <= 0.0:
+        return 0.0
+    return gaussian_epsilon(1.0 / mu, delta, 1.0)
+
+
+def mu_of_epsilon(epsilon: float, delta: float) -> float:
+    """The ``mu`` whose ``mu``-GDP is ``(epsilon, delta)``-DP exactly (analytic calibration)."""
+    return 1.0 / analytic_sigma(epsilon, delta, 1.0)
 
 
 @dataclass(frozen=True)
 class Charge:
-    """One release charged to a dataset.
+    """One release charged to a dataset by a participant.
 
     Attributes
     ----------
     dataset : str
         Dataset the release was computed from.
+    participant : str
+        Who asked for it (and whose quota it counts against).
+    request_id : str
+        The caller's id of the release ("" for version-1 rows).
     label : str
-        What was released (e.g. ``"gram/aap"``).
+        What was released (e.g. ``"gram/newton"``).
     sigma : float
         Noise standard deviation of the Gaussian mechanism.
     sensitivity : float
         L2 / Frobenius sensitivity it was calibrated to.
-    noise_multiplier : float
-        ``sigma / sensitivity``.
     epsilon : float
-        Epsilon of this release alone at ``delta_budget`` (PLD).
+        Epsilon of this release alone at ``delta_budget``.
     spent_epsilon : float
         Composed epsilon of the dataset at ``delta_budget`` after this charge.
+    participant_spent_epsilon : float
+        Composed epsilon of the participant's releases of the dataset after this charge.
     timestamp : float
         Unix time of the charge.
     """
 
     dataset: str
+    participant: str
+    request_id: str
     label: str
     sigma: float
     sensitivity: float
-    noise_multiplier: float
     epsilon: float
     spent_epsilon: float
+    participant_spent_epsilon: float
     timestamp: float
+
+    @property
+    def mu(self) -> float:
+        """``Delta / sigma``: the release is exactly ``mu``-GDP."""
+        return self.sensitivity / self.sigma
+
+
+@dataclass(frozen=True)
+class Account:
+    """What one budget holds: a dataset's, or one participant's quota on a dataset.
+
+    Attributes
+    ----------
+    name : str
+        Dataset name or participant id.
+    budget_epsilon : float
+        The budget, composed epsilon at ``delta``.
+    spent_epsilon : float
+        Composed epsilon of the releases charged to it.
+    left_epsilon : float
+        The largest epsilon (at ``delta``) one more release could still have; composition is
+        not additive, so this is not ``budget - spent``.
+    releases : int
+        Releases charged to it.
+    max_releases : int or None
+        Count quota (participants only).
+    delta : float
+        ``delta_budget``, at which all of the above are stated.
+    """
+
+    name: str
+    budget_epsilon: float
+    spent_epsilon: float
+    left_epsilon: float
+    releases: int
+    max_releases: int | None
+    delta: float
+
+
+class _Tally:
+    """Sum of ``mu_i^2`` and count of the releases charged to one budget."""
+
+    __slots__ = ("count", "mu_sq")
+
+    def __init__(self) -> None:
+        self.mu_sq = 0.0
+        self.count = 0
 
 
 class PrivacyLedger:
-    """Per-dataset budget ``(epsilon_budget, delta_budget)`` for composed Gaussian releases.
+    """Dataset budgets and per-participant quotas for composed Gaussian releases.
 
     Parameters
     ----------
     path : str or os.PathLike
         JSON ledger file. Created on the first charge; an existing file is loaded and must carry
-        the same budget.
+        the same dataset budget.
     epsilon_budget : float
         ``epsilon > 0`` every dataset may spend in total.
     delta_budget : float
-        ``0 < delta < 1``; the composition is accounted at this delta.
+        ``0 < delta < 1``; every composition is accounted at this delta.
+    participants : sequence of str
+        The participants that may be charged (the fair-share quota divides by their number).
+    participant_epsilon_budget : float, optional
+        Each participant's quota per dataset; default the fair share (module docstring).
+    participant_max_releases : int
+        Releases each participant may be charged for per dataset.
 
     Raises
     ------
     InvalidInputError
         Bad budget values.
     LedgerError
-        Existing ledger unreadable, corrupt, or recorded with a different budget.
+        Existing ledger unreadable, corrupt, or recorded with a different dataset budget.
     """
 
-    def __init__(self, path: str | os.PathLike, epsilon_budget: float, delta_budget: float):
+    def __init__(self, path: str | os.PathLike, epsilon_budget: float, delta_budget: float, *,
+                 participants: Sequence[str], participant_epsilon_budget: float | None = None,
+                 participant_max_releases: int = 1000) -> None:
         self._path = Path(path)
-        self.epsilon_budget = check_positive(epsilon_budget, "epsilon_budget")
-        d = float(delta_budget)
-        if not (math.isfinite(d) and 0.0 < d < 1.0):
-            raise InvalidInputError(f"delta_budget must be in (0, 1), got {delta_budget!r}")
-        self.delta_budget = d
-        # PLD grid step: the default 1e-4 becomes very slow for small noise multipliers (large
-        # budgets); scaling it with the budget keeps the discretisation error (pessimistic, at most
-        # one step per composed event) around 1e-4 of the budget.
-        self._interval = 1e-4 * max(1.0, self.epsilon_budget)
+        try:
+            self.epsilon_budget, self.delta_budget = check_epsilon_delta(epsilon_budget,
+                                                                         delta_budget)
+        except InvalidInputError as err:
+            raise InvalidInputError(f"bad privacy budget: {err}") from None
+        self.participants = tuple(participants)
+        if not self.participants:
+            raise InvalidInputError("a privacy ledger needs at least one participant")
+        self._mu_budget = mu_of_epsilon(self.epsilon_budget, self.delta_budget)
+        if participant_epsilon_budget is None:
+            self._mu_quota = self._mu_budget / math.sqrt(len(self.participants))
+            self.participant_epsilon_budget = epsilon_of_mu(self._mu_quota, self.delta_budget)
+        else:
+            quota, _ = check_epsilon_delta(participant_epsilon_budget, self.delta_budget)
+            self.participant_epsilon_budget = quota
+            self._mu_quota = mu_of_epsilon(quota, self.delta_budget)
+        if int(participant_max_releases) < 1:
+            raise InvalidInputError(f"participant_max_releases must be >= 1, got "
+                                    f"{participant_max_releases!r}")
+        self.participant_max_releases = int(participant_max_releases)
         self._lock = threading.Lock()
-        self._charges: dict[str, list[Charge]] = {}
-        self._composed: dict[str, pld_privacy_accountant.PLDAccountant] = {}
+        self._rows: dict[str, list[Charge]] = {}
+        self._tallies: dict[tuple[str, str | None], _Tally] = {}
+        self._by_request: dict[tuple[str, str, str], Charge] = {}
         if self._path.exists():
             self._load()
 
@@ -127,98 +231,83 @@ class PrivacyLedger:
         """Location of the ledger file."""
         return self._path
 
-    # ---- accounting ------------------------------------------------------------------------
+    # ---- queries ---------------------------------------------------------------------------
 
-    def _accountant(self, multipliers: Sequence[float] = ()
-                    ) -> pld_privacy_accountant.PLDAccountant:
-        """A PLD accountant with the Gaussian mechanisms of ``multipliers`` composed in order."""
-        # Our sensitivities are already replacement sensitivities, so the privacy-loss pair is
-        # N(0, z^2) vs N(1, z^2): dp_accounting's ADD_OR_REMOVE_ONE semantics for GaussianDpEvent.
-        # (Its REPLACE_ONE would double the sensitivity a second time.)
-        acc = pld_privacy_accountant.PLDAccountant(
-            dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-            value_discretization_interval=self._interval)
-        for z in multipliers:
-            acc.compose(dp_accounting.GaussianDpEvent(z))
-        return acc
+    def _tally(self, dataset: str, participant: str | None) -> _Tally:
+        return self._tallies.get((dataset, participant)) or _Tally()
 
-    def _composed_with(self, dataset: str, z: float) -> pld_privacy_accountant.PLDAccountant:
-        """The composition of ``dataset``'s charges and one more Gaussian release ``z``.
+    def _account(self, dataset: str, participant: str | None) -> Account:
+        tally = self._tally(dataset, participant)
+        mu_budget = self._mu_budget if participant is None else self._mu_quota
+        left_sq = mu_budget * mu_budget - tally.mu_sq
+        left = (epsilon_of_mu(math.sqrt(left_sq) * (1.0 - _LEFT_MARGIN), self.delta_budget)
+                if left_sq > 0.0 else 0.0)
+        if participant is not None and tally.count >= self.participant_max_releases:
+            left = 0.0
+        return Account(
+            name=dataset if participant is None else participant,
+            budget_epsilon=(self.epsilon_budget if participant is None
+                            else self.participant_epsilon_budget),
+            spent_epsilon=epsilon_of_mu(math.sqrt(tally.mu_sq), self.delta_budget),
+            left_epsilon=left, releases=tally.count,
+            max_releases=None if participant is None else self.participant_max_releases,
+            delta=self.delta_budget)
 
-        The composition of the charges so far is cached per dataset, so a charge costs one
-        convolution instead of re-composing every release (sequential composition gives the
-        same PLD, bit for bit, as composing the whole list at once).
-        """
-        if dataset not in self._composed:
-            self._composed[dataset] = self._accountant(
-                [c.noise_multiplier for c in self._charges.get(dataset, [])])
-        candidate = copy.deepcopy(self._composed[dataset])
-        candidate.compose(dp_accounting.GaussianDpEvent(z))
-        return candidate
-
-    def _epsilon(self, acc: pld_privacy_accountant.PLDAccountant) -> float:
-        """Smallest epsilon at ``delta_budget`` of the composition held by ``acc``."""
-        return float(acc.get_epsilon(self.delta_budget))
-
-    def _exact_lower_bound(self, multipliers: list[float]) -> float:
-        """Exact epsilon of a Gaussian composition (1/z^2 add up), a cheap pre-check.
-
-        Composing Gaussian mechanisms is exactly one Gaussian mechanism with
-        ``z_eff = (sum_i z_i^-2)^(-1/2)`` (Dong, Roth and Su, Gaussian DP); its exact epsilon is a
-        lower bound of the pessimistic PLD value, so exceeding the budget here means refusing
-        without building a large PLD.
-        """
-        z_eff = sum(z ** -2 for z in multipliers) ** -0.5
-        if gaussian_delta(z_eff, self.epsilon_budget, 1.0) <= self.delta_budget:
-            return 0.0  # within budget: no cheap verdict, let the PLD decide
-        return gaussian_epsilon(z_eff, self.delta_budget, 1.0)
-
-    def _check(self, dataset: str, z: float
-               ) -> tuple[float, float, float, pld_privacy_accountant.PLDAccountant | None]:
-        """``(spent, alone, after, composed)`` for adding multiplier ``z`` to ``dataset``;
-        ``composed`` is the accountant after the release (None when refused by the exact
-        pre-check)."""
-        current = [c.noise_multiplier for c in self._charges.get(dataset, [])]
-        spent = self._charges[dataset][-1].spent_epsilon if current else 0.0
-        bound = self._exact_lower_bound([*current, z])
-        if bound > self.epsilon_budget:
-            alone = self._exact_lower_bound([z]) or self._epsilon(self._accountant([z]))
-            return spent, alone, bound, None
-        composed = self._composed_with(dataset, z)
-        return spent, self._epsilon(self._accountant([z])), self._epsilon(composed), composed
-
-    @staticmethod
-    def _multiplier(sigma: float, sensitivity: float) -> float:
-        s = check_positive(sigma, "sigma")
-        d = check_positive(sensitivity, "sensitivity")
-        return s / d
-
-    @staticmethod
-    def _check_name(value: str, name: str) -> str:
-        if not isinstance(value, str) or not value:
-            raise InvalidInputError(f"{name} must be a non-empty string, got {value!r}")
-        return value
-
-    def would_exceed(self, dataset: str, sigma: float, sensitivity: float) -> bool:
-        """Whether charging this Gaussian release to ``dataset`` would exceed the budget."""
-        dataset = self._check_name(dataset, "dataset")
-        z = self._multiplier(sigma, sensitivity)
+    def account(self, dataset: str, participant: str | None = None) -> Account:
+        """The dataset's budget, or (with ``participant``) that participant's quota on it."""
+        dataset = _check_name(dataset, "dataset")
         with self._lock:
-            after = self._check(dataset, z)[2]
-        return after > self.epsilon_budget
+            return self._account(dataset, participant)
 
-    def charge(self, dataset: str, sigma: float, sensitivity: float, *, label: str) -> Charge:
-        """Charge one Gaussian release to ``dataset``, or refuse it.
+    def spent(self, dataset: str) -> tuple[float, float]:
+        """``(epsilon, delta)`` spent by ``dataset``: composed epsilon at ``delta_budget``.
+
+        ``(0.0, 0.0)`` when nothing was charged.
+        """
+        acc = self.account(dataset)
+        return (acc.spent_epsilon, self.delta_budget) if acc.releases else (0.0, 0.0)
+
+    def datasets(self) -> list[str]:
+        """Datasets with at least one charge."""
+        with self._lock:
+            return sorted(self._rows)
+
+    def charges(self, dataset: str | None = None) -> list[Charge]:
+        """The recorded charges, of one dataset or of all, in charge order."""
+        with self._lock:
+            if dataset is not None:
+                return list(self._rows.get(dataset, []))
+            return [c for rows in self._rows.values() for c in rows]
+
+    def charged(self, dataset: str, participant: str, request_id: str) -> Charge | None:
+        """The charge of ``participant``'s request ``request_id`` on ``dataset``, if any."""
+        with self._lock:
+            return self._by_request.get((dataset, participant, request_id))
+
+    # ---- charging --------------------------------------------------------------------------
+
+    @staticmethod
+    def _refusal(what: str, account: Account, after: float) -> str:
+        return (f"{what} is exhausted: this release would take its spent epsilon="
+                f"{account.spent_epsilon:.6g} to {after:.6g} > {account.budget_epsilon:.6g}; "
+                f"left: epsilon={account.left_epsilon:.6g} for one more release")
+
+    def charge(self, dataset: str, participant: str, calibration: Calibration, *,
+               request_id: str, label: str) -> Charge:
+        """Charge one Gaussian release to ``dataset`` and ``participant``'s quota, or refuse it.
 
         Parameters
         ----------
         dataset : str
             Dataset identifier.
-        sigma : float
-            Noise standard deviation of the release, > 0.
-        sensitivity : float
-            L2 / Frobenius sensitivity the noise was calibrated to, > 0 (the adjacency of the
-            dataset's budget: record-level sensitivities for a record-level budget).
+        participant : str
+            One of the ledger's participants.
+        calibration : Calibration
+            The noise the release will apply (its sensitivity must be of the budget's
+            adjacency: record-level sensitivities for a record-level budget).
+        request_id : str
+            The caller's id of this release; a second charge with the same
+            ``(dataset, participant, request_id)`` is refused (ask :meth:`charged` first).
         label : str
             Description stored in the ledger.
 
@@ -230,69 +319,86 @@ class PrivacyLedger:
         Raises
         ------
         BudgetExceededError
-            The composition would exceed ``(epsilon_budget, delta_budget)``; nothing is recorded.
+            The participant's count quota, its epsilon quota or the dataset budget would be
+            exceeded (the message names which and what is left); nothing is recorded.
         """
-        dataset = self._check_name(dataset, "dataset")
-        label = self._check_name(label, "label")
-        z = self._multiplier(sigma, sensitivity)
+        dataset = _check_name(dataset, "dataset")
+        label = _check_name(label, "label")
+        request_id = _check_name(request_id, "request_id")
+        if participant not in self.participants:
+            raise InvalidInputError(f"{participant!r} is not a participant of this ledger")
+        if not isinstance(calibration, Calibration):
+            raise InvalidInputError("calibration must be a common.scoreshield.Calibration")
+        mu_sq = calibration.sensitivity ** 2 / calibration.sigma ** 2
         with self._lock:
-            spent, alone, after, composed = self._check(dataset, z)
-            if after > self.epsilon_budget:
+            key = (dataset, participant, request_id)
+            if key in self._by_request:
+                raise InvalidInputError(f"request {request_id!r} of {participant!r} on "
+                                        f"{dataset!r} is already charged")
+            mine, total = self._tally(dataset, participant), self._tally(dataset, None)
+            alone = epsilon_of_mu(math.sqrt(mu_sq), self.delta_budget)
+            quota = self._account(dataset, participant)
+            if mine.count >= self.participant_max_releases:
                 raise BudgetExceededError(
-                    f"privacy budget of dataset {dataset!r} exceeded: release {label!r} "
-                    f"(sigma={sigma:.6g}, sensitivity={sensitivity:.6g}) requests epsilon="
-                    f"{alone:.6g} alone; spent epsilon={spent:.6g} would become {after:.6g} > "
-                    f"budget epsilon={self.epsilon_budget:.6g} (all at delta="
-                    f"{self.delta_budget:.3g})")
-            charge = Charge(dataset=dataset, label=label, sigma=float(sigma),
-                            sensitivity=float(sensitivity), noise_multiplier=z, epsilon=alone,
-                            spent_epsilon=after, timestamp=time.time())
-            charges = {k: list(v) for k, v in self._charges.items()}
-            charges.setdefault(dataset, []).append(charge)
-            self._write(charges)  # persist first; memory changes only if the write succeeded
-            self._charges = charges
-            self._composed[dataset] = composed
+                    f"participant {participant!r}'s release quota on dataset {dataset!r} is "
+                    f"exhausted: {mine.count} of {self.participant_max_releases} releases "
+                    "charged; left: none")
+            refusals = []  # every budget this release would cross, the dataset's first
+            if total.mu_sq + mu_sq > self._mu_budget ** 2:
+                after = epsilon_of_mu(math.sqrt(total.mu_sq + mu_sq), self.delta_budget)
+                refusals.append(self._refusal(f"the privacy budget of dataset {dataset!r}",
+                                              self._account(dataset, None), after))
+            if mine.mu_sq + mu_sq > self._mu_quota ** 2:
+                after = epsilon_of_mu(math.sqrt(mine.mu_sq + mu_sq), self.delta_budget)
+                refusals.append(self._refusal(f"participant {participant!r}'s quota on dataset "
+                                              f"{dataset!r}", quota, after))
+            if refusals:
+                raise BudgetExceededError(
+                    f"{'; and '.join(refusals)}. Release {label!r} (sigma="
+                    f"{calibration.sigma:.6g}, sensitivity={calibration.sensitivity:.6g}; "
+                    f"epsilon={calibration.epsilon:g} at delta={calibration.delta:g}) costs "
+                    f"epsilon={alone:.6g} alone; all epsilons at delta={self.delta_budget:g}; "
+                    "nothing was charged")
+            charge = Charge(
+                dataset=dataset, participant=participant, request_id=request_id, label=label,
+                sigma=calibration.sigma, sensitivity=calibration.sensitivity, epsilon=alone,
+                spent_epsilon=epsilon_of_mu(math.sqrt(total.mu_sq + mu_sq), self.delta_budget),
+                participant_spent_epsilon=epsilon_of_mu(math.sqrt(mine.mu_sq + mu_sq),
+                                                        self.delta_budget),
+                timestamp=time.time())
+            rows = {k: list(v) for k, v in self._rows.items()}
+            rows.setdefault(dataset, []).append(charge)
+            self._write(rows)  # persist first; memory changes only if the write succeeded
+            self._rows = rows
+            self._add(charge)
         # Logged at the charge (not when the release is sent): a release abandoned by a
         # shutdown stays charged, and the operator's log must show it.
-        log.info("privacy ledger: charged %s to dataset %s: epsilon %.4g alone, %.4g of %.4g "
-                 "spent", label, dataset, alone, after, self.epsilon_budget)
+        log.info("privacy ledger: charged %s to dataset %s (participant %s, request %s): "
+                 "epsilon %.4g alone, %.4g of %.4g spent", label, dataset, participant,
+                 request_id, charge.epsilon, charge.spent_epsilon, self.epsilon_budget)
         return charge
 
-    def spent(self, dataset: str) -> tuple[float, float]:
-        """``(epsilon, delta)`` spent by ``dataset``: composed epsilon at ``delta_budget``.
-
-        ``(0.0, 0.0)`` when nothing was charged.
-        """
-        dataset = self._check_name(dataset, "dataset")
-        with self._lock:
-            charges = self._charges.get(dataset, [])
-            if not charges:
-                return 0.0, 0.0
-            return charges[-1].spent_epsilon, self.delta_budget
-
-    def remaining(self, dataset: str) -> float:
-        """Epsilon left at ``delta_budget`` (approximate: composition is not additive)."""
-        return max(0.0, self.epsilon_budget - self.spent(dataset)[0])
-
-    def charges(self, dataset: str | None = None) -> list[Charge]:
-        """The recorded charges, of one dataset or of all, in charge order."""
-        with self._lock:
-            if dataset is not None:
-                return list(self._charges.get(dataset, []))
-            return [c for v in self._charges.values() for c in v]
+    def _add(self, charge: Charge) -> None:
+        for who in (charge.participant, None):
+            tally = self._tallies.setdefault((charge.dataset, who), _Tally())
+            tally.mu_sq += charge.mu ** 2
+            tally.count += 1
+        if charge.request_id:
+            self._by_request[(charge.dataset, charge.participant, charge.request_id)] = charge
 
     # ---- persistence -----------------------------------------------------------------------
 
-    def _write(self, charges: dict[str, list[Charge]]) -> None:
+    def _write(self, rows: dict[str, list[Charge]]) -> None:
         doc = {
             "version": LEDGER_VERSION,
             "epsilon_budget": self.epsilon_budget,
             "delta_budget": self.delta_budget,
-            "accountant": "dp_accounting PLD, Gaussian events, noise_multiplier=sigma/sensitivity",
-            "datasets": {k: [asdict(c) for c in v] for k, v in charges.items()},
+            "accountant": "exact Gaussian composition: mu-GDP with mu = sqrt(sum of "
+                          "(sensitivity / sigma)^2), epsilon at delta_budget (analytic)",
+            "datasets": {k: [asdict(c) for c in v] for k, v in rows.items()},
         }
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self._path, json.dumps(doc, indent=2, sort_keys=True).encode("utf-8"))
+        atomic_write(self._path, json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
 
     def _load(self) -> None:
         where = str(self._path)
@@ -302,17 +408,13 @@ class PrivacyLedger:
             raise LedgerError(f"privacy ledger {where} is unreadable or corrupt ({err}); "
                               "refusing to start with an unknown spent budget") from None
         try:
-            if doc["version"] != LEDGER_VERSION:
-                raise LedgerError(f"privacy ledger {where} has version {doc['version']!r}, "
-                                  f"expected {LEDGER_VERSION}")
+            version = doc["version"]
+            if version not in (1, LEDGER_VERSION):
+                raise LedgerError(f"privacy ledger {where} has version {version!r}, expected "
+                                  f"{LEDGER_VERSION}")
             eb, db = float(doc["epsilon_budget"]), float(doc["delta_budget"])
-            charges: dict[str, list[Charge]] = {}
-            for name, rows in doc["datasets"].items():
-                charges[name] = [Charge(**row) for row in rows]
-                for c in charges[name]:
-                    if not (c.sigma > 0 and c.sensitivity > 0 and c.spent_epsilon >= 0
-                            and c.dataset == name):
-                        raise ValueError(f"invalid charge {c}")
+            rows = {name: [_row(r, name, version) for r in entries]
+                    for name, entries in doc["datasets"].items()}
         except LedgerError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as err:
@@ -323,4 +425,32 @@ class PrivacyLedger:
                 f"privacy ledger {where} was created with budget (epsilon={eb}, delta={db}), "
                 f"not (epsilon={self.epsilon_budget}, delta={self.delta_budget}); a budget "
                 "cannot be changed on an existing ledger")
-        self._charges = charges
+        self._rows = rows
+        for entries in rows.values():
+            for charge in entries:
+                self._add(charge)
+
+
+_CHARGE_FIELDS = {f.name for f in fields(Charge)}
+
+
+def _row(raw: dict, dataset: str, version: int) -> Charge:
+    """One ledger row, validated; version-1 rows are attributed to the end of their label."""
+    if version == 1:
+        raw = {"participant": str(raw["label"]).rsplit("/", 1)[-1], "request_id": "",
+               "participant_spent_epsilon": 0.0, **raw}
+        raw = {k: v for k, v in raw.items() if k in _CHARGE_FIELDS}
+    charge = Charge(**raw)
+    ok = (charge.dataset == dataset and all(isinstance(getattr(charge, k), str) for k in
+                                            ("participant", "request_id", "label"))
+          and math.isfinite(charge.sigma) and charge.sigma > 0
+          and math.isfinite(charge.sensitivity) and charge.sensitivity > 0)
+    if not ok:
+        raise ValueError(f"invalid charge {charge}")
+    return charge
+
+
+def _check_name(value: str, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(f"{name} must be a non-empty string, got {value!r}")
+    return value

@@ -26,38 +26,56 @@ n = 1,797), so at epsilon = 100 (sigma = 0.19) a released vector correlates only
 clean one. Methods without an anchor have no such origin (``Z = X O + 1 Psi^T`` with a secret
 ``Psi`` that dominates every cosine), so their federations are refused.
 
-Every release is charged to the dataset's privacy ledger before any noise is drawn; a release the
-budget cannot afford is refused (RESOURCE_EXHAUSTED) and nothing is released. Top-k is
+Every release is charged to the dataset's privacy ledger and the caller's quota before any
+noise is drawn; a release a budget cannot afford is refused (RESOURCE_EXHAUSTED, naming the
+budget and what is left) and nothing is released. The noise applied is the ``sigma`` charged: one
+:class:`common.scoreshield.Calibration` goes from the charge to the release. Releases are
+paid-once jobs keyed by the caller's request id (:mod:`analyst.release_jobs`): Gram releases are
+submitted, polled and fetched, so no RPC holds a connection through a projection. What a release
+may cost the analyst is bounded by ``[release]`` (:class:`analyst.config.ReleaseLimits`): a
+minimum epsilon, the computations at once and queued per participant, the working memory of one
+Gram, the bytes kept per participant, and a send timeout on every fetch stream. Top-k is
 post-processing of the privatised scores.
 
 References
 ----------
-SPEC.md sections 2 and 5; ScoreShield paper Algorithms 1-2; issue 5, item 3.
+SPEC.md sections 2 and 5; ScoreShield paper Algorithms 1-2; issues 5 (item 3), 9 (item 3) and 11.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import grpc
 import numpy as np
 
+from noisyanchor.analyst.config import ReleaseLimits
 from noisyanchor.analyst.edge import caller_id, grpc_edge
 from noisyanchor.analyst.federation import Federation
-from noisyanchor.analyst.privacy_budget import Charge, PrivacyLedger
-from noisyanchor.common.errors import InvalidInputError, NotFoundError, PreconditionError
+from noisyanchor.analyst.privacy_budget import Account, Charge, PrivacyLedger
+from noisyanchor.analyst.release_jobs import Job, ReleaseJobs, gram_working_bytes
+from noisyanchor.analyst.send_timeout import SendTimeouts
+from noisyanchor.common.errors import (
+    InvalidInputError,
+    NotFoundError,
+    PreconditionError,
+    ResourceLimitError,
+)
 from noisyanchor.common.scoreshield import (
     GRAM_PROJECTORS,
+    Calibration,
     calibrate,
     gram_record_sensitivity,
     release_gram,
     release_score_vector,
     score_vector_sensitivity,
 )
-from noisyanchor.common.wire import ArraySpec, decode_array, iter_chunks
+from noisyanchor.common.wire import ArraySpec, decode_array
 from noisyanchor.protos.v1 import release_pb2 as pb
 from noisyanchor.protos.v1 import release_pb2_grpc as pb_grpc
 
@@ -71,6 +89,14 @@ DEFAULT_PROJECTOR = GRAM_PROJECTORS[0]
 #: (the paper's T_max). Each iteration costs about one n x n eigendecomposition (~1.4 s at
 #: n = 1,797 on one loaded core); Newton needs ~10, alternating projections hundreds.
 DEFAULT_GRAM_ITERATIONS, MAX_GRAM_ITERATIONS = 100, 500
+
+#: Bytes per message of a fetched Gram: small, so a client that stops reading leaves little in
+#: the analyst's transport buffers (measured with 20 stalled readers of an 11.5 MB Gram: ~4.7 MB
+#: held per stream with 1 MiB messages).
+FETCH_CHUNK = 64 << 10
+
+#: Relative feasibility gap a Gram projection stops at.
+GRAM_TOLERANCE = 1e-6
 
 #: Largest full score vector returned in one message (bytes); larger collections need top_k.
 MAX_SCORE_BYTES = 3 << 20
@@ -188,8 +214,16 @@ def top_k(noisy: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(-noisy, kind="stable")[:k]
 
 
+def account_message(account: Account) -> pb.Account:
+    """The wire form of a budget account."""
+    return pb.Account(name=account.name, budget_epsilon=account.budget_epsilon,
+                      spent_epsilon=account.spent_epsilon, left_epsilon=account.left_epsilon,
+                      releases=account.releases, max_releases=account.max_releases or 0)
+
+
 class ReleaseServicer(pb_grpc.ReleaseServicer):
-    """Thin adapter from the Release wire contract to :mod:`common.scoreshield` and the ledger.
+    """Thin adapter from the Release wire contract to :mod:`common.scoreshield`, the ledger and
+    the release jobs.
 
     Parameters
     ----------
@@ -198,52 +232,94 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
     ledger : PrivacyLedger or None
         The budget accountant; None when the config has no ``[privacy]`` table (every release
         is refused).
+    limits : ReleaseLimits
+        ``[release]`` bounds.
     """
 
-    def __init__(self, federation: Federation, ledger: PrivacyLedger | None) -> None:
+    def __init__(self, federation: Federation, ledger: PrivacyLedger | None,
+                 limits: ReleaseLimits) -> None:
         self.fed = federation
         self.ledger = ledger
+        self.limits = limits
+        self.dataset = federation.config.federation_id
         self._lock = threading.Lock()
         self._collection: Collection | None = None
+        self._sends = SendTimeouts(limits.send_timeout)
+        self.jobs: ReleaseJobs | None = None
+        if ledger is not None:
+            self.jobs = ReleaseJobs(federation.store.root / "releases", ledger, self.dataset,
+                                    limits, GRAM_TOLERANCE).open(self._compute_gram)
 
-    # -- checks shared by both releases ---------------------------------------------------------
-    def _prepare(self, context, federation_id: str, dataset: str) -> tuple[str, str, Collection]:
-        """Caller id, dataset name and the collection, after every precondition."""
+    # -- checks shared by every release ---------------------------------------------------------
+    def _caller(self, context, federation_id: str, dataset: str) -> tuple[str, PrivacyLedger,
+                                                                          ReleaseJobs]:
+        """Caller id, the ledger and the jobs, after the checks that need no aligned result."""
         pid, _ = caller_id(context)
         self.fed.check_caller(pid, federation_id)
-        name = self.fed.config.federation_id
-        if dataset not in ("", name):
-            raise NotFoundError(f"no dataset {dataset!r}: this analyst releases from {name!r} "
-                                "(its collaboration matrix)")
+        if dataset not in ("", self.dataset):
+            raise NotFoundError(f"no dataset {dataset!r}: this analyst releases from "
+                                f"{self.dataset!r} (its collaboration matrix)")
         if not self.fed.method.uses_anchor:
             raise PreconditionError(f"method {self.fed.method.value} has no anchor, so the "
                                     "collaboration frame has no record-independent origin for "
                                     "cosine similarities; releases need an AA-I-GDP method")
-        if self.ledger is None:
+        if self.ledger is None or self.jobs is None:
             raise PreconditionError("the analyst config has no [privacy] table (epsilon_budget, "
                                     "delta_budget): DP releases are disabled")
+        return pid, self.ledger, self.jobs
+
+    def _prepare(self, context, federation_id: str, dataset: str
+                 ) -> tuple[str, PrivacyLedger, ReleaseJobs, Collection]:
+        """As :meth:`_caller`, and the collection of the aligned result."""
+        pid, ledger, jobs = self._caller(context, federation_id, dataset)
         state = self.fed.state  # no store listing: this runs on every release
         if state != "done":
-            raise PreconditionError(f"federation {name!r} is {state}; releases need the aligned "
-                                    "collaboration matrix")
+            raise PreconditionError(f"federation {self.dataset!r} is {state}; releases need "
+                                    "the aligned collaboration matrix")
+        return pid, ledger, jobs, self._loaded_collection()
+
+    def _loaded_collection(self) -> Collection:
         with self._lock:
             if self._collection is None:
                 self._collection = load_collection(self.fed)
-            return pid, name, self._collection
+            return self._collection
 
-    def _spend(self, charge: Charge, epsilon: float, delta: float) -> pb.Spend:
+    def _calibration(self, ledger: PrivacyLedger, epsilon: float, delta: float,
+                     sensitivity: float) -> Calibration:
+        """The release's noise, after the checks of its epsilon against ``[release]
+        min_epsilon`` and the dataset budget (INVALID_ARGUMENT: no budget could ever serve it)."""
+        if not epsilon >= self.limits.min_epsilon:  # also NaN
+            raise InvalidInputError(
+                f"epsilon={epsilon!r} is below this analyst's minimum {self.limits.min_epsilon:g} "
+                "([release] min_epsilon): such a release carries no signal and would cost the "
+                "analyst a computation for nothing")
+        if epsilon > ledger.epsilon_budget:
+            raise InvalidInputError(
+                f"epsilon={epsilon!r} exceeds the whole budget of dataset {self.dataset!r} "
+                f"(epsilon={ledger.epsilon_budget:g} at delta={ledger.delta_budget:g}): no "
+                "release can ever spend that much")
+        return calibrate(epsilon, delta, sensitivity)
+
+    def _spend(self, charge: Charge, cal: Calibration, *, repeated: bool) -> pb.Spend:
         ledger = self.ledger
+        assert ledger is not None
+        dataset = ledger.account(charge.dataset)
         return pb.Spend(dataset=charge.dataset, sigma=charge.sigma,
-                        sensitivity=charge.sensitivity, epsilon=epsilon, delta=delta,
+                        sensitivity=charge.sensitivity, epsilon=cal.epsilon, delta=cal.delta,
                         charged_epsilon=charge.epsilon, spent_epsilon=charge.spent_epsilon,
-                        remaining_epsilon=ledger.remaining(charge.dataset),
-                        budget_epsilon=ledger.epsilon_budget, budget_delta=ledger.delta_budget)
+                        remaining_epsilon=dataset.left_epsilon,
+                        budget_epsilon=ledger.epsilon_budget, budget_delta=ledger.delta_budget,
+                        participant=account_message(ledger.account(charge.dataset,
+                                                                   charge.participant)),
+                        request_id=charge.request_id, repeated=repeated)
 
-    # -- RPCs -----------------------------------------------------------------------------------
+    # -- score vectors --------------------------------------------------------------------------
     @grpc_edge
     def ReleaseScores(self, request: pb.ScoreQuery, context) -> pb.ScoreRelease:
-        """Regime (i): ``clip(E q + N(0, sigma^2 I), -1, 1)`` or its top-k, charged first."""
-        pid, dataset, coll = self._prepare(context, request.federation_id, request.dataset)
+        """Regime (i): ``clip(E q + N(0, sigma^2 I), -1, 1)`` or its top-k, charged first, once
+        per request id."""
+        pid, ledger, jobs, coll = self._prepare(context, request.federation_id,
+                                                request.dataset)
         n, d = coll.rows.shape
         t = decode_record(request.record_header, request.record, d)
         k = int(request.top_k)
@@ -252,25 +328,34 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
         if k == 0 and 8 * n > MAX_SCORE_BYTES:
             raise InvalidInputError(f"the full score vector of {n} records exceeds "
                                     f"{MAX_SCORE_BYTES} bytes; ask for top_k")
-        s = coll.scores(pid, t)
-        cal = calibrate(request.epsilon, request.delta, score_vector_sensitivity())
-        charge = self.ledger.charge(dataset, cal.sigma, cal.sensitivity, label=f"scores/{pid}")
-        rel = release_score_vector(s, cal, rng=np.random.default_rng())
-        ids = top_k(rel.noisy, k) if k else None
-        scores = rel.scores if ids is None else rel.scores[ids]
-        log.info("released %s scores to %s (sigma=%.4g, spent epsilon=%.4g)",
-                 k or n, pid, rel.sigma, charge.spent_epsilon)
-        return pb.ScoreRelease(
-            spend=self._spend(charge, rel.epsilon, rel.delta),
-            scores_header=ArraySpec.of("scores", scores).to_proto(),
-            scores=scores.astype("<f8").tobytes(), top_ids=[] if ids is None else ids.tolist(),
-            records=n, clipped=rel.n_clipped)
+        cal = self._calibration(ledger, request.epsilon, request.delta,
+                                score_vector_sensitivity())
+        params = {"epsilon": cal.epsilon, "delta": cal.delta, "top_k": k,
+                  "calibration": cal.method,
+                  "record_sha256": hashlib.sha256(t.astype("<f8").tobytes()).hexdigest()}
 
+        def compute(charge: Charge, record: np.ndarray) -> pb.ScoreRelease:
+            rel = release_score_vector(coll.scores(pid, record), cal,
+                                       rng=np.random.default_rng())
+            ids = top_k(rel.noisy, k) if k else None
+            scores = rel.scores if ids is None else rel.scores[ids]
+            log.info("released %s scores to %s (request %s, sigma=%.4g, spent epsilon=%.4g)",
+                     k or n, pid, charge.request_id, rel.sigma, charge.spent_epsilon)
+            return pb.ScoreRelease(
+                spend=self._spend(charge, cal, repeated=False),
+                scores_header=ArraySpec.of("scores", scores).to_proto(),
+                scores=scores.astype("<f8").tobytes(),
+                top_ids=[] if ids is None else ids.tolist(), records=n, clipped=rel.n_clipped)
+
+        reply, _ = jobs.scores(pid, request.request_id, params, cal, f"scores/{pid}", t, compute)
+        return reply
+
+    # -- Gram matrices --------------------------------------------------------------------------
     @grpc_edge
-    def ReleaseGram(self, request: pb.GramQuery, context) -> Iterator[pb.GramPart]:
-        """Regime (ii): the projected noisy Gram ``P(E E^T + (N + N^T)/2)``, charged first and
-        streamed as a header and chunks of at most :data:`common.wire.CHUNK_SIZE` bytes."""
-        pid, dataset, coll = self._prepare(context, request.federation_id, request.dataset)
+    def SubmitGram(self, request: pb.GramQuery, context) -> pb.GramJob:
+        """Regime (ii) as a job: charge once per request id, queue, answer with the state."""
+        pid, ledger, jobs, coll = self._prepare(context, request.federation_id,
+                                                request.dataset)
         projector = request.projector or DEFAULT_PROJECTOR
         if projector not in GRAM_PROJECTORS:
             raise InvalidInputError(f"projector must be one of {GRAM_PROJECTORS}, got "
@@ -280,41 +365,124 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
             raise InvalidInputError(f"max_iterations must be <= {MAX_GRAM_ITERATIONS}, got "
                                     f"{max_iter}")
         n = coll.rows.shape[0]
-        cal = calibrate(request.epsilon, request.delta, gram_record_sensitivity(n))
-        charge = self.ledger.charge(dataset, cal.sigma, cal.sensitivity,
-                                    label=f"gram/{projector}/{pid}")
+        need = gram_working_bytes(n)
+        if need > self.limits.max_memory_bytes:
+            raise ResourceLimitError(
+                f"a Gram release of the {n} records needs about {need / 2**30:.2f} GiB of "
+                f"working memory, above [release] max_memory_bytes = "
+                f"{self.limits.max_memory_bytes / 2**30:.2f} GiB; nothing was charged")
+        cal = self._calibration(ledger, request.epsilon, request.delta,
+                                gram_record_sensitivity(n))
+        params = {"epsilon": cal.epsilon, "delta": cal.delta, "projector": projector,
+                  "max_iterations": max_iter, "calibration": cal.method,
+                  "expected_bytes": 8 * n * n}
+        job, repeated = jobs.submit_gram(pid, request.request_id, params, cal,
+                                         f"gram/{projector}")
+        if not repeated:
+            log.info("Gram release %s/%s charged and queued (sigma=%.4g)", pid,
+                     request.request_id, cal.sigma)
+        return self._job_message(jobs, job, repeated)
+
+    @grpc_edge
+    def GetGram(self, request: pb.ReleaseRef, context) -> pb.GramJob:
+        """The state and progress of the caller's Gram release."""
+        pid, _, jobs = self._caller(context, request.federation_id, "")
+        return self._job_message(jobs, jobs.gram(pid, request.request_id), True)
+
+    @grpc_edge
+    def FetchGram(self, request: pb.ReleaseRef, context) -> Iterator[pb.GramPart]:
+        """A computed Gram release: header, then chunks of :data:`FETCH_CHUNK` bytes read from
+        the kept file (never held whole), under the send timeout."""
+        pid, _, jobs = self._caller(context, request.federation_id, "")
+        job = jobs.gram(pid, request.request_id)
+        if job.state != pb.GramJob.DONE or job.header is None:
+            raise PreconditionError(f"Gram release {job.request_id!r} is "
+                                    f"{pb.GramJob.State.Name(job.state)}"
+                                    + (f": {job.error}; submit it again to compute it again at "
+                                       "no charge" if job.error else
+                                       " (GetGram reports its progress)"))
+        return self._parts(job, job.header, context)
+
+    def _parts(self, job: Job, header: pb.GramHeader, context) -> Iterator[pb.GramPart]:
+        what = f"Gram release {job.pid}/{job.request_id}"
+        with self._sends.watch(context, what) as touch, open(job.folder / "gram.npy",
+                                                               "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                np.lib.format.read_array_header_1_0(fh)
+            else:
+                np.lib.format.read_array_header_2_0(fh)
+            yield pb.GramPart(header=header)
+            while True:
+                touch()  # the previous message was taken: the client is reading
+                piece = fh.read(FETCH_CHUNK)
+                if not piece:
+                    return
+                yield pb.GramPart(chunk=piece)
+
+    def _job_message(self, jobs: ReleaseJobs, job: Job, repeated: bool) -> pb.GramJob:
+        assert job.charge is not None
+        msg = pb.GramJob(request_id=job.request_id, state=job.state,
+                         spend=self._spend(job.charge, job.calibration, repeated=repeated),
+                         queue_position=jobs.queue_position(job), iterations=job.iterations,
+                         relative_residual=job.relative_residual, tolerance=GRAM_TOLERANCE,
+                         seconds=job.seconds, error=job.error)
+        if job.header is not None:
+            msg.header.CopyFrom(job.header)
+        return msg
+
+    def _compute_gram(self, job: Job, progress: Callable[[int, float], None]
+                      ) -> tuple[pb.GramHeader, np.ndarray]:
+        """Noise and projection of a paid Gram job (run by a release worker)."""
+        assert job.charge is not None
+        start = time.monotonic()
+        coll = self._loaded_collection()
+        cal = job.calibration  # the charged sigma, by construction
         rel = release_gram(coll.rows @ coll.rows.T, cal, rng=np.random.default_rng(),
-                           projector=projector, max_iter=max_iter)
+                           projector=job.params["projector"], tol=GRAM_TOLERANCE,
+                           max_iter=int(job.params["max_iterations"]), progress=progress)
         proj = rel.projection
         header = pb.GramHeader(
-            spend=self._spend(charge, rel.epsilon, rel.delta),
-            matrix=ArraySpec.of("gram", rel.matrix).to_proto(), projector=projector,
+            spend=self._spend(job.charge, cal, repeated=False),
+            matrix=ArraySpec.of("gram", rel.matrix).to_proto(), projector=rel.projector,
             iterations=proj.iterations if proj else 0, converged=bool(proj and proj.converged),
             min_eigenvalue=proj.min_eigenvalue if proj else 0.0,
-            max_diag_error=proj.max_diag_error if proj else 0.0)
-        log.info("released the %d x %d Gram (%s) to %s (sigma=%.4g, spent epsilon=%.4g)",
-                 n, n, projector, pid, rel.sigma, charge.spent_epsilon)
-        return _gram_parts(header, rel.matrix)
+            max_diag_error=proj.max_diag_error if proj else 0.0,
+            eigendecompositions=proj.eigendecompositions if proj else 0,
+            relative_residual=proj.relative_residual if proj else 0.0,
+            seconds=time.monotonic() - start)
+        return header, rel.matrix
 
-
-def _gram_parts(header: pb.GramHeader, matrix: np.ndarray) -> Iterator[pb.GramPart]:
-    yield pb.GramPart(header=header)
-    for piece in iter_chunks({"gram": matrix}):
-        yield pb.GramPart(chunk=bytes(piece))
+    # -- budgets --------------------------------------------------------------------------------
+    @grpc_edge
+    def Budget(self, request: pb.BudgetQuery, context) -> pb.BudgetReport:
+        """What is spent and left of the dataset's budget and of every participant's quota."""
+        _, ledger, _ = self._caller(context, request.federation_id, request.dataset)
+        return pb.BudgetReport(
+            budget_delta=ledger.delta_budget,
+            dataset=account_message(ledger.account(self.dataset)),
+            participants=[account_message(ledger.account(self.dataset, p))
+                          for p in self.fed.config.participants],
+            min_epsilon=self.limits.min_epsilon)
 
 
 def add_release_servicer(server: grpc.Server, federation: Federation) -> ReleaseServicer:
-    """Open the ledger named by the config's ``[privacy]`` table and serve Release on ``server``.
+    """Open the ledger named by the config's ``[privacy]`` table, index the release jobs (and
+    queue the paid ones a crash left unfinished), and serve Release on ``server``.
 
     Raises
     ------
-    analyst.privacy_budget.LedgerError
+    common.errors.LedgerError
         The existing ledger is unreadable or carries another budget (the analyst must not
         start with an unknown spent budget).
     """
     cfg = federation.config
-    ledger = None if cfg.privacy is None else PrivacyLedger(
-        cfg.ledger_path, cfg.privacy.epsilon_budget, cfg.privacy.delta_budget)
-    servicer = ReleaseServicer(federation, ledger)
+    privacy = cfg.privacy
+    ledger = None if privacy is None else PrivacyLedger(
+        cfg.ledger_path, privacy.epsilon_budget, privacy.delta_budget,
+        participants=cfg.participants,
+        participant_epsilon_budget=privacy.participant_epsilon_budget,
+        participant_max_releases=privacy.participant_max_releases)
+    servicer = ReleaseServicer(federation, ledger, cfg.release)
     pb_grpc.add_ReleaseServicer_to_server(servicer, server)
     return servicer

@@ -54,6 +54,18 @@ class BudgetExceededError(PreconditionError):
     grpc_code = "RESOURCE_EXHAUSTED"
 
 
+class LedgerError(PreconditionError):
+    """The privacy ledger file is unreadable, corrupt, or disagrees with the configured budget
+    (the analyst refuses to start rather than forget what was spent)."""
+
+
+class ResourceLimitError(NoisyAnchorError):
+    """A request would exceed a configured bound on the server's resources (queue length,
+    memory, kept storage); nothing was done, and the message names the bound."""
+
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+
 class NotFoundError(NoisyAnchorError):
     """A requested object does not exist."""
 

@@ -1,4 +1,5 @@
-"""``noisyanchor release scores|gram``: ask the analyst for differentially private similarities.
+"""``noisyanchor release scores|gram|budget``: ask the analyst for differentially private
+similarities, and see what is left of the budgets.
 
 A score query is one of this participant's records ``x`` (a ``.npy`` file, or a row of its local
 data), projected by the public ``F`` and sent through the participant's own GDP map,
@@ -8,19 +9,31 @@ participant's alignment map and returns privatised cosine scores against every c
 the upload ran with ``keep_secrets = true``; without it the query is refused here, before any
 connection. A Gram query needs no key.
 
-Exit status 0 when the analyst released, 1 on any refusal (e.g. RESOURCE_EXHAUSTED when the
-release would exceed the dataset's privacy budget; nothing is released then).
+Every release carries a request id (``--request-id``; a fresh random one by default). The
+analyst charges an id once, computes it once and keeps the output, so asking again with the same
+id (after a dropped connection, an interrupted wait, or on purpose) returns the same release at
+no charge. A Gram release is submitted, then polled with progress until the analyst has computed
+it, then fetched: no call stays open through the projection, and an interrupted wait loses
+nothing (the command says how to fetch the release later).
 
-References: SPEC.md section 5; ``protos/v1/release.proto``; issue 5, item 3.
+Exit status 0 when the analyst released, 1 on any refusal (e.g. RESOURCE_EXHAUSTED when the
+release would exceed the dataset's budget or this participant's quota; the message names which
+and what is left; nothing is released or charged then).
+
+References: SPEC.md section 5; ``protos/v1/release.proto``; issues 5 (item 3) and 11.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
-from dataclasses import asdict, dataclass
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,13 +41,37 @@ from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.gdp import GdpKey, gdp_map
 from noisyanchor.participant.config import ParticipantConfig
 
+#: Seconds between two polls of a Gram release's progress.
+POLL_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Account:
+    """One budget, as ``noisyanchor.v1.Account``: a dataset's, or a participant's quota on it.
+    Every epsilon is at the budget's delta; ``left_epsilon`` is the largest epsilon one more
+    release could still have."""
+
+    name: str
+    budget_epsilon: float
+    spent_epsilon: float
+    left_epsilon: float
+    releases: int
+    max_releases: int
+
+    @classmethod
+    def from_proto(cls, msg) -> Account:
+        """From a ``noisyanchor.v1.Account`` message."""
+        return cls(**{name: getattr(msg, name) for name in cls.__dataclass_fields__})
+
 
 @dataclass(frozen=True)
 class Spend:
-    """What a release cost: noise, sensitivity, guarantee, and the dataset's budget after it.
+    """What a release cost: noise, sensitivity, guarantee, and the budgets after it.
 
     Attributes mirror ``noisyanchor.v1.Spend``: ``charged_epsilon`` is this release alone at the
-    budget's delta, ``spent_epsilon`` the composition of every release charged to the dataset.
+    budget's delta, ``spent_epsilon`` the composition of every release charged to the dataset,
+    ``remaining_epsilon`` what is left of it, ``participant`` this participant's quota, and
+    ``repeated`` says the answer repeats a release charged before (nothing charged now).
     """
 
     dataset: str
@@ -47,11 +84,16 @@ class Spend:
     remaining_epsilon: float
     budget_epsilon: float
     budget_delta: float
+    participant: Account
+    request_id: str
+    repeated: bool
 
     @classmethod
     def from_proto(cls, msg) -> Spend:
         """From a ``noisyanchor.v1.Spend`` message."""
-        return cls(**{name: getattr(msg, name) for name in cls.__dataclass_fields__})
+        values: dict[str, Any] = {name: getattr(msg, name) for name in cls.__dataclass_fields__}
+        values["participant"] = Account.from_proto(msg.participant)
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -83,7 +125,11 @@ class ScoreResult:
 
 @dataclass(frozen=True)
 class GramResult:
-    """A released Gram matrix with the projection diagnostics the analyst reported."""
+    """A released Gram matrix with the projection diagnostics the analyst reported.
+
+    ``seconds`` is the wall time from submitting to holding the matrix; ``compute_seconds``
+    the analyst's time computing it.
+    """
 
     spend: Spend
     matrix: np.ndarray
@@ -92,7 +138,20 @@ class GramResult:
     converged: bool
     min_eigenvalue: float
     max_diag_error: float
+    eigendecompositions: int
+    relative_residual: float
+    compute_seconds: float
     seconds: float
+
+
+@dataclass(frozen=True)
+class BudgetReport:
+    """What is spent and left: the dataset's budget and every participant's quota."""
+
+    delta: float
+    dataset: Account
+    participants: tuple[Account, ...]
+    min_epsilon: float
 
 
 # -- the query record --------------------------------------------------------------------------
@@ -142,9 +201,19 @@ def transform_query(cfg: ParticipantConfig, x: np.ndarray, key: GdpKey) -> np.nd
 
 
 # -- the RPCs ----------------------------------------------------------------------------------
+def new_request_id() -> str:
+    """A fresh random request id (UUID4, 32 hex digits)."""
+    return uuid.uuid4().hex
+
+
 def release_scores(cfg: ParticipantConfig, t: np.ndarray, epsilon: float, delta: float, *,
-                   top_k: int = 0, dataset: str = "") -> ScoreResult:
-    """Send query ``t`` (already in this participant's GDP frame) and receive the release."""
+                   top_k: int = 0, dataset: str = "",
+                   request_id: str | None = None) -> ScoreResult:
+    """Send query ``t`` (already in this participant's GDP frame) and receive the release.
+
+    The call is retried while the analyst is unavailable: with one request id it is charged
+    at most once.
+    """
     from noisyanchor.common.wire import ArraySpec, decode_array
     from noisyanchor.participant.run import analyst_client
     from noisyanchor.protos.v1 import release_pb2 as pb
@@ -153,20 +222,20 @@ def release_scores(cfg: ParticipantConfig, t: np.ndarray, epsilon: float, delta:
     t = np.ascontiguousarray(t, dtype="<f8")
     query = pb.ScoreQuery(federation_id=cfg.federation_id, dataset=dataset,
                           record_header=ArraySpec.of("record", t).to_proto(), record=t.tobytes(),
-                          epsilon=epsilon, delta=delta, top_k=top_k)
+                          epsilon=epsilon, delta=delta, top_k=top_k,
+                          request_id=request_id or new_request_id())
     with analyst_client(cfg) as client:
         stub = pb_grpc.ReleaseStub(client.channel)
         start = time.perf_counter()
-        reply = client.call("score release", lambda: stub.ReleaseScores(query,
-                                                                        timeout=cfg.wait_seconds))
+        reply = client.call("score release", lambda: stub.ReleaseScores(query))
         seconds = time.perf_counter() - start
     scores = decode_array(reply.scores_header, reply.scores)
     return ScoreResult(Spend.from_proto(reply.spend), reply.records, reply.clipped, scores,
                        np.array(reply.top_ids, dtype=np.int64) if top_k else None, seconds)
 
 
-def _receive_gram(parts) -> tuple[object, np.ndarray]:
-    """Header and matrix of a ReleaseGram stream, checked by size and SHA-256 as it arrives."""
+def _receive_gram(parts) -> tuple[Any, np.ndarray]:
+    """Header and matrix of a FetchGram stream, checked by size and SHA-256 as it arrives."""
     from noisyanchor.common.wire import ArraySpec, BundleDigester, BundleSpec, wire_dtype
 
     first = next(parts, None)
@@ -189,33 +258,77 @@ def _receive_gram(parts) -> tuple[object, np.ndarray]:
     return header, np.frombuffer(buf, dtype=wire_dtype(spec.dtype)).reshape(spec.shape)
 
 
-def release_gram(cfg: ParticipantConfig, epsilon: float, delta: float, *,
-                 projector: str = "newton", max_iterations: int = 0,
-                 dataset: str = "") -> GramResult:
-    """Receive the privatised Gram matrix of the collection (streamed in bounded chunks).
+#: ``progress(job)`` with a ``noisyanchor.v1.GramJob``, after every poll.
+GramProgress = Callable[[Any], None]
 
-    ``max_iterations`` caps the analyst's projection (0: its default). The RPC deadline is the
-    config's ``timeout``: at n = 1,797 one projection iteration takes about a second.
+
+def release_gram(cfg: ParticipantConfig, epsilon: float, delta: float, *,
+                 projector: str = "newton", max_iterations: int = 0, dataset: str = "",
+                 request_id: str | None = None, progress: GramProgress | None = None,
+                 poll: float = POLL_SECONDS) -> GramResult:
+    """Submit a Gram release (charged once per ``request_id``), wait for it, fetch it.
+
+    ``max_iterations`` caps the analyst's projection (0: its default). Waiting is bounded by the
+    config's ``timeout`` when it sets one (then the release stays paid and kept on the analyst:
+    call again with the same ``request_id`` to fetch it). Every RPC is short and retried while
+    the analyst is unavailable; the matrix streams in bounded chunks, checked by its SHA-256.
     """
     from noisyanchor.participant.run import analyst_client
     from noisyanchor.protos.v1 import release_pb2 as pb
     from noisyanchor.protos.v1 import release_pb2_grpc as pb_grpc
 
+    rid = request_id or new_request_id()
     query = pb.GramQuery(federation_id=cfg.federation_id, dataset=dataset, epsilon=epsilon,
-                         delta=delta, projector=projector, max_iterations=max_iterations)
+                         delta=delta, projector=projector, max_iterations=max_iterations,
+                         request_id=rid)
+    ref = pb.ReleaseRef(federation_id=cfg.federation_id, request_id=rid)
+    start = time.perf_counter()
     with analyst_client(cfg) as client:
         stub = pb_grpc.ReleaseStub(client.channel)
-        start = time.perf_counter()
-        header, matrix = client.call("Gram release", lambda: _receive_gram(
-            iter(stub.ReleaseGram(query, timeout=cfg.wait_seconds))))
-        seconds = time.perf_counter() - start
-    return GramResult(Spend.from_proto(header.spend), matrix, header.projector, header.iterations,
-                      header.converged, header.min_eigenvalue, header.max_diag_error, seconds)
+        job = client.call("Gram release", lambda: stub.SubmitGram(query))
+        repeated = job.spend.repeated
+        while job.state in (pb.GramJob.QUEUED, pb.GramJob.RUNNING):
+            if progress is not None:
+                progress(job)
+            if cfg.timeout is not None and time.perf_counter() - start > cfg.timeout:
+                raise PreconditionError(
+                    f"Gram release {rid!r} is still {pb.GramJob.State.Name(job.state)} after "
+                    f"{cfg.timeout:g} s ([participant] timeout): it is paid and kept on the "
+                    f"analyst; fetch it later with --request-id {rid}")
+            time.sleep(poll)
+            job = client.call("Gram release progress", lambda: stub.GetGram(ref))
+        if progress is not None:
+            progress(job)
+        if job.state == pb.GramJob.FAILED:
+            raise PreconditionError(f"the analyst failed to compute Gram release {rid!r}: "
+                                    f"{job.error}; it is paid: ask again with --request-id "
+                                    f"{rid} to compute it again at no charge")
+        header, matrix = client.call("Gram release fetch", lambda: _receive_gram(
+            iter(stub.FetchGram(ref))))
+    spend = replace(Spend.from_proto(header.spend), repeated=repeated)
+    return GramResult(spend, matrix, header.projector, header.iterations, header.converged,
+                      header.min_eigenvalue, header.max_diag_error, header.eigendecompositions,
+                      header.relative_residual, header.seconds, time.perf_counter() - start)
+
+
+def release_budget(cfg: ParticipantConfig, dataset: str = "") -> BudgetReport:
+    """The dataset's budget and every participant's quota: spent and left."""
+    from noisyanchor.participant.run import analyst_client
+    from noisyanchor.protos.v1 import release_pb2 as pb
+    from noisyanchor.protos.v1 import release_pb2_grpc as pb_grpc
+
+    query = pb.BudgetQuery(federation_id=cfg.federation_id, dataset=dataset)
+    with analyst_client(cfg) as client:
+        stub = pb_grpc.ReleaseStub(client.channel)
+        report = client.call("budget query", lambda: stub.Budget(query))
+    return BudgetReport(report.budget_delta, Account.from_proto(report.dataset),
+                        tuple(Account.from_proto(a) for a in report.participants),
+                        report.min_epsilon)
 
 
 # -- command line ------------------------------------------------------------------------------
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add the ``release`` group (``scores``, ``gram``) to the top-level parser."""
+    """Add the ``release`` group (``scores``, ``gram``, ``budget``) to the top-level parser."""
     from noisyanchor.common.cliargs import int_at_least, open_unit_float, positive_float
     from noisyanchor.participant.cli import COMMANDS
 
@@ -224,17 +337,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     sc = inner.add_parser("scores", help="privatised cosine scores of one of your records "
                           "against every collection row (needs keep_secrets at upload)")
     gr = inner.add_parser("gram", help="privatised, projected cosine Gram matrix of the "
-                          "collection")
-    for p in (sc, gr):
+                          "collection (submitted, polled with progress, fetched)")
+    bu = inner.add_parser("budget", help="what is spent and left of the dataset's budget and "
+                          "of every participant's quota")
+    for p in (sc, gr, bu):
         p.add_argument("--config", type=Path, required=True, help="participant TOML file")
-        p.add_argument("--epsilon", type=positive_float, required=True,
-                       help="epsilon of this release")
-        p.add_argument("--delta", type=open_unit_float, required=True, help="delta of this release")
         p.add_argument("--dataset", default="", help="dataset (default: the federation's)")
         p.add_argument("--analyst", default=None, help="override [participant] analyst host:port")
         p.add_argument("--timeout", type=positive_float, default=None,
-                       help="override [participant] timeout (seconds, also the RPC deadline)")
+                       help="override [participant] timeout (seconds: retries while the "
+                       "analyst is unavailable, and the wait for a Gram release)")
         p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    for p in (sc, gr):
+        p.add_argument("--epsilon", type=positive_float, required=True,
+                       help="epsilon of this release")
+        p.add_argument("--delta", type=open_unit_float, required=True, help="delta of this release")
+        p.add_argument("--request-id", default=None,
+                       help="id of this release (default: a fresh random one); the same id "
+                       "again returns the same release at no charge")
     which = sc.add_mutually_exclusive_group(required=True)
     which.add_argument("--record", type=Path, help=".npy file with one raw record (d_in,)")
     which.add_argument("--row-index", type=int_at_least(0),
@@ -247,9 +367,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "projections (the paper's), Dykstra, or none")
     gr.add_argument("--max-iter", type=int_at_least(0), default=0,
                     help="cap on the projection's iterations (default: the analyst's, 100)")
+    gr.add_argument("--poll", type=positive_float, default=POLL_SECONDS,
+                    help="seconds between two progress polls")
     gr.add_argument("--out", type=Path, required=True, help="where to save the matrix (.npy)")
     sc.set_defaults(handler=_scores)
     gr.set_defaults(handler=_gram)
+    bu.set_defaults(handler=_budget)
 
 
 def _config(args: argparse.Namespace) -> ParticipantConfig:
@@ -259,30 +382,58 @@ def _config(args: argparse.Namespace) -> ParticipantConfig:
                                                                 timeout=args.timeout)
 
 
+def _account_line(a: Account, delta: float) -> str:
+    quota = f", {a.releases} of {a.max_releases} releases" if a.max_releases else ""
+    return (f"spent epsilon={a.spent_epsilon:.4g} of {a.budget_epsilon:.4g}, left "
+            f"{a.left_epsilon:.4g} at delta={delta:g}{quota}")
+
+
 def _spend_line(s: Spend) -> str:
+    paid = ("a repeat of an earlier release: nothing charged now" if s.repeated else
+            f"charged epsilon={s.charged_epsilon:.4g}")
     return (f"sigma={s.sigma:.4g} (sensitivity {s.sensitivity:.4g}) for epsilon={s.epsilon:g}, "
-            f"delta={s.delta:g}; dataset {s.dataset!r} has spent epsilon={s.spent_epsilon:.4g} "
-            f"of {s.budget_epsilon:g} at delta={s.budget_delta:g} "
-            f"(remaining {s.remaining_epsilon:.4g})")
+            f"delta={s.delta:g}, request {s.request_id}, {paid}; dataset {s.dataset!r}: "
+            f"spent epsilon={s.spent_epsilon:.4g} of {s.budget_epsilon:g}, left "
+            f"{s.remaining_epsilon:.4g}; your quota: "
+            f"{_account_line(s.participant, s.budget_delta)}")
+
+
+def score_warning(sigma: float, n: int, delta: float) -> str | None:
+    """The warning printed when the noise dominates a score vector of ``n`` records, or None."""
+    from noisyanchor.common.scoreshield import useful_score_epsilon, useful_score_sigma
+
+    if sigma <= useful_score_sigma(n):
+        return None
+    return (f"these scores are dominated by noise at this epsilon: sigma={sigma:.3g}, so the "
+            f"largest of the {n} noise draws (~{sigma * np.sqrt(2 * np.log(n)):.2g}) exceeds "
+            "the whole range of a cosine score and the ranking reflects the noise, not the "
+            f"query; for {n} records a useful signal needs epsilon >= "
+            f"{useful_score_epsilon(n, delta):.3g} at delta={delta:g}")
 
 
 def _scores(args: argparse.Namespace) -> int:
-    if args.top_k < 0:
-        raise InvalidInputError(f"--top-k must be >= 0, got {args.top_k}")
     cfg = _config(args)
     key = load_key(cfg)
     t = transform_query(cfg, query_record(cfg, args.record, args.row_index), key)
     res = release_scores(cfg, t, args.epsilon, args.delta, top_k=args.top_k,
-                         dataset=args.dataset)
+                         dataset=args.dataset, request_id=args.request_id)
     ids = res.ids if res.ids is not None else np.arange(len(res.scores))
+    warning = score_warning(res.spend.sigma, res.records, res.spend.delta)
     if args.json:
-        print(json.dumps({"spend": asdict(res.spend), "records": res.records,
+        from noisyanchor.common.scoreshield import useful_score_epsilon
+
+        print(json.dumps({"spend": asdict(res.spend), "sigma": res.spend.sigma,
+                          "noise_dominated": warning is not None,
+                          "useful_epsilon": useful_score_epsilon(res.records, res.spend.delta),
+                          "warning": warning, "records": res.records,
                           "clipped": res.clipped, "top_k": args.top_k,
                           "ids": ids.tolist(), "scores": res.scores.tolist(),
                           "seconds": res.seconds}, indent=2))
         return 0
     print(f"released {len(res.scores)} of {res.records} privatised scores in "
           f"{res.seconds:.3f} s: {_spend_line(res.spend)}")
+    if warning:
+        print(f"warning: {warning}")
     if res.ids is None:  # clipped ties make a ranking of the full vector misleading
         print(f"  {res.clipped} of {res.records} scores clipped to [-1, 1]; --json prints the "
               "vector, --top-k K ranks the rows (by the unclipped noisy scores)")
@@ -292,22 +443,65 @@ def _scores(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_progress(job) -> None:
+    """One line per poll on stderr (stdout carries the result)."""
+    from noisyanchor.protos.v1 import release_pb2 as pb
+
+    state = pb.GramJob.State.Name(job.state).lower()
+    if job.state == pb.GramJob.QUEUED:
+        detail = f"{job.queue_position} ahead of it"
+    elif job.state == pb.GramJob.RUNNING:
+        detail = (f"iteration {job.iterations}, feasibility gap {job.relative_residual:.1e} "
+                  f"-> {job.tolerance:.0e}, {job.seconds:.0f} s")
+    else:
+        detail = f"{job.seconds:.1f} s"
+    print(f"Gram release {job.request_id}: {state} ({detail})", file=sys.stderr, flush=True)
+
+
 def _gram(args: argparse.Namespace) -> int:
     cfg = _config(args)
-    if args.max_iter < 0:
-        raise InvalidInputError(f"--max-iter must be >= 0, got {args.max_iter}")
-    res = release_gram(cfg, args.epsilon, args.delta, projector=args.projector,
-                       max_iterations=args.max_iter, dataset=args.dataset)
+    rid = args.request_id or new_request_id()
+    try:
+        res = release_gram(cfg, args.epsilon, args.delta, projector=args.projector,
+                           max_iterations=args.max_iter, dataset=args.dataset, request_id=rid,
+                           progress=None if args.json else _show_progress, poll=args.poll)
+    except KeyboardInterrupt:
+        print(f"interrupted: Gram release {rid} is paid and kept on the analyst; fetch it "
+              f"with the same command and --request-id {rid} (no further charge)",
+              file=sys.stderr)
+        raise
     args.out.parent.mkdir(parents=True, exist_ok=True)
     np.save(args.out, res.matrix, allow_pickle=False)
     if args.json:
-        print(json.dumps({"spend": asdict(res.spend), "n": res.matrix.shape[0],
+        print(json.dumps({"spend": asdict(res.spend), "request_id": rid,
+                          "repeated": res.spend.repeated, "n": res.matrix.shape[0],
                           "projector": res.projector, "iterations": res.iterations,
-                          "converged": res.converged, "min_eigenvalue": res.min_eigenvalue,
+                          "eigendecompositions": res.eigendecompositions,
+                          "converged": res.converged, "relative_residual": res.relative_residual,
+                          "min_eigenvalue": res.min_eigenvalue,
                           "max_diag_error": res.max_diag_error, "out": str(args.out),
-                          "seconds": res.seconds}, indent=2))
+                          "compute_seconds": res.compute_seconds, "seconds": res.seconds},
+                         indent=2))
         return 0
     n = res.matrix.shape[0]
-    print(f"released the {n} x {n} Gram ({res.projector}, {res.iterations} iterations) in "
-          f"{res.seconds:.3f} s to {args.out}: {_spend_line(res.spend)}")
+    print(f"released the {n} x {n} Gram ({res.projector}, {res.iterations} iterations, "
+          f"{res.eigendecompositions} eigendecompositions, computed in "
+          f"{res.compute_seconds:.1f} s) in {res.seconds:.1f} s to {args.out}: "
+          f"{_spend_line(res.spend)}")
+    return 0
+
+
+def _budget(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    rep = release_budget(cfg, args.dataset)
+    if args.json:
+        print(json.dumps({"delta": rep.delta, "min_epsilon": rep.min_epsilon,
+                          "dataset": asdict(rep.dataset),
+                          "participants": [asdict(a) for a in rep.participants]}, indent=2))
+        return 0
+    print(f"dataset {rep.dataset.name!r}: {_account_line(rep.dataset, rep.delta)} "
+          f"({rep.dataset.releases} releases)")
+    for a in rep.participants:
+        print(f"  participant {a.name!r}: {_account_line(a, rep.delta)}")
+    print(f"releases asking for epsilon < {rep.min_epsilon:g} are refused")
     return 0

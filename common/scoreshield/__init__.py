@@ -45,6 +45,8 @@ from noisyanchor.common.scoreshield.release import (
     ScoreRelease,
     release_gram,
     release_score_vector,
+    useful_score_epsilon,
+    useful_score_sigma,
 )
 from noisyanchor.common.scoreshield.sensitivity import (
     gram_identity_sensitivity,
@@ -92,4 +94,6 @@ __all__ = [
     "score_vector_sensitivity",
     "symmetrize",
     "tar_at_far",
+    "useful_score_epsilon",
+    "useful_score_sigma",
 ]

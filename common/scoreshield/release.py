@@ -8,12 +8,13 @@ SPEC.md section 5; ScoreShield paper Section 3.1 (Algorithm 1, Theorem 3.1) and 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from noisyanchor.common.errors import InvalidInputError
-from noisyanchor.common.scoreshield.calibration import Calibration
+from noisyanchor.common.scoreshield.calibration import Calibration, gaussian_epsilon
 from noisyanchor.common.scoreshield.projection import (
     PROJECTION_METHODS,
     Progress,
@@ -21,7 +22,8 @@ from noisyanchor.common.scoreshield.projection import (
     project_correlation,
     symmetrize,
 )
-from noisyanchor.common.validation import as_matrix, as_vector
+from noisyanchor.common.scoreshield.sensitivity import score_vector_sensitivity
+from noisyanchor.common.validation import as_matrix, as_vector, check_count
 
 #: Post-processing choices of :func:`release_gram`, the default first.
 GRAM_PROJECTORS = (*PROJECTION_METHODS, "none")
@@ -198,3 +200,22 @@ def _check_calibration(calibration: object) -> Calibration:
         raise InvalidInputError("calibration must be a Calibration from "
                                 f"common.scoreshield.calibrate, got {type(calibration).__name__}")
     return calibration
+
+
+def useful_score_sigma(n: int) -> float:
+    """Largest noise ``sigma`` at which a released score vector of ``n`` records can still rank.
+
+    The largest of ``n`` draws of ``N(0, sigma^2)`` is about ``sigma sqrt(2 ln n)``; once that
+    reaches 1, half the range of a cosine score, the noise alone can lift any record to the top
+    and push scores past the clip at +-1, so the top of the ranking says more about the noise
+    than about the query. The threshold ``1 / sqrt(2 ln n)`` is public (it depends on ``n``
+    only), so reporting it costs no privacy.
+    """
+    n = check_count(n, "n", minimum=2)
+    return 1.0 / math.sqrt(2.0 * math.log(n))
+
+
+def useful_score_epsilon(n: int, delta: float) -> float:
+    """The smallest epsilon whose score-vector noise (sensitivity 2, analytic calibration) is
+    :func:`useful_score_sigma` ``(n)``: below it, a release is dominated by noise."""
+    return gaussian_epsilon(useful_score_sigma(n), delta, score_vector_sensitivity())

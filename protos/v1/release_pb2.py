@@ -25,25 +25,37 @@ _sym_db = _symbol_database.Default()
 from noisyanchor.protos.v1 import analyst_pb2 as noisyanchor_dot_protos_dot_v1_dot_analyst__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#noisyanchor/protos/v1/release.proto\x12\x0enoisyanchor.v1\x1a#noisyanchor/protos/v1/analyst.proto\"\xd5\x01\n\x05Spend\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\t\x12\r\n\x05sigma\x18\x02 \x01(\x01\x12\x13\n\x0bsensitivity\x18\x03 \x01(\x01\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x05 \x01(\x01\x12\x17\n\x0f\x63harged_epsilon\x18\x06 \x01(\x01\x12\x15\n\rspent_epsilon\x18\x07 \x01(\x01\x12\x19\n\x11remaining_epsilon\x18\x08 \x01(\x01\x12\x16\n\x0e\x62udget_epsilon\x18\t \x01(\x01\x12\x14\n\x0c\x62udget_delta\x18\n \x01(\x01\"\xa7\x01\n\nScoreQuery\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\x12\x32\n\rrecord_header\x18\x03 \x01(\x0b\x32\x1b.noisyanchor.v1.ArrayHeader\x12\x0e\n\x06record\x18\x04 \x01(\x0c\x12\x0f\n\x07\x65psilon\x18\x05 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x06 \x01(\x01\x12\r\n\x05top_k\x18\x07 \x01(\r\"\xab\x01\n\x0cScoreRelease\x12$\n\x05spend\x18\x01 \x01(\x0b\x32\x15.noisyanchor.v1.Spend\x12\x32\n\rscores_header\x18\x02 \x01(\x0b\x32\x1b.noisyanchor.v1.ArrayHeader\x12\x0e\n\x06scores\x18\x03 \x01(\x0c\x12\x0f\n\x07top_ids\x18\x04 \x03(\x04\x12\x0f\n\x07records\x18\x05 \x01(\x04\x12\x0f\n\x07\x63lipped\x18\x06 \x01(\x04\"~\n\tGramQuery\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x03 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x04 \x01(\x01\x12\x11\n\tprojector\x18\x05 \x01(\t\x12\x16\n\x0emax_iterations\x18\x06 \x01(\r\"\xc9\x01\n\nGramHeader\x12$\n\x05spend\x18\x01 \x01(\x0b\x32\x15.noisyanchor.v1.Spend\x12+\n\x06matrix\x18\x02 \x01(\x0b\x32\x1b.noisyanchor.v1.ArrayHeader\x12\x11\n\tprojector\x18\x03 \x01(\t\x12\x12\n\niterations\x18\x04 \x01(\r\x12\x11\n\tconverged\x18\x05 \x01(\x08\x12\x16\n\x0emin_eigenvalue\x18\x06 \x01(\x01\x12\x16\n\x0emax_diag_error\x18\x07 \x01(\x01\"Q\n\x08GramPart\x12,\n\x06header\x18\x01 \x01(\x0b\x32\x1a.noisyanchor.v1.GramHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part2\x9a\x01\n\x07Release\x12I\n\rReleaseScores\x12\x1a.noisyanchor.v1.ScoreQuery\x1a\x1c.noisyanchor.v1.ScoreRelease\x12\x44\n\x0bReleaseGram\x12\x19.noisyanchor.v1.GramQuery\x1a\x18.noisyanchor.v1.GramPart0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#noisyanchor/protos/v1/release.proto\x12\x0enoisyanchor.v1\x1a#noisyanchor/protos/v1/analyst.proto\"\x84\x01\n\x07\x41\x63\x63ount\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x62udget_epsilon\x18\x02 \x01(\x01\x12\x15\n\rspent_epsilon\x18\x03 \x01(\x01\x12\x14\n\x0cleft_epsilon\x18\x04 \x01(\x01\x12\x10\n\x08releases\x18\x05 \x01(\x04\x12\x14\n\x0cmax_releases\x18\x06 \x01(\x04\"\xa9\x02\n\x05Spend\x12\x0f\n\x07\x64\x61taset\x18\x01 \x01(\t\x12\r\n\x05sigma\x18\x02 \x01(\x01\x12\x13\n\x0bsensitivity\x18\x03 \x01(\x01\x12\x0f\n\x07\x65psilon\x18\x04 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x05 \x01(\x01\x12\x17\n\x0f\x63harged_epsilon\x18\x06 \x01(\x01\x12\x15\n\rspent_epsilon\x18\x07 \x01(\x01\x12\x19\n\x11remaining_epsilon\x18\x08 \x01(\x01\x12\x16\n\x0e\x62udget_epsilon\x18\t \x01(\x01\x12\x14\n\x0c\x62udget_delta\x18\n \x01(\x01\x12,\n\x0bparticipant\x18\x0b \x01(\x0b\x32\x17.noisyanchor.v1.Account\x12\x12\n\nrequest_id\x18\x0c \x01(\t\x12\x10\n\x08repeated\x18\r \x01(\x08\"\xbb\x01\n\nScoreQuery\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\x12\x32\n\rrecord_header\x18\x03 \x01(\x0b\x32\x1b.noisyanchor.v1.ArrayHeader\x12\x0e\n\x06record\x18\x04 \x01(\x0c\x12\x0f\n\x07\x65psilon\x18\x05 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x06 \x01(\x01\x12\r\n\x05top_k\x18\x07 \x01(\r\x12\x12\n\nrequest_id\x18\x08 \x01(\t\"\xab\x01\n\x0cScoreRelease\x12$\n\x05spend\x18\x01 \x01(\x0b\x32\x15.noisyanchor.v1.Spend\x12\x32\n\rscores_header\x18\x02 \x01(\x0b\x32\x1b.noisyanchor.v1.ArrayHeader\x12\x0e\n\x06scores\x18\x03 \x01(\x0c\x12\x0f\n\x07top_ids\x18\x04 \x03(\x04\x12\x0f\n\x07records\x18\x05 \x01(\x04\x12\x0f\n\x07\x63lipped\x18\x06 \x01(\x04\"\x92\x01\n\tGramQuery\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\x12\x0f\n\x07\x65psilon\x18\x03 \x01(\x01\x12\r\n\x05\x64\x65lta\x18\x04 \x01(\x01\x12\x11\n\tprojector\x18\x05 \x01(\t\x12\x16\n\x0emax_iterations\x18\x06 \x01(\r\x12\x12\n\nrequest_id\x18\x07 \x01(\t\"7\n\nReleaseRef\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"\x92\x02\n\nGramHeader\x12$\n\x05spend\x18\x01 \x01(\x0b\x32\x15.noisyanchor.v1.Spend\x12+\n\x06matrix\x18\x02 \x01(\x0b\x32\x1b.noisyanchor.v1.ArrayHeader\x12\x11\n\tprojector\x18\x03 \x01(\t\x12\x12\n\niterations\x18\x04 \x01(\r\x12\x11\n\tconverged\x18\x05 \x01(\x08\x12\x16\n\x0emin_eigenvalue\x18\x06 \x01(\x01\x12\x16\n\x0emax_diag_error\x18\x07 \x01(\x01\x12\x1b\n\x13\x65igendecompositions\x18\x08 \x01(\r\x12\x19\n\x11relative_residual\x18\t \x01(\x01\x12\x0f\n\x07seconds\x18\n \x01(\x01\"Q\n\x08GramPart\x12,\n\x06header\x18\x01 \x01(\x0b\x32\x1a.noisyanchor.v1.GramHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"\xe6\x02\n\x07GramJob\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12,\n\x05state\x18\x02 \x01(\x0e\x32\x1d.noisyanchor.v1.GramJob.State\x12$\n\x05spend\x18\x03 \x01(\x0b\x32\x15.noisyanchor.v1.Spend\x12\x16\n\x0equeue_position\x18\x04 \x01(\r\x12\x12\n\niterations\x18\x05 \x01(\r\x12\x19\n\x11relative_residual\x18\x06 \x01(\x01\x12\x11\n\ttolerance\x18\x07 \x01(\x01\x12\x0f\n\x07seconds\x18\x08 \x01(\x01\x12*\n\x06header\x18\t \x01(\x0b\x32\x1a.noisyanchor.v1.GramHeader\x12\r\n\x05\x65rror\x18\n \x01(\t\"M\n\x05State\x12\x15\n\x11STATE_UNSPECIFIED\x10\x00\x12\n\n\x06QUEUED\x10\x01\x12\x0b\n\x07RUNNING\x10\x02\x12\x08\n\x04\x44ONE\x10\x03\x12\n\n\x06\x46\x41ILED\x10\x04\"5\n\x0b\x42udgetQuery\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x02 \x01(\t\"\x92\x01\n\x0c\x42udgetReport\x12\x14\n\x0c\x62udget_delta\x18\x01 \x01(\x01\x12(\n\x07\x64\x61taset\x18\x02 \x01(\x0b\x32\x17.noisyanchor.v1.Account\x12-\n\x0cparticipants\x18\x03 \x03(\x0b\x32\x17.noisyanchor.v1.Account\x12\x13\n\x0bmin_epsilon\x18\x04 \x01(\x01\x32\xe0\x02\n\x07Release\x12I\n\rReleaseScores\x12\x1a.noisyanchor.v1.ScoreQuery\x1a\x1c.noisyanchor.v1.ScoreRelease\x12@\n\nSubmitGram\x12\x19.noisyanchor.v1.GramQuery\x1a\x17.noisyanchor.v1.GramJob\x12>\n\x07GetGram\x12\x1a.noisyanchor.v1.ReleaseRef\x1a\x17.noisyanchor.v1.GramJob\x12\x43\n\tFetchGram\x12\x1a.noisyanchor.v1.ReleaseRef\x1a\x18.noisyanchor.v1.GramPart0\x01\x12\x43\n\x06\x42udget\x12\x1b.noisyanchor.v1.BudgetQuery\x1a\x1c.noisyanchor.v1.BudgetReportb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'noisyanchor.protos.v1.release_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SPEND']._serialized_start=93
-  _globals['_SPEND']._serialized_end=306
-  _globals['_SCOREQUERY']._serialized_start=309
-  _globals['_SCOREQUERY']._serialized_end=476
-  _globals['_SCORERELEASE']._serialized_start=479
-  _globals['_SCORERELEASE']._serialized_end=650
-  _globals['_GRAMQUERY']._serialized_start=652
-  _globals['_GRAMQUERY']._serialized_end=778
-  _globals['_GRAMHEADER']._serialized_start=781
-  _globals['_GRAMHEADER']._serialized_end=982
-  _globals['_GRAMPART']._serialized_start=984
-  _globals['_GRAMPART']._serialized_end=1065
-  _globals['_RELEASE']._serialized_start=1068
-  _globals['_RELEASE']._serialized_end=1222
+  _globals['_ACCOUNT']._serialized_start=93
+  _globals['_ACCOUNT']._serialized_end=225
+  _globals['_SPEND']._serialized_start=228
+  _globals['_SPEND']._serialized_end=525
+  _globals['_SCOREQUERY']._serialized_start=528
+  _globals['_SCOREQUERY']._serialized_end=715
+  _globals['_SCORERELEASE']._serialized_start=718
+  _globals['_SCORERELEASE']._serialized_end=889
+  _globals['_GRAMQUERY']._serialized_start=892
+  _globals['_GRAMQUERY']._serialized_end=1038
+  _globals['_RELEASEREF']._serialized_start=1040
+  _globals['_RELEASEREF']._serialized_end=1095
+  _globals['_GRAMHEADER']._serialized_start=1098
+  _globals['_GRAMHEADER']._serialized_end=1372
+  _globals['_GRAMPART']._serialized_start=1374
+  _globals['_GRAMPART']._serialized_end=1455
+  _globals['_GRAMJOB']._serialized_start=1458
+  _globals['_GRAMJOB']._serialized_end=1816
+  _globals['_GRAMJOB_STATE']._serialized_start=1739
+  _globals['_GRAMJOB_STATE']._serialized_end=1816
+  _globals['_BUDGETQUERY']._serialized_start=1818
+  _globals['_BUDGETQUERY']._serialized_end=1871
+  _globals['_BUDGETREPORT']._serialized_start=1874
+  _globals['_BUDGETREPORT']._serialized_end=2020
+  _globals['_RELEASE']._serialized_start=2023
+  _globals['_RELEASE']._serialized_end=2375
 # @@protoc_insertion_point(module_scope)

@@ -1,5 +1,6 @@
 from noisyanchor.protos.v1 import analyst_pb2 as _analyst_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -7,8 +8,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class Account(_message.Message):
+    __slots__ = ("name", "budget_epsilon", "spent_epsilon", "left_epsilon", "releases", "max_releases")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    SPENT_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    LEFT_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    RELEASES_FIELD_NUMBER: _ClassVar[int]
+    MAX_RELEASES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    budget_epsilon: float
+    spent_epsilon: float
+    left_epsilon: float
+    releases: int
+    max_releases: int
+    def __init__(self, name: _Optional[str] = ..., budget_epsilon: _Optional[float] = ..., spent_epsilon: _Optional[float] = ..., left_epsilon: _Optional[float] = ..., releases: _Optional[int] = ..., max_releases: _Optional[int] = ...) -> None: ...
+
 class Spend(_message.Message):
-    __slots__ = ("dataset", "sigma", "sensitivity", "epsilon", "delta", "charged_epsilon", "spent_epsilon", "remaining_epsilon", "budget_epsilon", "budget_delta")
+    __slots__ = ("dataset", "sigma", "sensitivity", "epsilon", "delta", "charged_epsilon", "spent_epsilon", "remaining_epsilon", "budget_epsilon", "budget_delta", "participant", "request_id", "repeated")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     SIGMA_FIELD_NUMBER: _ClassVar[int]
     SENSITIVITY_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +36,9 @@ class Spend(_message.Message):
     REMAINING_EPSILON_FIELD_NUMBER: _ClassVar[int]
     BUDGET_EPSILON_FIELD_NUMBER: _ClassVar[int]
     BUDGET_DELTA_FIELD_NUMBER: _ClassVar[int]
+    PARTICIPANT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    REPEATED_FIELD_NUMBER: _ClassVar[int]
     dataset: str
     sigma: float
     sensitivity: float
@@ -29,10 +49,13 @@ class Spend(_message.Message):
     remaining_epsilon: float
     budget_epsilon: float
     budget_delta: float
-    def __init__(self, dataset: _Optional[str] = ..., sigma: _Optional[float] = ..., sensitivity: _Optional[float] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., charged_epsilon: _Optional[float] = ..., spent_epsilon: _Optional[float] = ..., remaining_epsilon: _Optional[float] = ..., budget_epsilon: _Optional[float] = ..., budget_delta: _Optional[float] = ...) -> None: ...
+    participant: Account
+    request_id: str
+    repeated: bool
+    def __init__(self, dataset: _Optional[str] = ..., sigma: _Optional[float] = ..., sensitivity: _Optional[float] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., charged_epsilon: _Optional[float] = ..., spent_epsilon: _Optional[float] = ..., remaining_epsilon: _Optional[float] = ..., budget_epsilon: _Optional[float] = ..., budget_delta: _Optional[float] = ..., participant: _Optional[_Union[Account, _Mapping]] = ..., request_id: _Optional[str] = ..., repeated: _Optional[bool] = ...) -> None: ...
 
 class ScoreQuery(_message.Message):
-    __slots__ = ("federation_id", "dataset", "record_header", "record", "epsilon", "delta", "top_k")
+    __slots__ = ("federation_id", "dataset", "record_header", "record", "epsilon", "delta", "top_k", "request_id")
     FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
     DATASET_FIELD_NUMBER: _ClassVar[int]
     RECORD_HEADER_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +63,7 @@ class ScoreQuery(_message.Message):
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     federation_id: str
     dataset: str
     record_header: _analyst_pb2.ArrayHeader
@@ -47,7 +71,8 @@ class ScoreQuery(_message.Message):
     epsilon: float
     delta: float
     top_k: int
-    def __init__(self, federation_id: _Optional[str] = ..., dataset: _Optional[str] = ..., record_header: _Optional[_Union[_analyst_pb2.ArrayHeader, _Mapping]] = ..., record: _Optional[bytes] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., top_k: _Optional[int] = ...) -> None: ...
+    request_id: str
+    def __init__(self, federation_id: _Optional[str] = ..., dataset: _Optional[str] = ..., record_header: _Optional[_Union[_analyst_pb2.ArrayHeader, _Mapping]] = ..., record: _Optional[bytes] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., top_k: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ScoreRelease(_message.Message):
     __slots__ = ("spend", "scores_header", "scores", "top_ids", "records", "clipped")
@@ -66,23 +91,33 @@ class ScoreRelease(_message.Message):
     def __init__(self, spend: _Optional[_Union[Spend, _Mapping]] = ..., scores_header: _Optional[_Union[_analyst_pb2.ArrayHeader, _Mapping]] = ..., scores: _Optional[bytes] = ..., top_ids: _Optional[_Iterable[int]] = ..., records: _Optional[int] = ..., clipped: _Optional[int] = ...) -> None: ...
 
 class GramQuery(_message.Message):
-    __slots__ = ("federation_id", "dataset", "epsilon", "delta", "projector", "max_iterations")
+    __slots__ = ("federation_id", "dataset", "epsilon", "delta", "projector", "max_iterations", "request_id")
     FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
     DATASET_FIELD_NUMBER: _ClassVar[int]
     EPSILON_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
     PROJECTOR_FIELD_NUMBER: _ClassVar[int]
     MAX_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     federation_id: str
     dataset: str
     epsilon: float
     delta: float
     projector: str
     max_iterations: int
-    def __init__(self, federation_id: _Optional[str] = ..., dataset: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., projector: _Optional[str] = ..., max_iterations: _Optional[int] = ...) -> None: ...
+    request_id: str
+    def __init__(self, federation_id: _Optional[str] = ..., dataset: _Optional[str] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., projector: _Optional[str] = ..., max_iterations: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseRef(_message.Message):
+    __slots__ = ("federation_id", "request_id")
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    request_id: str
+    def __init__(self, federation_id: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class GramHeader(_message.Message):
-    __slots__ = ("spend", "matrix", "projector", "iterations", "converged", "min_eigenvalue", "max_diag_error")
+    __slots__ = ("spend", "matrix", "projector", "iterations", "converged", "min_eigenvalue", "max_diag_error", "eigendecompositions", "relative_residual", "seconds")
     SPEND_FIELD_NUMBER: _ClassVar[int]
     MATRIX_FIELD_NUMBER: _ClassVar[int]
     PROJECTOR_FIELD_NUMBER: _ClassVar[int]
@@ -90,6 +125,9 @@ class GramHeader(_message.Message):
     CONVERGED_FIELD_NUMBER: _ClassVar[int]
     MIN_EIGENVALUE_FIELD_NUMBER: _ClassVar[int]
     MAX_DIAG_ERROR_FIELD_NUMBER: _ClassVar[int]
+    EIGENDECOMPOSITIONS_FIELD_NUMBER: _ClassVar[int]
+    RELATIVE_RESIDUAL_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
     spend: Spend
     matrix: _analyst_pb2.ArrayHeader
     projector: str
@@ -97,7 +135,10 @@ class GramHeader(_message.Message):
     converged: bool
     min_eigenvalue: float
     max_diag_error: float
-    def __init__(self, spend: _Optional[_Union[Spend, _Mapping]] = ..., matrix: _Optional[_Union[_analyst_pb2.ArrayHeader, _Mapping]] = ..., projector: _Optional[str] = ..., iterations: _Optional[int] = ..., converged: _Optional[bool] = ..., min_eigenvalue: _Optional[float] = ..., max_diag_error: _Optional[float] = ...) -> None: ...
+    eigendecompositions: int
+    relative_residual: float
+    seconds: float
+    def __init__(self, spend: _Optional[_Union[Spend, _Mapping]] = ..., matrix: _Optional[_Union[_analyst_pb2.ArrayHeader, _Mapping]] = ..., projector: _Optional[str] = ..., iterations: _Optional[int] = ..., converged: _Optional[bool] = ..., min_eigenvalue: _Optional[float] = ..., max_diag_error: _Optional[float] = ..., eigendecompositions: _Optional[int] = ..., relative_residual: _Optional[float] = ..., seconds: _Optional[float] = ...) -> None: ...
 
 class GramPart(_message.Message):
     __slots__ = ("header", "chunk")
@@ -106,3 +147,59 @@ class GramPart(_message.Message):
     header: GramHeader
     chunk: bytes
     def __init__(self, header: _Optional[_Union[GramHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class GramJob(_message.Message):
+    __slots__ = ("request_id", "state", "spend", "queue_position", "iterations", "relative_residual", "tolerance", "seconds", "header", "error")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATE_UNSPECIFIED: _ClassVar[GramJob.State]
+        QUEUED: _ClassVar[GramJob.State]
+        RUNNING: _ClassVar[GramJob.State]
+        DONE: _ClassVar[GramJob.State]
+        FAILED: _ClassVar[GramJob.State]
+    STATE_UNSPECIFIED: GramJob.State
+    QUEUED: GramJob.State
+    RUNNING: GramJob.State
+    DONE: GramJob.State
+    FAILED: GramJob.State
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SPEND_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_POSITION_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    RELATIVE_RESIDUAL_FIELD_NUMBER: _ClassVar[int]
+    TOLERANCE_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    state: GramJob.State
+    spend: Spend
+    queue_position: int
+    iterations: int
+    relative_residual: float
+    tolerance: float
+    seconds: float
+    header: GramHeader
+    error: str
+    def __init__(self, request_id: _Optional[str] = ..., state: _Optional[_Union[GramJob.State, str]] = ..., spend: _Optional[_Union[Spend, _Mapping]] = ..., queue_position: _Optional[int] = ..., iterations: _Optional[int] = ..., relative_residual: _Optional[float] = ..., tolerance: _Optional[float] = ..., seconds: _Optional[float] = ..., header: _Optional[_Union[GramHeader, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class BudgetQuery(_message.Message):
+    __slots__ = ("federation_id", "dataset")
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    dataset: str
+    def __init__(self, federation_id: _Optional[str] = ..., dataset: _Optional[str] = ...) -> None: ...
+
+class BudgetReport(_message.Message):
+    __slots__ = ("budget_delta", "dataset", "participants", "min_epsilon")
+    BUDGET_DELTA_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
+    MIN_EPSILON_FIELD_NUMBER: _ClassVar[int]
+    budget_delta: float
+    dataset: Account
+    participants: _containers.RepeatedCompositeFieldContainer[Account]
+    min_epsilon: float
+    def __init__(self, budget_delta: _Optional[float] = ..., dataset: _Optional[_Union[Account, _Mapping]] = ..., participants: _Optional[_Iterable[_Union[Account, _Mapping]]] = ..., min_epsilon: _Optional[float] = ...) -> None: ...

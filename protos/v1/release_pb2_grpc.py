@@ -39,10 +39,25 @@ class ReleaseStub:
                 request_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreQuery.SerializeToString,
                 response_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreRelease.FromString,
                 _registered_method=True)
-        self.ReleaseGram = channel.unary_stream(
-                '/noisyanchor.v1.Release/ReleaseGram',
+        self.SubmitGram = channel.unary_unary(
+                '/noisyanchor.v1.Release/SubmitGram',
                 request_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramQuery.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramJob.FromString,
+                _registered_method=True)
+        self.GetGram = channel.unary_unary(
+                '/noisyanchor.v1.Release/GetGram',
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ReleaseRef.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramJob.FromString,
+                _registered_method=True)
+        self.FetchGram = channel.unary_stream(
+                '/noisyanchor.v1.Release/FetchGram',
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ReleaseRef.SerializeToString,
                 response_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramPart.FromString,
+                _registered_method=True)
+        self.Budget = channel.unary_unary(
+                '/noisyanchor.v1.Release/Budget',
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.BudgetQuery.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.BudgetReport.FromString,
                 _registered_method=True)
 
 
@@ -56,8 +71,31 @@ class ReleaseServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def ReleaseGram(self, request, context):
-        """Privatised, projected cosine Gram matrix of the collection (regime (ii)): header, then chunks.
+    def SubmitGram(self, request, context):
+        """Regime (ii), as a job: charge once per request id and queue the privatised, projected
+        cosine Gram matrix of the collection; answers at once with the job's state. A repeat with
+        the same id answers the same job at no charge.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetGram(self, request, context):
+        """The state and progress of a submitted Gram release.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchGram(self, request, context):
+        """A computed Gram release: header, then chunks; as often as asked, at no charge.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Budget(self, request, context):
+        """The dataset's budget and every participant's quota: spent and left.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -71,10 +109,25 @@ def add_ReleaseServicer_to_server(servicer, server):
                     request_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreQuery.FromString,
                     response_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreRelease.SerializeToString,
             ),
-            'ReleaseGram': grpc.unary_stream_rpc_method_handler(
-                    servicer.ReleaseGram,
+            'SubmitGram': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitGram,
                     request_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramQuery.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramJob.SerializeToString,
+            ),
+            'GetGram': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetGram,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ReleaseRef.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramJob.SerializeToString,
+            ),
+            'FetchGram': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchGram,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ReleaseRef.FromString,
                     response_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramPart.SerializeToString,
+            ),
+            'Budget': grpc.unary_unary_rpc_method_handler(
+                    servicer.Budget,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.BudgetQuery.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.BudgetReport.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -115,7 +168,61 @@ class Release:
             _registered_method=True)
 
     @staticmethod
-    def ReleaseGram(request,
+    def SubmitGram(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/noisyanchor.v1.Release/SubmitGram',
+            noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramQuery.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramJob.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetGram(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/noisyanchor.v1.Release/GetGram',
+            noisyanchor_dot_protos_dot_v1_dot_release__pb2.ReleaseRef.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramJob.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchGram(request,
             target,
             options=(),
             channel_credentials=None,
@@ -128,9 +235,36 @@ class Release:
         return grpc.experimental.unary_stream(
             request,
             target,
-            '/noisyanchor.v1.Release/ReleaseGram',
-            noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramQuery.SerializeToString,
+            '/noisyanchor.v1.Release/FetchGram',
+            noisyanchor_dot_protos_dot_v1_dot_release__pb2.ReleaseRef.SerializeToString,
             noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramPart.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Budget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/noisyanchor.v1.Release/Budget',
+            noisyanchor_dot_protos_dot_v1_dot_release__pb2.BudgetQuery.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_release__pb2.BudgetReport.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,4 +1,6 @@
-"""Tests of analyst.privacy_budget: composition via dp_accounting, refusal, persistence, locking."""
+"""Tests of analyst.privacy_budget: exact Gaussian composition (checked against dp_accounting's
+PLD accountant), dataset budgets and per-participant quotas, refusals that say what is left,
+request ids, persistence, version-1 ledgers, locking."""
 
 from __future__ import annotations
 
@@ -11,152 +13,212 @@ import dp_accounting
 import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
-from noisyanchor.analyst.privacy_budget import Charge, LedgerError, PrivacyLedger
-from noisyanchor.common.errors import BudgetExceededError, InvalidInputError
-from noisyanchor.common.scoreshield import analytic_sigma, gaussian_delta, score_vector_sensitivity
+from noisyanchor.analyst.privacy_budget import (
+    Charge,
+    PrivacyLedger,
+    epsilon_of_mu,
+    mu_of_epsilon,
+)
+from noisyanchor.common.errors import BudgetExceededError, InvalidInputError, LedgerError
+from noisyanchor.common.scoreshield import calibrate, gaussian_delta, score_vector_sensitivity
 
 DELTA = 1e-5
+PIDS = ("a", "b")
 
 
-def _sigma_for(epsilon: float) -> float:
-    return analytic_sigma(epsilon, DELTA, score_vector_sensitivity())
+def _cal(epsilon: float, delta: float = DELTA):
+    return calibrate(epsilon, delta, score_vector_sensitivity())
 
 
-def test_single_release_spends_its_own_epsilon(tmp_path: Path) -> None:
-    ledger = PrivacyLedger(tmp_path / "ledger.json", 2.0, DELTA)
-    assert ledger.spent("digits") == (0.0, 0.0)
-    charge = ledger.charge("digits", _sigma_for(1.0), 2.0, label="scores")
-    assert isinstance(charge, Charge)
-    eps, delta = ledger.spent("digits")
-    assert delta == DELTA
-    # PLD is pessimistic by at most a discretisation step (1e-4 here)
-    assert 1.0 - 1e-6 <= eps <= 1.0 + 1e-3
+def _ledger(path: Path, budget: float, **kw) -> PrivacyLedger:
+    kw.setdefault("participants", PIDS)
+    kw.setdefault("participant_epsilon_budget", budget)
+    return PrivacyLedger(path, budget, DELTA, **kw)
 
 
-def test_composition_matches_exact_gaussian_composition(tmp_path: Path) -> None:
-    # k Gaussian releases with multipliers z_i compose exactly to one Gaussian with
-    # z_eff = (sum z_i^-2)^(-1/2); the PLD accountant must agree (and is never below it).
-    ledger = PrivacyLedger(tmp_path / "l.json", 10.0, DELTA)
-    sigmas = [_sigma_for(0.5), _sigma_for(1.0), _sigma_for(0.3)]
-    for i, s in enumerate(sigmas):
-        ledger.charge("d", s, 2.0, label=f"r{i}")
-    eps, _ = ledger.spent("d")
-    z_eff = sum((s / 2.0) ** -2 for s in sigmas) ** -0.5
-    assert gaussian_delta(z_eff, eps, 1.0) <= DELTA * (1 + 1e-6)  # eps is a valid bound
-    assert gaussian_delta(z_eff, eps - 5e-3, 1.0) > DELTA  # and tight to 5e-3
-    assert eps < 0.5 + 1.0 + 0.3  # tighter than summing epsilons
-
-
-def test_release_crossing_the_budget_is_refused(tmp_path: Path) -> None:
-    ledger = PrivacyLedger(tmp_path / "l.json", 1.3, DELTA)
-    ledger.charge("d", _sigma_for(1.0), 2.0, label="first")
-    before = ledger.spent("d")
-    assert ledger.would_exceed("d", _sigma_for(1.0), 2.0)
-    with pytest.raises(BudgetExceededError, match=r"spent epsilon=.*budget epsilon=1\.3") as exc:
-        ledger.charge("d", _sigma_for(1.0), 2.0, label="second")
-    assert "second" in str(exc.value) and "'d'" in str(exc.value)
-    assert ledger.spent("d") == before  # nothing recorded
-    assert len(ledger.charges("d")) == 1
-    # a cheaper release still fits, and other datasets have their own budget
-    assert not ledger.would_exceed("d", _sigma_for(0.2), 2.0)
-    ledger.charge("other", _sigma_for(1.25), 2.0, label="x")
-
-
-def test_a_single_release_above_the_budget_is_refused_quickly(tmp_path: Path) -> None:
-    ledger = PrivacyLedger(tmp_path / "l.json", 1.0, DELTA)
-    # noise multiplier 0.01 (epsilon in the hundreds): refused by the exact pre-check
-    with pytest.raises(BudgetExceededError, match="exceeded"):
-        ledger.charge("d", 0.02, 2.0, label="huge")
-    assert ledger.spent("d") == (0.0, 0.0)
-
-
-def test_ledger_survives_a_restart(tmp_path: Path) -> None:
-    path = tmp_path / "sub" / "ledger.json"
-    first = PrivacyLedger(path, 1.3, DELTA)
-    first.charge("d", _sigma_for(1.0), 2.0, label="first")
-    spent = first.spent("d")
-    again = PrivacyLedger(path, 1.3, DELTA)  # new object on the same file
-    assert again.spent("d") == spent
-    assert again.charges("d") == first.charges("d")
-    with pytest.raises(BudgetExceededError):
-        again.charge("d", _sigma_for(1.0), 2.0, label="second")
-    assert not list(path.parent.glob("*.tmp"))  # no stray temporary files
-
-
-def test_cached_composition_equals_composing_every_release_at_once(tmp_path: Path) -> None:
-    """Each charge composes one release onto the cached composition; the spent epsilon is the
-    one of a single ComposedDpEvent of all releases, and a reopened ledger (which re-composes
-    its charges) continues identically."""
-    path = tmp_path / "l.json"
-    sigmas = [_sigma_for(e) for e in (0.3, 0.1, 0.5, 0.2, 0.1, 0.4)]
-    ledger = PrivacyLedger(path, 10.0, DELTA)
-    for i, s in enumerate(sigmas[:4]):
-        ledger.charge("d", s, 2.0, label=f"r{i}")
-    copy = tmp_path / "copy.json"  # one process owns a ledger file: reopen a copy
-    copy.write_bytes(path.read_bytes())
-    reopened = PrivacyLedger(copy, 10.0, DELTA)
-    for i, s in enumerate(sigmas[4:], start=4):
-        ledger.charge("d", s, 2.0, label=f"r{i}")
-        reopened.charge("d", s, 2.0, label=f"r{i}")
+def _pld_epsilon(sigmas: list[float]) -> float:
     acc = pld_privacy_accountant.PLDAccountant(
-        dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=1e-3)
+        dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=1e-4)
     acc.compose(dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(s / 2.0)
                                                for s in sigmas]))
-    assert ledger.spent("d") == reopened.spent("d") == (acc.get_epsilon(DELTA), DELTA)
+    return acc.get_epsilon(DELTA)
+
+
+def test_single_release_spends_exactly_its_own_epsilon(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path / "ledger.json", 2.0)
+    assert ledger.spent("digits") == (0.0, 0.0)
+    charge = ledger.charge("digits", "a", _cal(1.0), request_id="r1", label="scores")
+    assert isinstance(charge, Charge) and charge.participant == "a"
+    eps, delta = ledger.spent("digits")
+    assert delta == DELTA
+    # the calibration meets (1, 1e-5) with equality up to its root finder: exact to 1e-9
+    assert eps == pytest.approx(1.0, abs=1e-9) and charge.epsilon == pytest.approx(1.0, abs=1e-9)
+
+
+def test_composition_is_exact_and_agrees_with_the_pld_accountant(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path / "l.json", 10.0)
+    cals = [_cal(0.5), _cal(1.0), _cal(0.3), _cal(0.7, 1e-7)]
+    for i, cal in enumerate(cals):
+        ledger.charge("d", PIDS[i % 2], cal, request_id=f"r{i}", label="x")
+    eps, _ = ledger.spent("d")
+    z_eff = sum((c.sigma / 2.0) ** -2 for c in cals) ** -0.5
+    # exact: the composition is one Gaussian mechanism with noise multiplier z_eff
+    assert gaussian_delta(z_eff, eps, 1.0) == pytest.approx(DELTA, rel=1e-6)
+    # dp_accounting's PLD accountant is pessimistic by at most its discretisation (1e-4 per
+    # composed event here): never below the exact value, and within 1e-3 of it
+    pld = _pld_epsilon([c.sigma for c in cals])
+    assert eps - 1e-9 <= pld <= eps + 1e-3
+    assert eps < 0.5 + 1.0 + 0.3 + 0.7  # far tighter than summing epsilons
+
+
+def test_dataset_budget_refusal_names_the_budget_and_what_is_left(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path / "l.json", 1.3)
+    ledger.charge("d", "a", _cal(1.0), request_id="first", label="first")
+    before = ledger.account("d")
+    with pytest.raises(BudgetExceededError) as exc:
+        ledger.charge("d", "b", _cal(1.0), request_id="second", label="second")
+    msg = str(exc.value)
+    assert "privacy budget of dataset 'd' is exhausted" in msg and "second" in msg
+    assert f"left: epsilon={before.left_epsilon:.6g} for one more release" in msg
+    assert ledger.account("d") == before and len(ledger.charges("d")) == 1  # nothing recorded
+    # what is left is exactly what one more release may have, and then nothing is
+    left = before.left_epsilon
+    ledger.charge("d", "b", _cal(left), request_id="exact", label="exact")
+    assert ledger.account("d").spent_epsilon == pytest.approx(1.3, abs=1e-6)
+    with pytest.raises(BudgetExceededError, match="left: epsilon=0 "):
+        ledger.charge("d", "a", _cal(0.01), request_id="more", label="more")
+    ledger.charge("other", "a", _cal(1.25), request_id="x", label="x")  # its own budget
+
+
+def test_participant_quota_refusal_names_the_participant(tmp_path: Path) -> None:
+    ledger = PrivacyLedger(tmp_path / "l.json", 10.0, DELTA, participants=PIDS,
+                           participant_epsilon_budget=1.0)
+    ledger.charge("d", "a", _cal(0.8), request_id="1", label="scores")
+    with pytest.raises(BudgetExceededError,
+                       match=r"participant 'a'\'s quota on dataset 'd' is exhausted.*left: "
+                             r"epsilon=0\.\d+"):
+        ledger.charge("d", "a", _cal(0.8), request_id="2", label="scores")
+    # another participant's quota is untouched by a's spending
+    assert ledger.account("d", "b").spent_epsilon == 0.0
+    ledger.charge("d", "b", _cal(0.8), request_id="1", label="scores")
+    acc = ledger.account("d", "a")
+    assert acc.budget_epsilon == 1.0 and acc.releases == 1 and acc.max_releases == 1000
+
+
+def test_default_quota_is_the_fair_share_every_participant_can_spend(tmp_path: Path) -> None:
+    pids = tuple(f"p{i}" for i in range(5))
+    ledger = PrivacyLedger(tmp_path / "l.json", 4.0, DELTA, participants=pids)
+    quota = ledger.participant_epsilon_budget
+    # p quotas of mu_B / sqrt(p) compose to exactly mu_B
+    assert mu_of_epsilon(quota, DELTA) == pytest.approx(mu_of_epsilon(4.0, DELTA) / math.sqrt(5),
+                                                        rel=1e-9)
+    for pid in pids:  # each spends its whole quota (what is left of it), and all fit
+        left = ledger.account("d", pid).left_epsilon
+        assert left == pytest.approx(quota, rel=1e-6)
+        ledger.charge("d", pid, _cal(left), request_id="all", label="x")
+    assert ledger.account("d").spent_epsilon == pytest.approx(4.0, rel=1e-6)
+    assert ledger.account("d").spent_epsilon <= 4.0
+
+
+def test_count_quota_bounds_the_rows_even_of_nearly_free_releases(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path / "l.json", 1.0, participant_max_releases=3)
+    tiny = _cal(1e-12)
+    for i in range(3):
+        ledger.charge("d", "a", tiny, request_id=f"r{i}", label="x")
+    with pytest.raises(BudgetExceededError, match=r"release quota .* 3 of 3 releases"):
+        ledger.charge("d", "a", tiny, request_id="r3", label="x")
+    assert ledger.account("d", "a").left_epsilon == 0.0
+    assert len(json.loads((tmp_path / "l.json").read_text())["datasets"]["d"]) == 3
+
+
+def test_a_request_id_is_charged_once_and_found_again_after_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "ledger.json"
+    first = _ledger(path, 1.3)
+    charge = first.charge("d", "a", _cal(1.0), request_id="job-7", label="first")
+    with pytest.raises(InvalidInputError, match="already charged"):
+        first.charge("d", "a", _cal(0.1), request_id="job-7", label="again")
+    again = _ledger(path, 1.3)  # a new object on the same file: the ledger resumed
+    assert again.spent("d") == first.spent("d")
+    assert again.charges("d") == first.charges("d")
+    assert again.charged("d", "a", "job-7") == charge
+    assert again.charged("d", "b", "job-7") is None  # ids are per participant
+    with pytest.raises(BudgetExceededError):
+        again.charge("d", "b", _cal(1.0), request_id="x", label="second")
+    assert not [p for p in path.parent.iterdir() if p.name != "ledger.json"]  # no temporaries
+
+
+def test_version_1_ledgers_are_read_and_upgraded(tmp_path: Path) -> None:
+    path = tmp_path / "l.json"
+    sigma = _cal(0.5).sigma
+    path.write_text(json.dumps({"version": 1, "epsilon_budget": 2.0, "delta_budget": DELTA,
+                                "datasets": {"d": [{
+                                    "dataset": "d", "label": "gram/aap/b", "sigma": sigma,
+                                    "sensitivity": 2.0, "noise_multiplier": sigma / 2.0,
+                                    "epsilon": 0.5, "spent_epsilon": 0.5, "timestamp": 1.0}]}}))
+    ledger = _ledger(path, 2.0)
+    assert ledger.account("d").spent_epsilon == pytest.approx(0.5, abs=1e-9)
+    assert ledger.account("d", "b").releases == 1
+    ledger.charge("d", "a", _cal(0.5), request_id="new", label="scores")
+    assert json.loads(path.read_text())["version"] == 2
+    assert _ledger(path, 2.0).account("d").releases == 2
 
 
 def test_corrupt_ledger_is_an_error_not_a_reset(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
-    PrivacyLedger(path, 1.0, DELTA).charge("d", _sigma_for(0.5), 2.0, label="a")
+    _ledger(path, 1.0).charge("d", "a", _cal(0.5), request_id="r", label="a")
     text = path.read_text()
     path.write_text(text[: len(text) // 2])  # truncated file
     with pytest.raises(LedgerError, match="corrupt"):
-        PrivacyLedger(path, 1.0, DELTA)
+        _ledger(path, 1.0)
     doc = json.loads(text)
     doc["datasets"]["d"][0]["sigma"] = -1.0
     path.write_text(json.dumps(doc))
     with pytest.raises(LedgerError, match="corrupt"):
-        PrivacyLedger(path, 1.0, DELTA)
+        _ledger(path, 1.0)
     del doc["datasets"]
     path.write_text(json.dumps(doc))
     with pytest.raises(LedgerError, match="corrupt"):
-        PrivacyLedger(path, 1.0, DELTA)
+        _ledger(path, 1.0)
 
 
 def test_budget_cannot_change_on_an_existing_ledger(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
-    PrivacyLedger(path, 1.0, DELTA).charge("d", _sigma_for(0.5), 2.0, label="a")
+    _ledger(path, 1.0).charge("d", "a", _cal(0.5), request_id="r", label="a")
     with pytest.raises(LedgerError, match="budget"):
-        PrivacyLedger(path, 2.0, DELTA)
+        _ledger(path, 2.0)
+    # quotas may change (operator policy): the rows are attributed, the totals recomputed
+    assert _ledger(path, 1.0, participant_epsilon_budget=0.6).account("d", "a").releases == 1
 
 
 @pytest.mark.parametrize(("eps", "delta"), [(0.0, DELTA), (-1.0, DELTA), (math.nan, DELTA),
                                             (1.0, 0.0), (1.0, 1.0), (1.0, math.nan)])
 def test_bad_budget_is_rejected(tmp_path: Path, eps: float, delta: float) -> None:
     with pytest.raises(InvalidInputError, match="budget"):
-        PrivacyLedger(tmp_path / "l.json", eps, delta)
+        PrivacyLedger(tmp_path / "l.json", eps, delta, participants=PIDS)
 
 
 def test_bad_charge_arguments_are_rejected(tmp_path: Path) -> None:
-    ledger = PrivacyLedger(tmp_path / "l.json", 1.0, DELTA)
-    with pytest.raises(InvalidInputError, match="sigma"):
-        ledger.charge("d", 0.0, 2.0, label="a")
-    with pytest.raises(InvalidInputError, match="sensitivity"):
-        ledger.charge("d", 1.0, math.nan, label="a")
+    ledger = _ledger(tmp_path / "l.json", 1.0)
+    with pytest.raises(InvalidInputError, match="Calibration"):
+        ledger.charge("d", "a", 0.5, request_id="r", label="a")
     with pytest.raises(InvalidInputError, match="dataset"):
-        ledger.charge("", 1.0, 2.0, label="a")
+        ledger.charge("", "a", _cal(0.1), request_id="r", label="a")
+    with pytest.raises(InvalidInputError, match="request_id"):
+        ledger.charge("d", "a", _cal(0.1), request_id="", label="a")
+    with pytest.raises(InvalidInputError, match="not a participant"):
+        ledger.charge("d", "mallory", _cal(0.1), request_id="r", label="a")
     assert not (tmp_path / "l.json").exists()
 
 
 def test_concurrent_charges_never_overspend(tmp_path: Path) -> None:
     # each release costs 1.0 alone; the budget holds exactly two of them composed (~1.46)
-    ledger = PrivacyLedger(tmp_path / "l.json", 1.6, DELTA)
-    sigma = _sigma_for(1.0)
+    ledger = _ledger(tmp_path / "l.json", 1.6)
+    cal = _cal(1.0)
     outcomes: list[str] = []
 
     def worker(i: int) -> None:
         try:
-            ledger.charge("d", sigma, 2.0, label=f"t{i}")
+            ledger.charge("d", PIDS[i % 2], cal, request_id=f"t{i}", label=f"t{i}")
             outcomes.append("ok")
         except BudgetExceededError:
             outcomes.append("refused")
@@ -168,4 +230,10 @@ def test_concurrent_charges_never_overspend(tmp_path: Path) -> None:
         t.join()
     assert outcomes.count("ok") == 2 and outcomes.count("refused") == 4
     assert ledger.spent("d")[0] <= 1.6
-    assert len(PrivacyLedger(tmp_path / "l.json", 1.6, DELTA).charges("d")) == 2
+    assert len(_ledger(tmp_path / "l.json", 1.6).charges("d")) == 2
+
+
+def test_epsilon_and_mu_conversions_invert_each_other() -> None:
+    for eps in (0.01, 0.5, 3.0, 40.0):
+        assert epsilon_of_mu(mu_of_epsilon(eps, DELTA), DELTA) == pytest.approx(eps, rel=1e-9)
+    assert epsilon_of_mu(0.0, DELTA) == 0.0

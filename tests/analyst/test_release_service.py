@@ -8,7 +8,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from noisyanchor.analyst.config import DEFAULT_LEDGER_NAME, load_analyst_config
+from noisyanchor.analyst.config import DEFAULT_LEDGER_NAME, ReleaseLimits, load_analyst_config
 from noisyanchor.analyst.release_service import (
     collection_rows,
     decode_record,
@@ -113,7 +113,7 @@ def test_top_k_returns_the_highest_noisy_scores_first():
     assert np.all(np.diff(released) <= 0)  # non-increasing after the clip too
 
 
-def _analyst_toml(tmp_path, privacy: dict | None):
+def _analyst_toml(tmp_path, privacy: dict | None, release: dict | None = None):
     from noisyanchor.deploy.certs import write_pki
 
     pki = write_pki(tmp_path / "pki", ["a", "b"])
@@ -122,6 +122,8 @@ def _analyst_toml(tmp_path, privacy: dict | None):
               "tls": {"ca": pki.ca, "cert": pki.server_cert, "key": pki.server_key}}
     if privacy is not None:
         tables["privacy"] = privacy
+    if release is not None:
+        tables["release"] = release
     return write_toml(tmp_path / "analyst.toml", tables)
 
 
@@ -145,3 +147,37 @@ def test_privacy_table_is_optional_and_the_ledger_defaults_under_the_store(tmp_p
 def test_privacy_config_errors_name_the_key(tmp_path, privacy, match):
     with pytest.raises(ConfigError, match=match):
         load_analyst_config(_analyst_toml(tmp_path, privacy))
+
+
+def test_release_limits_default_and_read_from_the_release_table(tmp_path):
+    budget = {"epsilon_budget": 3, "delta_budget": 1e-6, "participant_epsilon_budget": 2,
+              "participant_max_releases": 50}
+    cfg = load_analyst_config(_analyst_toml(tmp_path, budget))
+    assert cfg.release == ReleaseLimits()
+    assert (cfg.privacy.participant_epsilon_budget, cfg.privacy.participant_max_releases) == (
+        2.0, 50)
+    limits = {"min_epsilon": 0.5, "send_timeout": 2, "max_concurrent": 2,
+              "max_queued_per_participant": 1, "max_memory_bytes": 1 << 30,
+              "max_kept_bytes_per_participant": 1 << 25}
+    cfg = load_analyst_config(_analyst_toml(tmp_path, budget, limits))
+    assert cfg.release == ReleaseLimits(0.5, 2.0, 2, 1, 1 << 30, 1 << 25)
+
+
+@pytest.mark.parametrize("privacy, release, match", [
+    ({"participant_epsilon_budget": 5}, None, r"\[privacy\] participant_epsilon_budget: must "
+     r"be <= epsilon_budget"),
+    ({"participant_epsilon_budget": 0}, None, r"\[privacy\] participant_epsilon_budget"),
+    ({"participant_max_releases": 0}, None, r"\[privacy\] participant_max_releases"),
+    ({}, {"min_epsilon": 0}, r"\[release\] min_epsilon"),
+    ({}, {"min_epsilon": 4}, r"\[release\] min_epsilon = 4 exceeds \[privacy\] epsilon_budget"),
+    ({}, {"send_timeout": -1}, r"\[release\] send_timeout"),
+    ({}, {"max_concurrent": 0}, r"\[release\] max_concurrent"),
+    ({}, {"max_queued_per_participant": 0}, r"\[release\] max_queued_per_participant"),
+    ({}, {"max_memory_bytes": 10}, r"\[release\] max_memory_bytes"),
+    ({}, {"max_kept_bytes_per_participant": "big"}, r"\[release\] max_kept_bytes_per_participant"),
+    ({}, {"timeout": 3}, r"\[release\] has unknown key\(s\) timeout"),
+])
+def test_release_config_errors_name_the_key(tmp_path, privacy, release, match):
+    budget = {"epsilon_budget": 3, "delta_budget": 1e-6, **privacy}
+    with pytest.raises(ConfigError, match=match):
+        load_analyst_config(_analyst_toml(tmp_path, budget, release))

@@ -1,4 +1,5 @@
-"""Helpers of the end-to-end tests: a handle on a running analyst process, well-formed uploads."""
+"""Helpers of the end-to-end tests: a handle on a running analyst process, well-formed uploads,
+an aligned federation that serves DP releases."""
 
 from __future__ import annotations
 
@@ -16,8 +17,13 @@ from forged_certs import forge
 from noisyanchor.common.tomlconfig import TlsFiles
 from noisyanchor.common.wire import bundle_spec
 from noisyanchor.deploy.certs import Pki
-from noisyanchor.deploy.demo import FederationFiles
-from noisyanchor.deploy.launch import start, wait_for_port
+from noisyanchor.deploy.demo import (
+    FederationFiles,
+    wait_for_result,
+    write_analyst,
+    write_participant,
+)
+from noisyanchor.deploy.launch import start, stop, wait_for_port
 from noisyanchor.participant.client import AnalystClient
 
 FEDERATION = "e2e"
@@ -100,3 +106,70 @@ def forge_certificate(pki: Pki, stem: str, *, common_names: Sequence[str] = (),
                                            serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
     return TlsFiles(pki.ca, cert_path, key_path)
+
+
+@dataclass
+class ReleaseFederation:
+    """An aligned aa-igdp federation of real processes whose analyst serves DP releases."""
+
+    analyst: RunningAnalyst
+    configs: dict[str, Path]
+    records: np.ndarray
+
+    def charges(self) -> int:
+        """Rows of the analyst's privacy ledger."""
+        import json
+
+        path = self.analyst.files.store / "privacy_ledger.json"
+        if not path.is_file():
+            return 0
+        return sum(len(v) for v in json.loads(path.read_text())["datasets"].values())
+
+
+def release_federation(root: Path, ids: Sequence[str], records: Sequence[np.ndarray], *,
+                       dim: int, anchors: int, tables: str, timeout: float = 60.0,
+                       before_upload: Callable[[dict[str, Path]], None] | None = None
+                       ) -> ReleaseFederation:
+    """Start an analyst (its config extended by the TOML ``tables``, e.g. ``[privacy]``), upload
+    ``records[i]`` as participant ``ids[i]`` (keeping the GDP keys for score queries) and wait
+    for the alignment. ``before_upload(configs)`` runs against the not yet aligned analyst. The
+    caller stops the processes with :func:`stop_federation`."""
+    data = {}
+    for pid, x in zip(ids, records, strict=True):
+        data[pid] = root / "data" / f"{pid}.npz"
+        data[pid].parent.mkdir(parents=True, exist_ok=True)
+        np.savez(data[pid], x=x, labels=np.arange(len(x)) % 2, tags=np.zeros(len(x), dtype="i1"))
+    files = write_analyst(root, tuple(ids), federation_id=FEDERATION, method="aa-igdp",
+                          anchors=anchors, dim=dim, sigma=0.0, v=0.0, accept_collusion=False,
+                          data=data)
+    with open(files.analyst_config, "a") as fh:
+        fh.write(tables)
+    port = free_port()
+    log = root / "analyst.log"
+    proc = start(["analyst", "serve", "--config", files.analyst_config, "--port", port], log)
+    fed = ReleaseFederation(RunningAnalyst(files, "aa-igdp", port, proc, log, [proc]), {},
+                            np.vstack(records))
+    try:
+        assert wait_for_port(files.port_file, proc) == port
+        fed.configs = {pid: write_participant(
+            files, pid, federation_id=FEDERATION, address=f"127.0.0.1:{port}", method="aa-igdp",
+            anchors=anchors, dim=None, projection_seed=None, sigma=0.0, v=0.0, seed=11 + k,
+            keep_secrets=True, timeout=timeout) for k, pid in enumerate(ids)}
+        if before_upload is not None:
+            before_upload(fed.configs)
+        uploads = [start(["participant", "upload", "--config", fed.configs[pid]],
+                         root / f"{pid}.log") for pid in ids]
+        fed.analyst.procs.extend(uploads)
+        for p in uploads:
+            assert p.wait(timeout) == 0
+        wait_for_result(files.store, proc, timeout)
+    except BaseException:
+        stop_federation(fed)
+        raise
+    return fed
+
+
+def stop_federation(fed: ReleaseFederation) -> None:
+    """Stop every process of ``fed`` (analysts, restarts included, and uploads)."""
+    for p in fed.analyst.procs:
+        stop(p)
