@@ -92,7 +92,7 @@ def write_participant(files: FederationFiles, pid: str, *, federation_id: str, a
                       method: str, anchors: int | None, dim: int | None,
                       projection_seed: int | None, sigma: float, v: float,
                       seed: int | None = None, anchor_seed: bytes | None = None,
-                      keep_secrets: bool = False, timeout: float = 120.0) -> Path:
+                      keep_secrets: bool = False, timeout: float | None = 120.0) -> Path:
     """Write participant ``pid``'s config (dealer: the first participant)."""
     cert, key = files.pki.clients[pid]
     return write_toml(files.root / f"{pid}.toml", {

@@ -68,10 +68,15 @@ def _tags(cfg: ParticipantConfig, data: LocalData) -> np.ndarray:
     return split_tags(data.labels, rng).astype("|i1")
 
 
-def analyst_client(cfg: ParticipantConfig) -> AnalystClient:
-    """A mutual-TLS client to this participant's analyst (use as a context manager)."""
+#: Seconds ``participant status`` retries an unavailable analyst (a question, not a wait).
+STATUS_WAIT = 10.0
+
+
+def analyst_client(cfg: ParticipantConfig, wait: float | None = None) -> AnalystClient:
+    """A mutual-TLS client to this participant's analyst (use as a context manager) that
+    retries and waits up to ``wait`` seconds (default: the config's)."""
     return AnalystClient(cfg.analyst, cfg.tls, cfg.server_name, cfg.federation_id,
-                         cfg.wait_seconds)
+                         cfg.wait_seconds if wait is None else wait)
 
 
 def _declared(info: pb.FederationInfo) -> dict:
@@ -188,7 +193,7 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
 
 def analyst_status(cfg: ParticipantConfig):
     """The analyst's ``StatusReply`` for this participant's federation."""
-    with analyst_client(cfg) as client:
+    with analyst_client(cfg, min(cfg.wait_seconds, STATUS_WAIT)) as client:
         return client.status()
 
 

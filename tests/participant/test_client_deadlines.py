@@ -58,3 +58,27 @@ def test_calls_made_on_the_raw_stub_get_it_too(stalled):
     with AnalystClient(address, tls, "localhost", "f", timeout=5.0, rpc_deadline=0.3) as c, \
             pytest.raises(DeadlineExceededError):
         c.call("list keys", lambda: c.stub.ListKeys(pb.ListKeysRequest(federation_id="f")))
+
+
+@pytest.mark.slow
+def test_status_is_a_question_not_a_wait(tmp_path):
+    """Without a timeout a participant waits until the federation's deadline; ``status``
+    gives up after STATUS_WAIT seconds and says why."""
+    import numpy as np
+
+    from noisyanchor.common.errors import AnalystUnavailableError
+    from noisyanchor.deploy.demo import write_analyst, write_participant
+    from noisyanchor.participant.config import load_participant_config
+    from noisyanchor.participant.run import analyst_status
+
+    files = write_analyst(tmp_path, ("p0", "p1"), federation_id="f", method="aa-igdp",
+                          anchors=None, dim=None, sigma=None, v=None, accept_collusion=False,
+                          data={"p0": tmp_path / "p0.npz"})
+    np.savez(files.data["p0"], x=np.zeros((2, 2)), labels=np.zeros(2, int))
+    path = write_participant(files, "p0", federation_id="f", address="127.0.0.1:1",
+                             method="aa-igdp", anchors=None, dim=None, projection_seed=None,
+                             sigma=0.0, v=0.0, timeout=None)
+    cfg = load_participant_config(path)
+    assert cfg.timeout is None
+    with pytest.raises(AnalystUnavailableError, match=r"nothing listens at 127\.0\.0\.1:1"):
+        analyst_status(cfg)
