@@ -25,6 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="override [server] port_file (the bound port is written there)")
     serve.add_argument("--output-dir", type=Path, default=None,
                        help="override [server] output_dir")
+    serve.add_argument("--blas-threads", type=int_at_least(0), default=None,
+                       help="override [server] blas_threads: BLAS threads of every operation "
+                       "(0: one, more only for large problems when CPUs are idle)")
     serve.add_argument("--log-json", type=Path, default=None, metavar="FILE",
                        help="also append the log to FILE as JSON lines (override [server] "
                        "log_json)")
@@ -53,11 +56,13 @@ def _serve(args: argparse.Namespace) -> int:
     quiet_grpc_core()  # before grpc is first imported (by the server module)
     from noisyanchor.analyst.config import load_analyst_config
     from noisyanchor.analyst.server import serve
+    from noisyanchor.common.blas import configure_blas
 
     config = load_analyst_config(args.config).with_overrides(
         port=args.port, port_file=args.port_file, output_dir=args.output_dir,
-        log_json=args.log_json)
+        log_json=args.log_json, blas_threads=args.blas_threads)
     configure_logging(config.log_json)
+    configure_blas(config.blas_threads)  # logs the choice
     serve(config)
     return 0
 

@@ -9,6 +9,7 @@ import datetime
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from noisyanchor.common.blas import check_blas_threads
 from noisyanchor.common.downstream import MODELS, sklearn_available
 from noisyanchor.common.errors import ConfigError, InvalidInputError
 from noisyanchor.common.gopp import check_precision, check_stopping
@@ -130,6 +131,9 @@ class AnalystConfig:
     stream_idle_timeout : float
         Seconds an upload or disclosure stream may leave the analyst waiting for its next
         message before it is cancelled and its partial data discarded.
+    blas_threads : int
+        BLAS threads of every operation (alignment, certificate, releases); 0: chosen per
+        operation by size and idle CPUs (:mod:`common.blas`).
     privacy : PrivacyBudget or None
         Budget of the DP releases; None (no ``[privacy]`` table): releases are refused.
     release : ReleaseLimits
@@ -174,6 +178,7 @@ class AnalystConfig:
     port_file: Path | None = None
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT
+    blas_threads: int = 0
     privacy: PrivacyBudget | None = None
     release: ReleaseLimits = ReleaseLimits()
     precision: str = "auto"
@@ -279,6 +284,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         max_upload_bytes=server.int("max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES, minimum=1),
         stream_idle_timeout=server.positive_float("stream_idle_timeout",
                                                   DEFAULT_STREAM_IDLE_TIMEOUT),
+        blas_threads=server.int("blas_threads", 0, minimum=0, check=check_blas_threads),
         privacy=privacy, release=release, precision=precision, stopping=stopping,
         health_port=server.int("health_port", None, minimum=1, check=check_port),
         log_json=server.path("log_json", None), schema=schema, model=_model(doc, path),

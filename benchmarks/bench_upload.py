@@ -32,7 +32,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from noisyanchor.common.linalg import available_cpus
+from noisyanchor.common.blas import available_cpus
 from noisyanchor.common.tomlconfig import TlsFiles
 from noisyanchor.common.wire import CHUNK_SIZE, bundle_spec
 from noisyanchor.deploy.demo import write_analyst

@@ -134,6 +134,7 @@ def align(
                 "certificate_min_eig": gopp.certificate_min_eig,
                 "certificate_tol": gopp.certificate_tol, "certified": gopp.certified,
                 "mixed_precision_steps": gopp.mixed_precision_steps,
-                "product_drift": gopp.product_drift, "seconds": gopp.seconds}
+                "product_drift": gopp.product_drift, "blas_threads": gopp.blas_threads,
+                "seconds": gopp.seconds}
     z = np.vstack([(y - means[i]) @ rotations[i] for i, y in enumerate(blocks)]) + shift
     return Alignment(z, row_ranges, rotations, means, shift, diag)

@@ -20,25 +20,28 @@ References: SPEC.md section 2; noisy-anchor GDP paper, Algorithm 4 and Section 4
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg
 import scipy.sparse.linalg
 
+from noisyanchor.common.blas import (
+    available_cpus,
+    blas_threads,
+    eigh_threads,
+    gemm_threads,
+    worker_budget,
+)
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.linalg import (
     BlockWorkers,
-    available_cpus,
-    can_limit_blas_threads,
     center_rows,
     extreme_eigh,
     polar_factor,
     polar_factor_fast,
-    single_threaded_blas,
 )
 from noisyanchor.common.validation import (
     check_anchor_rows,
@@ -142,6 +145,9 @@ class GoppResult:
         ``PRODUCT_DRIFT_BUDGET``); tests check it bounds the measured drift.
     stopped_by : str
         ``"step"`` (a step rule), ``"objective"`` (the objective rule) or ``"max_iter"``.
+    blas_threads : dict
+        Threads chosen (:mod:`common.blas`): ``workers`` (GPM block workers), and the BLAS threads
+        of the ``start``, of the ``steps`` (each worker's) and of the ``certificate``.
     """
 
     rotations: np.ndarray
@@ -162,6 +168,7 @@ class GoppResult:
     product_drift: float = 0.0
     product_drift_estimate: float = 0.0
     stopped_by: str = "max_iter"
+    blas_threads: dict[str, int] = field(default_factory=dict)
 
 
 class _GramOperator:
@@ -173,7 +180,8 @@ class _GramOperator:
         k = np.ascontiguousarray(bc.transpose(1, 0, 2).reshape(r, p * d))
         if r > p * d:
             # A tall factor is compressed by QR: same Gram, fewer rows to multiply by.
-            k = scipy.linalg.qr(k, mode="r", check_finite=False)[0][: p * d]
+            with blas_threads(gemm_threads(2.0 * r * (p * d) ** 2)):
+                k = scipy.linalg.qr(k, mode="r", check_finite=False)[0][: p * d]
         self.k = k
 
     @property
@@ -214,6 +222,17 @@ def certificate_min_eig(op: _GramOperator, r_blocks: np.ndarray, gr: np.ndarray)
     :func:`_secular_min_eig`), started at the Rayleigh quotient on ``span(R)``; when that start is
     outside the equation's domain, Lanczos (ARPACK) runs on the complement of ``span(R)``.
     """
+    with blas_threads(eigh_threads(_certificate_order(op))):
+        return _certificate_min_eig(op, r_blocks, gr)
+
+
+def _certificate_order(op: _GramOperator) -> int:
+    """Order of the eigenproblems the certificate solves: ``pd`` (dense) or ``m``."""
+    n = op.p * op.d
+    return n if n <= DENSE_CERTIFICATE_MAX else op.k.shape[0]
+
+
+def _certificate_min_eig(op: _GramOperator, r_blocks: np.ndarray, gr: np.ndarray) -> float:
     p, d, _ = r_blocks.shape
     lam = _symmetric_multipliers(r_blocks, gr)
     n = p * d
@@ -298,10 +317,11 @@ def _lanczos_complement_min_eig(op: _GramOperator, lam: np.ndarray, basis: np.nd
 
 
 def _worker_count(op: _GramOperator) -> int:
-    """Threads for one GPM step: one per core (at most ``p``) when the step (product plus
-    ``p`` polar factors) is large enough and BLAS can be held to one thread per worker, else 1."""
+    """Worker threads wanted for one GPM step: one per CPU (at most ``p``) when the step (product
+    plus ``p`` polar factors) is large enough, else 1 (:func:`common.blas.worker_budget` then
+    fits them with the BLAS threads into the CPUs)."""
     flops = op.product_flops + 12.0 * op.p * op.d**3
-    if flops < PARALLEL_MIN_FLOPS or not can_limit_blas_threads():
+    if flops < PARALLEL_MIN_FLOPS:
         return 1
     return min(available_cpus(), op.p)
 
@@ -639,19 +659,27 @@ def solve_gopp(
     means, bc = center_rows(b)
     op = _GramOperator(bc)
     mixed = precision == "mixed" or (precision == "auto" and op.product_flops >= MIXED_MIN_FLOPS)
-    workers = BlockWorkers(p, _worker_count(op))
-    # Worker threads run with BLAS held to one thread; whole-matrix products outside them don't.
-    blas_limit = single_threaded_blas if len(workers.groups) > 1 else contextlib.nullcontext
-    u, lambda_1 = op.top_eigvecs()
-    with blas_limit(), workers:
+    n_workers, worker_blas = worker_budget(_worker_count(op))
+    workers = BlockWorkers(p, n_workers)
+    # BLAS threads per phase (common.blas): the start's K K^T and eigensolve by the order m;
+    # the steps one BLAS thread per worker (or, unsplit, by the product's size).
+    threads = {"workers": len(workers.groups),
+               "start": eigh_threads(op.k.shape[0]),
+               "steps": worker_blas if len(workers.groups) > 1 else gemm_threads(op.product_flops)}
+    with blas_threads(threads["start"]):
+        u, lambda_1 = op.top_eigvecs()
+    with blas_threads(threads["steps"]), workers:
         rot = _spectral_start(u, workers)
         run = _power_iterations(op, workers, rot, max_iter=max_iter, rule=rule,
                                 accelerate=accelerate, mixed=mixed)
     drift_estimate = run.drift
-    product_drift = run.make_exact(op)
+    with blas_threads(gemm_threads(op.product_flops)):
+        product_drift = run.make_exact(op)
     objective = run.trace[-1]
 
     cert_start = time.perf_counter()
+    if certify:
+        threads["certificate"] = eigh_threads(_certificate_order(op))
     min_eig = certificate_min_eig(op, run.rotations, run.gr) if certify else None
     cert_seconds = time.perf_counter() - cert_start if certify else 0.0
     cert_tol = CERTIFICATE_RTOL * max(lambda_1, 1.0)
@@ -674,6 +702,7 @@ def solve_gopp(
         product_drift=product_drift,
         product_drift_estimate=drift_estimate,
         stopped_by=rule.stopped_by,
+        blas_threads=threads,
     )
 
 

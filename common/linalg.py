@@ -1,5 +1,5 @@
-"""Small linear-algebra kernels: batched polar factors, centering, and the worker threads that
-split a stack of blocks across cores.
+"""Small linear-algebra kernels: batched polar factors, extreme eigenpairs, centering, and the
+worker threads that split a stack of blocks across cores (BLAS threads: :mod:`common.blas`).
 
 References: SPEC.md section 2 (``Pi(M) = U V^T``).
 """
@@ -7,11 +7,8 @@ References: SPEC.md section 2 (``Pi(M) = U V^T``).
 from __future__ import annotations
 
 import itertools
-import os
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Literal, TypeVar, overload
 
 import numpy as np
@@ -121,65 +118,6 @@ def center_rows(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """
     mean = b.mean(axis=-2)
     return mean, b - mean[..., None, :]
-
-
-def available_cpus() -> int:
-    """Number of CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not every platform has sched_getaffinity
-        return os.cpu_count() or 1
-
-
-_BLAS_LIMIT_LOCK = threading.Lock()
-_blas_limit_depth = 0
-_blas_limiter = None
-
-
-def _blas_single_threaded_env() -> bool:
-    """True when the environment already pins OpenBLAS/OpenMP to one thread."""
-    return any(os.environ.get(name) == "1"
-               for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"))
-
-
-def can_limit_blas_threads() -> bool:
-    """Whether worker threads can run without oversubscribing a multithreaded BLAS: either the
-    environment pins BLAS to one thread, or threadpoolctl (optional) can pin it at run time."""
-    if _blas_single_threaded_env():
-        return True
-    try:
-        import threadpoolctl  # noqa: F401  (optional: shipped with scikit-learn)
-    except ImportError:
-        return False
-    return True
-
-
-@contextmanager
-def single_threaded_blas() -> Iterator[None]:
-    """Limit BLAS to one thread while worker threads share the cores (no-op when the environment
-    already does, or when threadpoolctl is missing).
-
-    The limit is process-wide, so nested and concurrent users share one reference-counted limit
-    that is lifted when the last of them leaves.
-    """
-    global _blas_limit_depth, _blas_limiter
-    with _BLAS_LIMIT_LOCK:
-        if _blas_limit_depth == 0 and not _blas_single_threaded_env():
-            try:
-                from threadpoolctl import threadpool_limits
-            except ImportError:
-                _blas_limiter = None
-            else:
-                _blas_limiter = threadpool_limits(limits=1, user_api="blas")
-        _blas_limit_depth += 1
-    try:
-        yield
-    finally:
-        with _BLAS_LIMIT_LOCK:
-            _blas_limit_depth -= 1
-            if _blas_limit_depth == 0 and _blas_limiter is not None:
-                _blas_limiter.restore_original_limits()
-                _blas_limiter = None
 
 
 class BlockWorkers:

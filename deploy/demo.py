@@ -22,15 +22,15 @@ import numpy as np
 
 from noisyanchor.analyst.federation import FAILED_FILE
 from noisyanchor.common.attacks import relative_error
+from noisyanchor.common.blas import blas_threads
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
-from noisyanchor.common.linalg import single_threaded_blas
 from noisyanchor.deploy.certs import Pki, write_pki
 from noisyanchor.deploy.launch import start, stop, wait_for_port, write_toml
 
 #: Tolerance of ``z_matches_inprocess``: max absolute difference of the two ``Z`` relative to
 #: ``max |Z|``. The reference runs with one BLAS thread like the child processes, so the two
-#: are usually identical; without threadpoolctl (which pins it) sums may be reordered, and
-#: differences of a few 1e-13 relative were seen.
+#: are usually identical; with other thread counts sums may be reordered, and differences of a
+#: few 1e-13 relative were seen.
 Z_RTOL = 1e-12
 
 #: Seconds any one demo process may take.
@@ -254,7 +254,7 @@ def run_demo(*, participants: int = 4, method: str = "aa-igdp-an", v: float = 0.
         z = np.load(root / "store" / "result" / "z.npy")
         labels = np.load(root / "store" / "result" / "labels.npy")
         tags = np.load(root / "store" / "result" / "tags.npy")
-    with single_threaded_blas():  # the same BLAS thread count as the child processes
+    with blas_threads(1):  # the same BLAS thread count as the child processes
         z_ref = simulate(config).alignment.z  # prepare() is deterministic in the seed
     diff = float(np.max(np.abs(z - z_ref))) if z.shape == z_ref.shape else float("inf")
     rel = diff / max(float(np.max(np.abs(z_ref))), np.finfo(float).tiny)

@@ -40,14 +40,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     ps.add_argument("--precision", choices=PRECISIONS, default="auto",
                     help="GOPP products: float64 throughout (double), float32 increments once "
                          "steps are small (mixed), or mixed for large problems (auto)")
+    ps.add_argument("--blas-threads", type=int_at_least(0), default=0,
+                    help="BLAS threads of every operation (0: one, more only for large problems "
+                         "when CPUs are idle)")
     ps.add_argument("--no-utility", action="store_true", help="skip the downstream classifier")
     ps.add_argument("--json", action="store_true", help="print the summary as JSON")
     ps.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from noisyanchor.common.blas import configure_blas
     from noisyanchor.experiments.simulate import SimulationConfig, simulate
 
+    configure_blas(args.blas_threads)  # logs the choice (-v)
     config = SimulationConfig(
         dataset=args.dataset, method=args.method, participants=args.participants,
         anchors=args.anchors, dim=args.dim, sigma=args.sigma, v=args.v,

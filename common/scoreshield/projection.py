@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
+from noisyanchor.common.blas import eigh_threads, with_blas_threads
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.scoreshield.newton import newton_dual
 from noisyanchor.common.validation import as_matrix, check_count, check_positive
@@ -176,6 +177,14 @@ def _fro(x: np.ndarray) -> float:
     return float(np.linalg.norm(x, "fro"))
 
 
+def _order(matrix: object, *args: object, **kwargs: object) -> int:
+    """Rows of ``matrix`` (0 for a malformed one, which ``project_correlation`` refuses)."""
+    shape = np.shape(matrix)  # type: ignore[call-overload]  # any array_like
+    return int(shape[0]) if shape else 0
+
+
+# BLAS threads by the order of the eigensolves, one unless large and CPUs are idle (issue 14).
+@with_blas_threads(lambda *args, **kwargs: eigh_threads(_order(*args, **kwargs)))
 def project_correlation(
     matrix: object,
     *,

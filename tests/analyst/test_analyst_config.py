@@ -27,7 +27,7 @@ def test_templates_load_with_paths_relative_to_the_file(workdir):
     assert a.participants == ("org-a", "org-b", "org-c") and a.method == "aa-igdp-an"
     assert a.output_dir == (workdir / "store").resolve() and not a.accept_collusion
     assert a.stream_idle_timeout == 60.0 and a.precision == "auto"
-    assert a.stopping == "objective"
+    assert a.stopping == "objective" and a.blas_threads == 0
     p = load_participant_config(workdir / "participant.toml")
     assert p.id == "org-a" and p.dim == 16 and p.anchor_seed is None and p.seed is None
     assert p.tls.cert == (workdir / "pki" / "org-a.pem").resolve()
@@ -43,6 +43,8 @@ def test_templates_load_with_paths_relative_to_the_file(workdir):
     ('id = "pilot-2026"', 'id = "pilot/2026"', "must be 1-64 letters"),
     ('["org-a", "org-b", "org-c"]', '["org-a"]', "at least 2 distinct"),
     ('precision = "auto"', 'precision = "half"', r"\[solver\] precision: precision must be one of"),
+    ("blas_threads = 0", "blas_threads = -1", r"\[server\] blas_threads must be >= 0"),
+    ("blas_threads = 0", "blas_threads = 1.5", r"\[server\] blas_threads must be an integer"),
     ('stopping = "objective"', 'stopping = "soon"',
      r"\[solver\] stopping: stopping must be one of objective, relative, absolute"),
     ("stream_idle_timeout = 60.0", "stream_idle_timeout = 0.0",

@@ -47,6 +47,8 @@ def test_every_listed_command_is_registered_by_its_role():
     ["demo", "--participants", "1"],
     ["simulate", "--tol", "0"],
     ["simulate", "--stopping", "soon"],
+    ["simulate", "--blas-threads", "-1"],
+    ["analyst", "serve", "--config", "a.toml", "--blas-threads", "two"],
     ["simulate", "--v", "-0.1"],
     ["release", "gram", "--config", "x.toml", "--epsilon", "0", "--delta", "1e-5", "--out",
      "g.npy"],

@@ -11,6 +11,7 @@ import scipy.linalg
 
 from benchmarks import bench_gopp
 from noisyanchor.common import gopp as gopp_module
+from noisyanchor.common.blas import blas_threads
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.gdp import make_anchor, sample_key
 from noisyanchor.common.gopp import solve_gopp
@@ -19,7 +20,6 @@ from noisyanchor.common.linalg import (
     extreme_eigh,
     polar_factor,
     polar_factor_fast,
-    single_threaded_blas,
 )
 from noisyanchor.common.theory import phase_transition_v
 
@@ -38,6 +38,7 @@ def threaded(monkeypatch):
     """Force the threaded GPM step (two workers) whatever the problem size and core count."""
     monkeypatch.setattr(gopp_module, "PARALLEL_MIN_FLOPS", 0.0)
     monkeypatch.setattr(gopp_module, "available_cpus", lambda: 2)
+    monkeypatch.setattr(gopp_module, "worker_budget", lambda workers: (workers, 1))
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def test_threaded_polar_stack_equals_one_batched_svd(rng):
     def part(g):
         out[g] = polar_factor_fast(m[g])
 
-    with single_threaded_blas(), BlockWorkers(9, 2) as workers:
+    with blas_threads(1), BlockWorkers(9, 2) as workers:
         workers.map(part)
     assert np.abs(out - polar_factor(m)).max() < 1e-12
 
@@ -78,24 +79,6 @@ def test_block_workers_split_blocks_into_contiguous_covering_groups(n_blocks, wo
     assert len(groups) == min(workers, n_blocks)
     assert groups[0].start == 0 and groups[-1].stop == n_blocks
     assert all(a.stop == b.start and a.start < a.stop for a, b in itertools.pairwise(groups))
-
-
-def test_single_threaded_blas_nests_and_restores_the_limit(monkeypatch):
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        monkeypatch.delenv(name, raising=False)
-
-    def blas_threads():
-        return {i["num_threads"] for i in threadpoolctl.threadpool_info()
-                if i["user_api"] == "blas"}
-
-    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
-        outside = blas_threads()
-        with single_threaded_blas():
-            with single_threaded_blas():
-                assert blas_threads() == {1}
-            assert blas_threads() == {1}  # the outer user still holds the limit
-        assert blas_threads() == outside
 
 
 @pytest.mark.parametrize("factor", [0.5, 2.0])

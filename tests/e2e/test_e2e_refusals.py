@@ -151,6 +151,8 @@ def test_refusals_leave_the_analyst_serving_and_status_reports_progress(fed, rng
         status = c.status()
     assert status.state == "collecting"
     assert list(status.committed) == ["p2"] and list(status.expected) == ["p0", "p1", "p2"]
+    # The BLAS thread choice is logged once at start (the launcher pins one thread).
+    assert fed.log.read_text().count("BLAS threads: 1 per operation (OPENBLAS_NUM_THREADS)") == 1
 
 
 def _messages(spec, arrays):

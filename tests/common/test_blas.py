@@ -1,0 +1,154 @@
+"""BLAS threads per operation (common/blas.py, issue 14): one thread by default, more only for
+large problems on idle CPUs, an override for everything, a process-wide count that concurrent
+and nested blocks share without oversubscribing, and GOPP workers that fit beside BLAS."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info
+
+from noisyanchor.common import blas
+from noisyanchor.common import gopp as gopp_module
+from noisyanchor.common.blas import (
+    EIGH_CROSSOVER,
+    GEMM_CROSSOVER_FLOPS,
+    blas_threads,
+    configure_blas,
+    eigh_threads,
+    gemm_threads,
+    idle_cpus,
+    with_blas_threads,
+    worker_budget,
+)
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.gopp import solve_gopp
+
+
+def _counts() -> set[int]:
+    """Thread counts of every loaded BLAS (numpy's and scipy's)."""
+    return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+
+@pytest.fixture
+def four_cpus(monkeypatch):
+    """A process with 4 CPUs, all idle, and no thread pin in the environment; the test suite's
+    one-thread pin is restored afterwards."""
+    for name in blas.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(blas, "available_cpus", lambda: 4)
+    monkeypatch.setattr(blas, "_runnable_tasks", lambda: 1)  # only this thread runs
+    configure_blas(announce=False)
+    yield
+    monkeypatch.undo()
+    configure_blas(announce=False)  # back to the environment's pin (tests/conftest.py)
+    assert _counts() == {1}
+
+
+def test_default_is_one_thread_and_large_problems_get_the_idle_cpus(four_cpus):
+    configure_blas(announce=False)
+    assert _counts() == {1}
+    assert eigh_threads(EIGH_CROSSOVER - 1) == 1 and eigh_threads(EIGH_CROSSOVER) == 4
+    assert gemm_threads(GEMM_CROSSOVER_FLOPS / 2) == 1 and gemm_threads(GEMM_CROSSOVER_FLOPS) == 4
+    with blas_threads(eigh_threads(2 * EIGH_CROSSOVER)) as held:
+        assert held == 4 and _counts() == {4}
+    assert _counts() == {1}
+
+
+def test_busy_cpus_are_not_handed_to_blas(four_cpus, monkeypatch):
+    monkeypatch.setattr(blas, "_runnable_tasks", lambda: 3)  # two other tasks run
+    assert idle_cpus() == 2 and eigh_threads(2 * EIGH_CROSSOVER) == 2
+    monkeypatch.setattr(blas, "_runnable_tasks", lambda: 9)
+    assert idle_cpus() == 1 and gemm_threads(1e12) == 1
+    samples = iter([5, 1, 5])  # a task that ran for a moment does not hide an idle CPU
+    monkeypatch.setattr(blas, "_runnable_tasks", lambda: next(samples))
+    assert idle_cpus() == 4
+    monkeypatch.setattr(blas, "_runnable_tasks", lambda: None)  # unreadable: all CPUs
+    assert idle_cpus() == 4
+
+
+def test_the_kernel_count_of_runnable_tasks_includes_this_thread():
+    count = blas._runnable_tasks()
+    assert count is None or count >= 1
+
+
+def test_an_outer_block_caps_inner_ones_and_concurrent_blocks_share_the_smallest(four_cpus):
+    configure_blas(announce=False)
+    with blas_threads(2):
+        assert _counts() == {2}
+        with blas_threads(4) as held:
+            assert held == 2 and _counts() == {2}  # capped by the outer block
+        entered, leave = threading.Event(), threading.Event()
+
+        def other() -> None:
+            with blas_threads(1):
+                entered.set()
+                leave.wait(10)
+
+        worker = threading.Thread(target=other)
+        worker.start()
+        assert entered.wait(10)
+        assert _counts() == {1}  # another thread's smaller request holds for the process
+        leave.set()
+        worker.join()
+        assert _counts() == {2}
+    assert _counts() == {1}
+
+
+def test_override_fixes_every_operation_and_workers_fit_beside_it(four_cpus):
+    configure_blas(3, announce=False)
+    assert eigh_threads(10) == gemm_threads(1.0) == 3
+    with blas_threads(1) as held:
+        assert held == 3 and _counts() == {3}
+    assert worker_budget(4) == (1, 3)  # 1 worker x 3 BLAS threads <= 4 CPUs
+    configure_blas(0, announce=False)  # 0: chosen per operation again
+    assert worker_budget(4) == (4, 1) and worker_budget(2) == (2, 1)
+
+
+def test_an_environment_pin_is_an_override(four_cpus, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    pol = configure_blas(announce=False)
+    assert (pol.override, pol.source) == (2, "OMP_NUM_THREADS")
+    assert eigh_threads(1) == 2 and _counts() == {2}
+    assert configure_blas(1, announce=False).source == "setting"  # an explicit setting wins
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
+def test_bad_thread_counts_are_refused(bad):
+    with pytest.raises(InvalidInputError, match="blas_threads"):
+        configure_blas(bad, announce=False)
+
+
+def test_the_choice_is_logged_once(four_cpus, caplog):
+    blas._policy = None  # a fresh process
+    with caplog.at_level(logging.INFO, logger="noisyanchor.common.blas"):
+        configure_blas()
+        configure_blas()
+    lines = [r.getMessage() for r in caplog.records if "BLAS threads" in r.getMessage()]
+    assert len(lines) == 1 and "4 CPUs available" in lines[0] and "openblas" in lines[0]
+
+
+def test_decorated_functions_run_at_the_chosen_count(four_cpus):
+    configure_blas(announce=False)
+
+    @with_blas_threads(lambda n: eigh_threads(n))
+    def inside(n: int) -> set[int]:
+        return _counts()
+
+    assert inside(10) == {1} and inside(EIGH_CROSSOVER) == {4} and _counts() == {1}
+
+
+def test_gopp_workers_and_blas_threads_never_oversubscribe(four_cpus, monkeypatch):
+    monkeypatch.setattr(gopp_module, "available_cpus", lambda: 4)
+    monkeypatch.setattr(gopp_module, "PARALLEL_MIN_FLOPS", 0.0)
+    rng = np.random.default_rng(0)
+    b = [rng.standard_normal((30, 6)) for _ in range(5)]
+    for override, expected in ((0, (4, 1)), (2, (2, 2)), (4, (1, 4))):
+        configure_blas(override, announce=False)
+        threads = solve_gopp(b, max_iter=3).blas_threads
+        assert (threads["workers"], threads["steps"]) == expected
+        assert threads["workers"] * threads["steps"] <= 4
+    assert _counts() == {4}  # the override of 4 is the default between operations
