@@ -31,6 +31,13 @@ One symmetric eigendecomposition per evaluation of ``theta`` is the whole cost t
 ``n^3``; a unit step is accepted near the solution, so the count is typically the number of
 Newton steps plus a few backtracks, against hundreds for alternating projections.
 
+Mixed precision: while the relative gap is above 1e-3 (and the tolerance) the eigendecompositions
+are computed in single precision, which LAPACK does in about half the time; they steer the
+early, globalising steps as well as double precision would (the same iteration counts, measured),
+and every quantity derived from them (``theta``, ``F``, the Jacobian) is formed in double
+precision from the rounded factors, so the reported gap is that of the matrix returned. The
+steps that reach the tolerance use double precision.
+
 Start: the first eigendecomposition of ``G + Diag(1 - diag(G))`` is reused to choose the scalar
 shift ``c`` with ``trace((A_0 - c I)_+) = n`` (found by sorting the eigenvalues), so Newton starts
 from ``y_0 = 1 - diag(G) - c`` with the right trace. This matters for the noisy Grams of DP
@@ -58,7 +65,12 @@ import scipy.linalg
 #: step by, and the cap on backtracks of the line search.
 _ARMIJO, _BACKTRACK, _SHRINK_MIN, _MAX_BACKTRACKS = 1e-4, 0.5, 0.1, 20
 
-_EPS = float(np.finfo(float).eps)
+_EPS, _EPS32 = float(np.finfo(np.float64).eps), float(np.finfo(np.float32).eps)
+
+#: Eigendecompositions are computed in single precision while the relative gap is above this
+#: (and above the tolerance): there they are accurate enough to steer Newton and cost about half
+#: (measured at n = 1,000 on DP-noised digits Grams: the same iterations, 1.4-2x less time).
+_SINGLE_ABOVE = 1e-3
 
 #: The first step tried is ``min(1, _GROW * s)`` after an accepted step ``s``: while the Newton
 #: model is poor (far from the solution, a rank that is still growing) the accepted steps are
@@ -89,6 +101,8 @@ class NewtonOutcome:
         Newton steps taken.
     eigendecompositions : int
         Full symmetric eigendecompositions computed.
+    single_precision : int
+        How many of them were computed in single precision.
     cg_iterations : int
         Conjugate-gradient iterations over all steps (one Jacobian product each).
     relative_change : float
@@ -107,6 +121,7 @@ class NewtonOutcome:
     matrix: np.ndarray
     iterations: int
     eigendecompositions: int
+    single_precision: int
     cg_iterations: int
     relative_change: float
     residual: float
@@ -118,9 +133,10 @@ class NewtonOutcome:
 class _Point:
     """``A = G + Diag(y)`` at one dual point, with its eigendecomposition and derived terms."""
 
-    def __init__(self, y: np.ndarray, w: np.ndarray, v: np.ndarray) -> None:
+    def __init__(self, y: np.ndarray, w: np.ndarray, v: np.ndarray, eps: float) -> None:
         self.y = y
-        self.w, self.v = w, v  # ascending eigenvalues and their eigenvectors
+        self.w, self.v = w, v  # ascending eigenvalues and their eigenvectors (float64)
+        self.eps = eps  # unit roundoff of the eigendecomposition they came from
         # ascending eigenvalues: alpha is the last r columns (views, no n x n copies)
         split = int(np.searchsorted(w, 0.0, side="right"))
         self.r = w.size - split
@@ -134,11 +150,14 @@ class _Point:
         self.f = self.diag_x - 1.0
 
     @classmethod
-    def at(cls, g: np.ndarray, y: np.ndarray) -> _Point:
-        """The point ``y``: one eigendecomposition of ``G + Diag(y)`` (LAPACK ``syevd``)."""
-        w, v = scipy.linalg.eigh(g + np.diag(y), driver="evd", check_finite=False,
-                                 overwrite_a=True)
-        return cls(y, w, v)
+    def at(cls, g: np.ndarray, y: np.ndarray, single: bool) -> _Point:
+        """The point ``y``: one eigendecomposition of ``G + Diag(y)`` (LAPACK ``syevd``), in
+        single precision when ``single`` (``g`` is then ``G`` as float32)."""
+        a = g.copy()
+        a[np.diag_indices_from(a)] += y.astype(a.dtype)
+        w, v = scipy.linalg.eigh(a, driver="evd", check_finite=False, overwrite_a=True)
+        eps = float(np.finfo(a.dtype).eps)
+        return cls(y, w.astype(np.float64), v.astype(np.float64, copy=False), eps)
 
     def matrix(self) -> np.ndarray:
         """``X = P_alpha Lambda_alpha P_alpha^T``."""
@@ -228,6 +247,10 @@ def _trace_shift(w: np.ndarray, n: int) -> float:
     return float(c[ok[0]]) if ok.size else 0.0
 
 
+def _late(t0: float, max_seconds: float | None) -> bool:
+    return max_seconds is not None and time.perf_counter() - t0 >= max_seconds
+
+
 def newton_dual(
     g: np.ndarray,
     *,
@@ -235,6 +258,7 @@ def newton_dual(
     max_iter: int,
     max_seconds: float | None = None,
     progress: Callable[[int, float], None] | None = None,
+    mixed: bool = True,
 ) -> NewtonOutcome:
     """Solve the dual of the nearest correlation problem by semismooth Newton (module docstring).
 
@@ -250,6 +274,9 @@ def newton_dual(
         Stop after the step during which this much wall time has passed (``converged=False``).
     progress : callable, optional
         ``progress(iteration, relative_residual)`` after every step (and once at the start).
+    mixed : bool
+        Single-precision eigendecompositions far from the solution (default); False: double
+        precision throughout.
 
     Returns
     -------
@@ -257,12 +284,25 @@ def newton_dual(
     """
     t0 = time.perf_counter()
     n = g.shape[0]
-    y = 1.0 - np.diag(g)
-    a = g + np.diag(y)
-    w, v = scipy.linalg.eigh(a, driver="evd", check_finite=False, overwrite_a=True)
-    c = _trace_shift(w, n)
-    pt = _Point(y - c, w - c, v)
-    eigs, cg_total, it, last_step, change = 1, 0, 0, 1.0, math.inf
+    g32 = g.astype(np.float32) if mixed else None
+
+    counts = {"all": 0, "single": 0}  # eigendecompositions computed
+
+    def point(y: np.ndarray, far: bool) -> _Point:
+        # single precision while the gap is far above what it can resolve (module docstring)
+        single = g32 is not None and far
+        counts["all"] += 1
+        counts["single"] += single
+        return _Point.at(g32, y, True) if g32 is not None and single else _Point.at(g, y, False)
+
+    first = point(1.0 - np.diag(g), True)
+    c = _trace_shift(first.w, n)
+    # c is known to the precision of the eigenvalues only; 0 when it is within that (a feasible
+    # input then comes back unchanged: its start is y = 0, recomputed in double precision)
+    if abs(c) <= n * first.eps * max(float(np.abs(first.w).max()), 1.0):
+        c = 0.0
+    pt = _Point(first.y - c, first.w - c, first.v, first.eps)
+    cg_total, it, last_step, change = 0, 0, 1.0, math.inf
 
     def rel(point: _Point) -> tuple[float, float]:
         res = float(np.linalg.norm(point.f))
@@ -273,9 +313,18 @@ def newton_dual(
     if progress is not None:
         progress(0, rel_res)
 
-    converged = rel_res <= tol
-    while not converged and it < max_iter:
-        if max_seconds is not None and time.perf_counter() - t0 >= max_seconds:
+    converged = False
+    while True:
+        if rel_res <= tol or (pt.eps > _EPS and (it >= max_iter or _late(t0, max_seconds))):
+            if pt.eps <= _EPS:
+                converged = rel_res <= tol
+                break
+            # a point from a single-precision eigendecomposition is never returned: the last
+            # digits of X (e.g. a feasible input given back) need double precision
+            pt = point(pt.y, False)
+            res, rel_res = rel(pt)
+            continue
+        if it >= max_iter or _late(t0, max_seconds):
             break
         it += 1
         jac = _Jacobian(pt)
@@ -286,12 +335,13 @@ def newton_dual(
         if slope >= 0.0:  # not a descent direction (CG broke down): steepest descent
             d, slope = -pt.f, -res * res
         step = min(1.0, _GROW * last_step)
+        far = rel_res > max(tol, _SINGLE_ABOVE)
         # rounding error of theta: eigenvalues carry an absolute error ~ n eps ||A||
-        noise = n * _EPS * (float(pt.lam @ pt.lam) + float(np.abs(pt.y).sum()) + n)
+        noise = n * max(pt.eps, _EPS if not far else _EPS32) * (
+            float(pt.lam @ pt.lam) + float(np.abs(pt.y).sum()) + n)
         accepted: _Point | None = None
         for _ in range(_MAX_BACKTRACKS):
-            trial = _Point.at(g, pt.y + step * d)
-            eigs += 1
+            trial = point(pt.y + step * d, far)
             if trial.theta <= pt.theta + _ARMIJO * step * slope:
                 accepted = trial  # Armijo
                 break
@@ -308,14 +358,18 @@ def newton_dual(
             excess = trial.theta - pt.theta - step * slope
             quad = -slope * step * step / (2.0 * excess) if excess > 0.0 else _BACKTRACK * step
             step = min(_BACKTRACK * step, max(_SHRINK_MIN * step, quad))
-        if accepted is None:  # no step makes progress: this is as close as rounding allows
-            break
+        if accepted is None:
+            if pt.eps > _EPS:  # single precision is the limit here: go on in double
+                pt = point(pt.y, False)
+                res, rel_res = rel(pt)
+                continue
+            break  # no step makes progress: this is as close as rounding allows
         change = step * float(np.linalg.norm(d)) / max(float(np.linalg.norm(accepted.y)), 1.0)
         pt, last_step = accepted, step
         res, rel_res = rel(pt)
-        converged = rel_res <= tol
         if progress is not None:
             progress(it, rel_res)
-    return NewtonOutcome(matrix=pt.matrix(), iterations=it, eigendecompositions=eigs,
+    return NewtonOutcome(matrix=pt.matrix(), iterations=it, eigendecompositions=counts["all"],
+                         single_precision=counts["single"],
                          cg_iterations=cg_total, relative_change=change, residual=res,
                          relative_residual=rel_res, converged=converged, rank=pt.r)

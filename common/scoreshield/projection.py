@@ -73,6 +73,8 @@ class ProjectionResult:
     eigendecompositions : int
         Full symmetric eigendecompositions the solver and its normalisation computed (the cost
         that grows like ``n^3``; the diagnostic ``min_eigenvalue`` is not counted).
+    single_precision_eigendecompositions : int
+        How many of them were single precision (Newton's early steps; about half the cost).
     converged : bool
         Whether the stopping rule was met before ``max_iter`` (and ``max_seconds``).
     relative_change : float
@@ -105,6 +107,7 @@ class ProjectionResult:
     method: str
     iterations: int
     eigendecompositions: int
+    single_precision_eigendecompositions: int
     converged: bool
     relative_change: float
     residual: float
@@ -258,7 +261,8 @@ def project_correlation(
         out = newton_dual(m, tol=min(tol, residual_tol or tol), max_iter=max_iter,
                           max_seconds=max_seconds, progress=progress)
         run = _Run(out.matrix, out.iterations, out.eigendecompositions, out.converged,
-                   out.relative_change, out.residual, out.relative_residual)
+                   out.relative_change, out.residual, out.relative_residual,
+                   out.single_precision)
     else:
         solver = _aap if method == "aap" else _dykstra
         deadline = math.inf if max_seconds is None else t0 + max_seconds
@@ -270,6 +274,7 @@ def project_correlation(
         method=method,
         iterations=run.iterations,
         eigendecompositions=run.eigendecompositions + (method != "newton"),
+        single_precision_eigendecompositions=run.single_precision,
         converged=run.converged,
         relative_change=run.relative_change,
         residual=run.residual,
@@ -294,6 +299,7 @@ class _Run:
     relative_change: float
     residual: float
     relative_residual: float
+    single_precision: int = 0
 
 
 @dataclass(frozen=True)
