@@ -220,8 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-cap", type=float, default=60.0, help="smallest cap (seconds)")
     parser.add_argument("--max-cap", type=float, default=400.0, help="largest cap (seconds)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the noise")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                        help="BLAS threads for every method (default: every core)")
+    # One BLAS thread: on the shared 2-core development machine, two OpenBLAS threads ran an
+    # eigendecomposition 4-40x slower than one while other work used the cores (measured at
+    # n = 300 and 2,000, load 5-6); every method runs with the same setting.
+    parser.add_argument("--threads", type=int, default=1, help="BLAS threads for every method")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "projection.json"))
     args = parser.parse_args(argv)
     from threadpoolctl import threadpool_info, threadpool_limits
