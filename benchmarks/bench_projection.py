@@ -23,8 +23,10 @@ reached, the feasibility of the returned matrix ``max(-lambda_min, max|diag - 1|
 max(|x_ij| - 1)_+)``, its Frobenius distance to the noisy input (the metric projection is the
 minimiser) and to the clean Gram, and the peak of memory allocated during the run (tracemalloc:
 numpy arrays and LAPACK workspaces, which numpy allocates). All in one process, one run on the
-machine's cores; the BLAS thread count and the load average before and after every row are
-recorded, since other work may share the machine.
+machine's cores, with the project's BLAS thread policy (:mod:`common.blas`: threads per
+operation by size and by the CPUs idle at the time; statsmodels runs under the count our
+projector would take); the policy and the load average before and after every row are recorded,
+since other work may share the machine.
 
 Run from the repository root (under the benchmark lock on the shared development machine)::
 
@@ -47,6 +49,7 @@ import numpy as np
 import scipy
 import scipy.linalg
 
+from noisyanchor.common.blas import blas_settings, blas_threads, configure_blas, eigh_threads
 from noisyanchor.common.scoreshield import (
     calibrate,
     gram_record_sensitivity,
@@ -159,7 +162,8 @@ def run_statsmodels(noisy: np.ndarray, target: float, cap: float) -> dict:
 
     ct.clip_evals = watched
     try:
-        with warnings.catch_warnings():
+        # the BLAS threads our projector would take for this n (common.blas policy)
+        with warnings.catch_warnings(), blas_threads(eigh_threads(noisy.shape[0])):
             warnings.simplefilter("ignore")  # IterationLimitWarning
             try:
                 out = ct.corr_nearest(noisy, threshold=0.0, n_fact=10**6 / noisy.shape[0])
@@ -184,7 +188,7 @@ def bench_row(n: int, epsilon: float, clean: np.ndarray, args: argparse.Namespac
     """All four methods on one noisy Gram."""
     noisy, sigma = noisy_gram(clean, epsilon, args.seed)
     row: dict = {"n": n, "epsilon": epsilon, "delta": DELTA, "sigma": sigma,
-                 "load_before": load(), "methods": {}}
+                 "load_before": load(), "eigh_threads_now": eigh_threads(n), "methods": {}}
     newton = measured(lambda: run_ours("newton", noisy, args.target, None))
     cap = min(max(args.cap_factor * newton["seconds"], args.min_cap), args.max_cap)
     row["baseline_cap_seconds"] = cap
@@ -220,28 +224,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-cap", type=float, default=60.0, help="smallest cap (seconds)")
     parser.add_argument("--max-cap", type=float, default=400.0, help="largest cap (seconds)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the noise")
-    # One BLAS thread: on the shared 2-core development machine, two OpenBLAS threads ran an
-    # eigendecomposition 4-40x slower than one while other work used the cores (measured at
-    # n = 300 and 2,000, load 5-6); every method runs with the same setting.
-    parser.add_argument("--threads", type=int, default=1, help="BLAS threads for every method")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="BLAS threads for every method; 0: the project's policy "
+                        "(common.blas: per operation, by size and by the CPUs idle now)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "projection.json"))
     args = parser.parse_args(argv)
-    from threadpoolctl import threadpool_info, threadpool_limits
-
+    configure_blas(args.threads or None)
+    blas = blas_settings()
     sizes = [int(t) for t in args.n.split(",")]
     epsilons = [float(t) for t in args.epsilons.split(",")]
     rows = []
     t_all = time.perf_counter()
-    with threadpool_limits(limits=args.threads):
-        blas = [{k: i.get(k) for k in ("internal_api", "num_threads", "version")}
-                for i in threadpool_info()]
-        for n in sizes:
-            clean = digits_rows(n)
-            clean = clean @ clean.T
-            np.fill_diagonal(clean, 1.0)
-            for eps in epsilons:
-                rows.append(bench_row(n, eps, clean, args))
-                _write(args, rows, blas, t_all)  # a partial file survives an interruption
+    for n in sizes:
+        clean = digits_rows(n)
+        clean = clean @ clean.T
+        np.fill_diagonal(clean, 1.0)
+        for eps in epsilons:
+            rows.append(bench_row(n, eps, clean, args))
+            _write(args, rows, blas, t_all)  # a partial file survives an interruption
     _write(args, rows, blas, t_all)
     print("\n| n | epsilon | method | seconds | eigh (single) | gap | peak MiB | Newton faster |")
     print("|---|---|---|---|---|---|---|---|")
@@ -267,7 +267,7 @@ def _write(args: argparse.Namespace, rows: list, blas: list, t_all: float) -> No
         "records": "digits (1,797), then one-pixel shifts of them; rows unit-normalised",
         "baseline_cap": {"factor_of_newton_seconds": args.cap_factor, "min_seconds":
                          args.min_cap, "max_seconds": args.max_cap},
-        "blas_threads": args.threads, "blas": blas, "cpus": os.cpu_count(),
+        "blas_threads_override": args.threads or None, "blas": blas, "cpus": os.cpu_count(),
         "python": platform.python_version(), "numpy": np.__version__,
         "scipy": scipy.__version__, "machine": f"{platform.machine()}, shared 2-core host",
         "total_seconds": time.perf_counter() - t_all, "rows": rows,
