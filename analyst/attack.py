@@ -17,16 +17,29 @@ from typing import Any
 import numpy as np
 
 from noisyanchor.analyst.storage import FEDERATION_FILE, Store, npy_bytes, read_bundle
-from noisyanchor.common.attacks import Disclosure, run_attacks
+from noisyanchor.common.attacks import AttackerView, Disclosure, attack_all
 from noisyanchor.common.errors import InvalidInputError, NotFoundError, PreconditionError
 from noisyanchor.common.files import atomic_write
 from noisyanchor.common.gdp import GdpKey
 from noisyanchor.common.methods import Method
 
 
+def _noise_level(v: float | None, disclosed: dict[str, np.ndarray]) -> tuple[float | None, str]:
+    """``v`` for the anchor attacks and where it came from: the operator's value, else the
+    colluder's disclosed anchor noise ``V_c = v W_c`` (``v^ = ||V_c||_F / sqrt(r d)``), else None
+    (the attacks estimate it from the residuals of every uploaded anchor)."""
+    if v is not None:
+        return v, "given"
+    noise = disclosed.get("anchor_noise")
+    if noise is not None and noise.size:
+        return float(np.linalg.norm(noise) / np.sqrt(noise.size)), "colluder's anchor noise"
+    return None, "anchor residuals"
+
+
 def attack_store(store_dir: Path, out_dir: Path | None = None,
-                 colluder: str | None = None) -> dict[str, Any]:
-    """Run every attack of the federation's method against every non-colluding participant.
+                 colluder: str | None = None, v: float | None = None) -> dict[str, Any]:
+    """Run every attack of the federation's method (built-in and plug-in, see
+    :mod:`common.attacks`) against every non-colluding participant.
 
     Parameters
     ----------
@@ -37,6 +50,9 @@ def attack_store(store_dir: Path, out_dir: Path | None = None,
         ``store_dir/attack``).
     colluder : str, optional
         Which disclosure to use when several participants disclosed.
+    v : float, optional
+        The anchor-noise level, if known (default: from the colluder's disclosed anchor noise,
+        else estimated from the residuals of the uploaded anchors).
     """
     store = Store(store_dir)
     meta_path = store.root / FEDERATION_FILE
@@ -49,7 +65,7 @@ def attack_store(store_dir: Path, out_dir: Path | None = None,
     if colluder is None:
         if len(disclosed) != 1:
             raise PreconditionError(f"the store holds disclosures from {disclosed}; exactly one "
-                                    "is needed (or name the colluder)")
+                                    "is needed (or name one with --colluder)")
         colluder = disclosed[0]
     if colluder not in disclosed:
         raise NotFoundError(f"no disclosure from {colluder!r} in {store.root}")
@@ -64,13 +80,15 @@ def attack_store(store_dir: Path, out_dir: Path | None = None,
     bundles = [read_bundle(store.upload_path(pid))[1] for pid in participants]
     _, secrets_ = read_bundle(store.disclosure_path(colluder))
     c = participants.index(colluder)
+    level, source = _noise_level(v, secrets_)
     disclosure = Disclosure(c, secrets_["data"],
                             GdpKey(secrets_["rotation"], secrets_["translation"]),
-                            secrets_.get("anchor"))
+                            secrets_.get("anchor"), level)
     if method.uses_anchor and disclosure.anchor is None:
         raise InvalidInputError(f"the disclosure of {colluder!r} lacks the anchor")
-    recon = run_attacks(method, disclosure, [b["data"] for b in bundles],
-                        [b.get("anchor") for b in bundles], rotations)
+    run = attack_all(AttackerView(method, disclosure, [b["data"] for b in bundles],
+                                  [b.get("anchor") for b in bundles], rotations))
+    recon = run.reconstructions
     out = Path(out_dir) if out_dir is not None else store.root / "attack"
     files: dict[str, dict[str, str]] = {}
     for name, per_target in recon.items():
@@ -82,7 +100,10 @@ def attack_store(store_dir: Path, out_dir: Path | None = None,
             files[name][participants[i]] = str(path)
     summary = {"federation_id": meta["federation_id"], "method": method.value,
                "colluder": colluder, "targets": [p for p in participants if p != colluder],
-               "space": "working", "out_dir": str(out), "reconstructions": files}
+               "space": "working", "out_dir": str(out), "reconstructions": files,
+               "skipped": run.skipped,
+               "noise_level": {"v": run.noise_level, "source": source if method.uses_anchor
+                               else None, "estimated_from_residuals": run.estimated_noise_level}}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write(out / "summary.json", json.dumps(summary, indent=2).encode())
     return summary

@@ -46,6 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     attack.add_argument("--store", type=Path, required=True, help="the analyst's output_dir")
     attack.add_argument("--out", type=Path, default=None,
                         help="where to write reconstructions (default: STORE/attack)")
+    attack.add_argument("--colluder", default=None, metavar="ID",
+                        help="participant whose disclosure to use (default: the only one)")
+    attack.add_argument("--v", type=float, default=None,
+                        help="anchor-noise level v for the corrected attacks (default: from the "
+                             "colluder's disclosed anchor noise, else estimated from the anchor "
+                             "residuals)")
     attack.add_argument("--json", action="store_true", help="print the summary as JSON")
     attack.set_defaults(handler=_attack)
 
@@ -81,7 +87,7 @@ def _health(args: argparse.Namespace) -> int:
 def _attack(args: argparse.Namespace) -> int:
     from noisyanchor.analyst.attack import attack_store
 
-    summary = attack_store(args.store, args.out)
+    summary = attack_store(args.store, args.out, colluder=args.colluder, v=args.v)
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -89,4 +95,9 @@ def _attack(args: argparse.Namespace) -> int:
           f"{len(summary['targets'])} targets, reconstructions in {summary['out_dir']}")
     for name, files in summary["reconstructions"].items():
         print(f"  {name}: {len(files)} reconstructions")
+    for name, why in summary["skipped"].items():
+        print(f"  {name}: skipped ({why})")
+    level = summary["noise_level"]
+    if level["v"] is not None:
+        print(f"  anchor-noise level v = {level['v']:.4g} ({level['source']})")
     return 0

@@ -8,9 +8,11 @@ is itself rotation invariant. Model selection, when validation rows exist, picks
 regularisation on validation balanced accuracy.
 
 The model is pluggable: a name from :data:`MODELS` or any callable ``c -> estimator`` returning an
-unfitted scikit-learn-style classifier (``fit``/``predict``) for regularisation ``c``. Every
-built-in model fixes its random state, so every method and noise draw gets the same
-initialisation and data order (as in the paper).
+unfitted scikit-learn-style classifier (``fit``/``predict``) for hyper-parameter ``c`` (searched
+over :data:`C_GRID`, or the model's own grid in :data:`GRIDS`). Every built-in model fixes its
+random state, so every method and noise draw gets the same initialisation and data order (as in
+the paper). Built-in models: L2 logistic regression, a one-hidden-layer MLP, and k-nearest
+neighbours (Euclidean, so also rotation invariant; ``k`` chosen on validation).
 """
 
 from __future__ import annotations
@@ -26,11 +28,14 @@ from noisyanchor.common.splits import TEST, TRAIN, VALIDATION
 
 #: Regularisation grid searched on validation rows (inverse strength ``C``).
 C_GRID = (0.01, 0.1, 1.0, 10.0)
+#: Neighbour counts searched on validation rows by the k-NN model.
+K_GRID = (1, 3, 5, 9, 15)
 
 
 @dataclass(frozen=True)
 class Utility:
-    """Held-out balanced accuracy of the downstream classifier and the chosen ``C``.
+    """Held-out balanced accuracy of the downstream classifier and the chosen hyper-parameter
+    ``c`` (``C`` of the regularised models, ``k`` of k-NN).
 
     ``participant_only_balanced_accuracy`` (when participants are given) is the same model
     trained on the one-hot participant index alone: what a classifier gets from knowing whose
@@ -61,8 +66,17 @@ def _mlp(c: float) -> Any:
                          random_state=0)
 
 
+def _knn(k: float) -> Any:
+    """``k`` nearest neighbours (uniform vote, Euclidean distance)."""
+    from sklearn.neighbors import KNeighborsClassifier
+
+    return KNeighborsClassifier(n_neighbors=int(k))
+
+
 #: Built-in downstream models by name: ``c -> unfitted estimator``.
-MODELS: dict[str, Callable[[float], Any]] = {"logistic": _logistic, "mlp": _mlp}
+MODELS: dict[str, Callable[[float], Any]] = {"logistic": _logistic, "mlp": _mlp, "knn": _knn}
+#: Hyper-parameter grids of the built-in models that do not search :data:`C_GRID`.
+GRIDS: dict[str, tuple[float, ...]] = {"knn": K_GRID}
 
 
 def sklearn_available() -> bool:
@@ -78,6 +92,20 @@ def _fit_predict(x_tr, y_tr, x_ev, c: float, model: Callable[[float], Any]) -> n
     return model(c).fit(x_tr, y_tr).predict(x_ev)
 
 
+def _select(x_tr, y_tr, x_va, y_va, grid: tuple[float, ...], model: Callable[[float], Any],
+            score: Callable[[np.ndarray, np.ndarray], float]) -> tuple[float, float, Any]:
+    """Fit one model per grid value on the training rows; the best on validation, its score and
+    its fitted estimator (kept for the test rows: refitting the same data would repeat it)."""
+    best: tuple[float, float, Any] | None = None
+    for c in grid:
+        fitted = model(c).fit(x_tr, y_tr)
+        s = float(score(y_va, fitted.predict(x_va)))
+        if best is None or s > best[1]:
+            best = (c, s, fitted)
+    assert best is not None
+    return best
+
+
 def evaluate_utility(
     z: np.ndarray, labels: np.ndarray, tags: np.ndarray, *,
     model: str | Callable[[float], Any] = "logistic", participants: np.ndarray | None = None,
@@ -91,14 +119,17 @@ def evaluate_utility(
     labels : (n,) ndarray
     tags : (n,) ndarray of {0: train, 1: validation, 2: test}
     model : str or callable
-        A name from :data:`MODELS` or ``c -> unfitted estimator``.
+        A name from :data:`MODELS` or ``c -> unfitted estimator`` (searched over
+        :data:`C_GRID`).
     participants : (n,) ndarray of int, optional
         Participant index of every row; adds ``participant_only_balanced_accuracy``.
     """
+    grid = C_GRID
     if isinstance(model, str):
         if model not in MODELS:
             raise InvalidInputError(f"unknown downstream model {model!r}; expected one of "
                                     f"{', '.join(MODELS)}")
+        grid = GRIDS.get(model, C_GRID)
         model = MODELS[model]
     try:
         from sklearn.metrics import balanced_accuracy_score
@@ -117,14 +148,14 @@ def evaluate_utility(
     mean = z[tr].mean(axis=0)
     scale = float(np.sqrt(((z[tr] - mean) ** 2).mean())) or 1.0
     x = (z - mean) / scale
-    best_c, val_score = 1.0, None
     if va.any():
-        scores = [balanced_accuracy_score(labels[va],
-                                          _fit_predict(x[tr], labels[tr], x[va], c, model))
-                  for c in C_GRID]
-        best = int(np.argmax(scores))
-        best_c, val_score = C_GRID[best], float(scores[best])
-    pred = _fit_predict(x[tr], labels[tr], x[te], best_c, model)
+        best_c, score, fitted = _select(x[tr], labels[tr], x[va], labels[va], grid, model,
+                                        balanced_accuracy_score)
+        val_score: float | None = score
+    else:
+        best_c, val_score = grid[len(grid) // 2], None
+        fitted = model(best_c).fit(x[tr], labels[tr])
+    pred = fitted.predict(x[te])
     participant_only = None
     if participants is not None:
         participants = np.asarray(participants)

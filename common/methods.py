@@ -14,6 +14,12 @@ from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.gdp import GdpKey, gdp_map, secret_rng
 from noisyanchor.common.validation import as_matrix, check_anchor_rows, check_nonnegative
 
+#: Default anchor-noise level ``v`` of AA-I-GDP (anchor noise) wherever a command runs it without
+#: an explicit ``v`` (``noisyanchor simulate``, ``noisyanchor demo``): low noise, about 0.2 v_PT
+#: at their default sizes on digits (v_PT = 0.10 for p = 4 and 0.12 for p = 10, d = 64, r = 256),
+#: so alignment is certified and the attacks' errors are visible but small.
+DEFAULT_ANCHOR_NOISE = 0.02
+
 
 class Method(enum.StrEnum):
     """The six methods; values are the command-line and wire names."""
@@ -56,11 +62,13 @@ class Method(enum.StrEnum):
 
     @property
     def attacks(self) -> tuple[str, ...]:
-        """Attacks of SPEC.md section 3 that apply to this method (none for I-GDP)."""
+        """Built-in attacks of SPEC.md section 3 that apply to this method (none for I-GDP;
+        plug-in attacks may add more, :mod:`common.attacks`)."""
         if self.shared_key:
             return ("known_secret",)
         if self.uses_anchor:
-            return ("known_anchor", "mp", "op", "am")
+            return ("known_anchor", "mp", "op", "am", "op_scaled", "known_anchor_recentered",
+                    "ml")
         return ()
 
 

@@ -17,3 +17,57 @@ import pytest
 def rng() -> np.random.Generator:
     """A fixed-seed generator: tests are reproducible."""
     return np.random.default_rng(20261129)
+
+
+TOY_PLUGINS = '''"""A toy plug-in package for noisyanchor's tests (one attack, one auditor)."""
+import numpy as np
+
+
+def centred_upload(view, target):
+    """The target's upload centred, no key at all: a baseline any real attack must beat."""
+    if not view.method.uses_anchor:
+        return None
+    y = view.data[target]
+    return y - y.mean(axis=0)
+
+
+class _Raw:
+    def embed(self, x):
+        return np.asarray(x, dtype=float)
+
+
+def fit_raw(data):
+    """Raw features compared by cosine."""
+    return _Raw()
+'''
+
+
+def write_plugin_package(root, entry_points: str, module: str = TOY_PLUGINS,
+                         name: str = "toy_noisyanchor_plugins") -> None:
+    """An installed-looking distribution in ``root``: a module and a ``.dist-info`` folder whose
+    ``entry_points.txt`` importlib.metadata reads once ``root`` is on ``sys.path``."""
+    (root / f"{name}.py").write_text(module)
+    info = root / f"{name}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points)
+
+
+@pytest.fixture
+def toy_plugins(tmp_path, monkeypatch):
+    """The toy plug-in package registered (attack ``toy_centred``, auditor ``toy_raw``) for this
+    test; returns the folder to put on PYTHONPATH for subprocesses."""
+    root = tmp_path / "plugins"
+    root.mkdir()
+    write_plugin_package(root, "[noisyanchor.attacks]\n"
+                               "toy_centred = toy_noisyanchor_plugins:centred_upload\n\n"
+                               "[noisyanchor.auditors]\n"
+                               "toy_raw = toy_noisyanchor_plugins:fit_raw\n")
+    monkeypatch.syspath_prepend(str(root))
+    return root
+
+
+@pytest.fixture
+def write_plugin():
+    """:func:`write_plugin_package`, for tests that register plug-ins of their own."""
+    return write_plugin_package

@@ -4,7 +4,10 @@ store."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -75,6 +78,49 @@ def test_uploads_align_and_the_colluder_attack_recovers_the_others_exactly(tmp_p
         for pid, path in files.items():
             err = relative_error(np.load(path), xs["abc".index(pid)])
             assert err < 1e-8, name  # exact without noise (SPEC section 3)
+
+
+def _aligned_store_with_two_disclosures(tmp_path, uploads):
+    seed, xs, out = uploads
+    fed = Federation(_config(tmp_path), Store(tmp_path / "store"))
+    for pid, (up, _) in zip("abc", out, strict=True):
+        _send(fed, pid, "upload", {"data": up.data, "anchor": up.anchor,
+                                   "labels": np.zeros(N, "<i8"), "tags": np.zeros(N, "|i1")})
+    fed.wait(60)
+    for k, pid in enumerate("ab"):
+        key = out[k][1].key
+        _send(fed, pid, "disclosure", {"data": xs[k], "rotation": key.rotation,
+                                       "translation": key.translation,
+                                       "anchor": anchor_from_seed(seed, R, D)})
+    return tmp_path / "store", xs
+
+
+def test_attack_names_its_colluder_when_several_disclosed(tmp_path, uploads, toy_plugins):
+    """Regression (issue 13): the refusal points to --colluder, which exists; the chosen
+    colluder's disclosure recovers the others exactly, and plug-in attacks run too."""
+    store, xs = _aligned_store_with_two_disclosures(tmp_path, uploads)
+    with pytest.raises(PreconditionError, match="--colluder"):
+        attack_store(store)
+    summary = attack_store(store, colluder="b")
+    assert summary["colluder"] == "b" and summary["targets"] == ["a", "c"]
+    assert "toy_centred" in summary["reconstructions"]
+    assert summary["noise_level"]["source"] == "anchor residuals"
+    assert summary["noise_level"]["estimated_from_residuals"] < 1e-9  # noiseless anchors
+    for name, files in summary["reconstructions"].items():
+        if name != "toy_centred":
+            for pid, path in files.items():
+                assert relative_error(np.load(path), xs["abc".index(pid)]) < 1e-8, name
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(toy_plugins),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-m", "noisyanchor", "attack", "--store", str(store),
+                          "--colluder", "a", "--v", "0", "--json", "--out",
+                          str(tmp_path / "out")], capture_output=True, text=True, env=env,
+                         timeout=120, check=True)
+    cli = json.loads(run.stdout)
+    assert cli["colluder"] == "a" and cli["noise_level"] == {
+        "v": 0.0, "source": "given", "estimated_from_residuals": cli["noise_level"][
+            "estimated_from_residuals"]}
+    assert "toy_centred" in cli["reconstructions"]
 
 
 def test_restarted_federation_keeps_uploads_and_refuses_late_changes(tmp_path, uploads):
