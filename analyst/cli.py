@@ -13,7 +13,7 @@ COMMANDS = {"analyst": "the analyst: collect uploads, align, relay",
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this role's subcommands to the top-level parser."""
-    from noisyanchor.common.cliargs import int_at_least, positive_float
+    from noisyanchor.common.cliargs import int_at_least, nonnegative_float, positive_float
 
     group = sub.add_parser("analyst", help=COMMANDS["analyst"])
     inner = group.add_subparsers(dest="analyst_command", required=True, metavar="ACTION")
@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="where to write reconstructions (default: STORE/attack)")
     attack.add_argument("--colluder", default=None, metavar="ID",
                         help="participant whose disclosure to use (default: the only one)")
-    attack.add_argument("--v", type=float, default=None,
+    attack.add_argument("--v", type=nonnegative_float, default=None,
                         help="anchor-noise level v for the corrected attacks (default: from the "
                              "colluder's disclosed anchor noise, else estimated from the anchor "
                              "residuals)")

@@ -30,7 +30,7 @@ from noisyanchor.common.linalg import center_rows, polar_factor
 from noisyanchor.common.validation import as_matrix, check_nonnegative
 
 #: Iteration cap and tolerance (Riemannian gradient norm relative to ``1 + |f|``) of the ascent.
-ML_MAX_ITER, ML_TOL = 500, 1e-7
+ML_MAX_ITER, ML_TOL = 300, 1e-5
 #: Armijo constant and the memory of the non-monotone reference value.
 _ARMIJO, _MEMORY = 1e-4, 5
 

@@ -46,13 +46,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     prov.set_defaults(handler=_provision)
 
     from noisyanchor.common.cliargs import int_at_least, nonnegative_float
-    from noisyanchor.common.methods import Method
+    from noisyanchor.common.methods import DEFAULT_ANCHOR_NOISE, Method
 
     demo = sub.add_parser("demo", help=COMMANDS["demo"])
     demo.add_argument("--participants", type=int_at_least(2), default=4, help="p")
     demo.add_argument("--method", choices=[m.value for m in Method], default="aa-igdp-an",
                       help="one of the six methods")
-    demo.add_argument("--v", type=nonnegative_float, default=0.02, help="anchor noise level")
+    demo.add_argument("--v", type=nonnegative_float, default=DEFAULT_ANCHOR_NOISE,
+                      help="anchor noise level (aa-igdp-an)")
     demo.add_argument("--sigma", type=nonnegative_float, default=0.0,
                       help="private-data noise level")
     demo.add_argument("--dim", type=int_at_least(1), default=None,

@@ -24,6 +24,7 @@ from noisyanchor.analyst.federation import FAILED_FILE
 from noisyanchor.common.attacks import relative_error
 from noisyanchor.common.blas import blas_threads
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
+from noisyanchor.common.methods import DEFAULT_ANCHOR_NOISE
 from noisyanchor.deploy.certs import Pki, write_pki
 from noisyanchor.deploy.launch import start, stop, wait_for_port, write_toml
 
@@ -231,9 +232,9 @@ def _run_processes(root: Path, config, fed, colluder: int | None,
     return result, attacks, {name: proc.pid for name, proc in children.procs.items()}
 
 
-def run_demo(*, participants: int = 4, method: str = "aa-igdp-an", v: float = 0.02,
-             sigma: float = 0.0, dim: int | None = None, anchors: int | None = None,
-             colluder: int | None = 0, seed: int | None = None,
+def run_demo(*, participants: int = 4, method: str = "aa-igdp-an",
+             v: float = DEFAULT_ANCHOR_NOISE, sigma: float = 0.0, dim: int | None = None,
+             anchors: int | None = None, colluder: int | None = 0, seed: int | None = None,
              workdir: Path | None = None) -> dict[str, Any]:
     """Run the demo and return its summary (keys pinned by issue 3)."""
     from noisyanchor.common.methods import Method

@@ -17,9 +17,15 @@ from typing import Any
 import numpy as np
 
 from noisyanchor.common.errors import InvalidInputError
-from noisyanchor.common.gdp import gaussian_projection, pool_projection
+from noisyanchor.common.gdp import DEFAULT_TRANSLATION_SCALE, gaussian_projection, pool_projection
 from noisyanchor.common.splits import split_tags
 from noisyanchor.common.tomlconfig import read_toml
+from noisyanchor.experiments.auditors import (
+    AuditorData,
+    FittedAuditor,
+    available_auditors,
+    fit_auditors,
+)
 from noisyanchor.experiments.datasets import (
     Dataset,
     load_array_file,
@@ -28,13 +34,12 @@ from noisyanchor.experiments.datasets import (
     make_synthetic,
 )
 from noisyanchor.experiments.linkage import (
-    Auditor,
     Galleries,
     exact_source_galleries,
-    fit_auditor,
     identity_galleries,
 )
 from noisyanchor.experiments.partition import (
+    fixed_budget,
     identity_disjoint,
     label_skewed,
     stratified_iid,
@@ -59,12 +64,28 @@ class BenchConfig:
         (``mnist-idx``). Relative paths are taken from the config file's folder.
     participants : list of int
         ``p`` values (one sweep per value; several for the participant-count study).
-    model : str
-        Downstream model, a name from :data:`analyst.downstream.MODELS`.
+    records_per_participant, identities_per_participant : int or None
+        The paper's participant-count design: every participant holds this many records (or
+        all uploaded records of this many identities), dealt once for ``max(participants)``
+        participants; a run with ``p`` uses the first ``p`` (nested prefixes), so the total
+        grows with ``p``, and the deployment (pool, split, ``F``, anchor), the noise levels and
+        the participants' seeds are the same for every ``p`` (paired by draw index). None (both):
+        the uploaded records are split among ``p`` participants (the total is fixed).
+    model, models : str, list of str
+        Downstream models (names from :data:`common.downstream.MODELS`), each selected on
+        validation and scored on every draw; ``model`` is the one the figures use.
+    auditor, auditors : str, list of str
+        Linkage auditors (:mod:`experiments.auditors`, plug-ins included); ``auditor`` is the one
+        the figures and the ``linkage`` key of every row use.
     dim : int or None
         Width ``h`` of ``F``; the anchor has ``r = anchors_per_dim * h`` rows (paper: 4).
     sigma_range, v_range : (low, high)
         Private-data noise ``sigma`` and anchor noise ``v`` are drawn uniformly over these.
+    translation_scale : float
+        ``s`` of the secret translations ``Psi_i ~ N(0, s^2 I)``. The paper does not state the
+        distribution of its translations; only I-GDP's utility depends on it (every other
+        method removes or shares the translations), so the I-GDP control is also run at each
+        of ``control_translation_scales``.
     """
 
     name: str = "digits"
@@ -76,7 +97,10 @@ class BenchConfig:
     scale: float = 1.0
     max_records: int | None = None
     synthetic_identities: int | None = None
+    synthetic_records: int = 2000
     participants: list[int] = field(default_factory=lambda: [10])
+    records_per_participant: int | None = None
+    identities_per_participant: int | None = None
     partition: str = "stratified"
     alpha: float = 0.5
     split: str = "stratified"
@@ -91,8 +115,13 @@ class BenchConfig:
     v_range: tuple[float, float] = (0.0, 0.5)
     episodes: int = 1000
     auditor_components: int = 32
+    auditor: str = "pca"
+    auditors: list[str] = field(default_factory=lambda: ["pca"])
     colluder: int = 0
     model: str = "logistic"
+    models: list[str] = field(default_factory=lambda: ["logistic"])
+    translation_scale: float = DEFAULT_TRANSLATION_SCALE
+    control_translation_scales: list[float] = field(default_factory=list)
     max_iter: int = 500
     tol: float = 1e-7
     seed: int = 2026
@@ -116,9 +145,28 @@ class BenchConfig:
                 raise InvalidInputError(f"config key {key!r}: need 0 <= low <= high")
         from noisyanchor.common.downstream import MODELS
 
-        if self.model not in MODELS:
-            raise InvalidInputError(f"config key 'model': {self.model!r} is not one of "
-                                    f"{', '.join(MODELS)}")
+        auditors = available_auditors()
+        for one, many, known in (("model", "models", MODELS), ("auditor", "auditors", auditors)):
+            for key, names in ((one, [getattr(self, one)]), (many, getattr(self, many))):
+                bad = [n for n in names if n not in known]
+                if bad:
+                    raise InvalidInputError(f"config key {key!r}: {bad[0]!r} is not one of "
+                                            f"{', '.join(known)}")
+            if getattr(self, one) not in getattr(self, many):
+                raise InvalidInputError(f"config key {one!r}: {getattr(self, one)!r} is not in "
+                                        f"{many!r}")
+        for key in ("records_per_participant", "identities_per_participant"):
+            value = getattr(self, key)
+            if value is not None and value < 2:
+                raise InvalidInputError(f"config key {key!r} must be >= 2")
+        if self.records_per_participant and self.identities_per_participant:
+            raise InvalidInputError("config keys 'records_per_participant' and "
+                                    "'identities_per_participant' exclude each other")
+        if not all(s > 0 for s in (self.translation_scale, *self.control_translation_scales)):
+            raise InvalidInputError("config keys 'translation_scale' and "
+                                    "'control_translation_scales' need values > 0")
+        if self.synthetic_records < 10:
+            raise InvalidInputError("config key 'synthetic_records' must be >= 10")
         if self.draws < 1 or self.episodes < 1 or self.workers < 1:
             raise InvalidInputError("config keys 'draws', 'episodes', 'workers' must be >= 1")
         if not 0 < self.public_fraction < 1:
@@ -147,7 +195,23 @@ class BenchConfig:
         for key in ("sigma_range", "v_range"):
             if key in raw:
                 raw[key] = tuple(float(v) for v in raw[key])
+        # ``model``/``auditor`` alone mean a one-element list; a list alone leads with its first.
+        for one, many in (("model", "models"), ("auditor", "auditors")):
+            if one in raw and many not in raw:
+                raw[many] = [raw[one]]
+            elif many in raw and one not in raw and raw[many]:
+                raw[one] = raw[many][0]
         return cls(**raw)
+
+    @property
+    def nested(self) -> bool:
+        """The paper's participant-count design (fixed records or identities per participant)."""
+        return bool(self.records_per_participant or self.identities_per_participant)
+
+    def stream(self, p: int) -> int:
+        """The ``p`` that keys the random streams: 0 in the nested design (the same deployment,
+        noise levels and seeds for every ``p``), else ``p``."""
+        return 0 if self.nested else p
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (written beside the sweep's rows)."""
@@ -160,7 +224,7 @@ def load_bench_data(cfg: BenchConfig) -> Dataset:
     if cfg.dataset == "digits":
         data = load_digits()
     elif cfg.dataset == "synthetic":
-        data = make_synthetic(rng, identities=cfg.synthetic_identities)
+        data = make_synthetic(rng, n=cfg.synthetic_records, identities=cfg.synthetic_identities)
     elif cfg.path is None:
         raise InvalidInputError(f"dataset {cfg.dataset!r} needs config key 'path'")
     elif cfg.dataset == "mnist-idx":
@@ -189,9 +253,9 @@ class Bench:
         Clean records of the whole data set (input space); ``rows[i]`` are participant ``i``'s.
     rows : list of (n_i,) int ndarrays
         Bank index of each of participant ``i``'s records, in upload order.
-    auditor : Auditor
-        Fitted on the public pool, frozen.
-    bank_embeddings : (N, k) ndarray
+    auditors : dict of FittedAuditor
+        Every configured auditor that applies, fitted on the public pool and frozen, with the
+        bank's embeddings.
     exact : Galleries
         Exact-source episodes (queries are records of non-colluding participants).
     identity : Galleries or None
@@ -206,11 +270,15 @@ class Bench:
     bank: np.ndarray
     rows: list[np.ndarray]
     public: np.ndarray
-    auditor: Auditor
-    bank_embeddings: np.ndarray
+    auditors: dict[str, FittedAuditor]
     exact: Galleries
     identity: Galleries | None
     grid: np.ndarray
+
+    @property
+    def auditor(self) -> FittedAuditor:
+        """The configured primary auditor."""
+        return self.auditors[self.config.auditor]
 
 
 def _public_pool(data: Dataset, fraction: float, rng: np.random.Generator) -> np.ndarray:
@@ -227,11 +295,41 @@ def _public_pool(data: Dataset, fraction: float, rng: np.random.Generator) -> np
     return mask
 
 
+def _partition(cfg: BenchConfig, data: Dataset, uploaded: np.ndarray, p: int,
+               rng: np.random.Generator) -> list[np.ndarray]:
+    """Bank indices of each participant's records: the uploaded records split among ``p``, or
+    in the nested design the first ``p`` of ``max(participants)`` fixed budgets."""
+    y = data.y[uploaded]
+    if cfg.nested:
+        per = cfg.records_per_participant or cfg.identities_per_participant
+        if cfg.identities_per_participant and data.ids is None:
+            raise InvalidInputError("config key 'identities_per_participant' needs a data set "
+                                    "with identity ids")
+        ids = data.ids[uploaded] if cfg.identities_per_participant else None
+        parts = fixed_budget(y, max(cfg.participants), per, rng, ids)[:p]
+    elif cfg.partition == "stratified":
+        parts = stratified_iid(y, p, rng)
+    else:
+        parts = label_skewed(y, p, rng, alpha=cfg.alpha)
+    return [uploaded[ix] for ix in parts]
+
+
+def _projection(cfg: BenchConfig, data: Dataset, public: np.ndarray,
+                seed: int) -> np.ndarray | None:
+    """The public ``F``: Gaussian, the pool's top right singular vectors, or none."""
+    if cfg.projection == "none" or cfg.dim is None:
+        return None
+    if cfg.projection == "gaussian":
+        return gaussian_projection(data.x.shape[1], cfg.dim, np.random.default_rng(seed))
+    return pool_projection(data.x[public], cfg.dim)
+
+
 def prepare_bench(cfg: BenchConfig, p: int, data: Dataset | None = None) -> Bench:
     """Fix the deployment for ``p`` participants: public pool, splits, partition, ``F``,
-    auditor and galleries, all from ``cfg.seed`` (the same for every method and draw)."""
+    auditors and galleries, all from ``cfg.seed`` (the same for every method and draw; in the
+    nested design also for every ``p``)."""
     data = load_bench_data(cfg) if data is None else data
-    seq = np.random.SeedSequence(cfg.seed, spawn_key=(1, p))
+    seq = np.random.SeedSequence(cfg.seed, spawn_key=(1, cfg.stream(p)))
     rng_pool, rng_split, rng_part, rng_proj, rng_gal, rng_shared = (
         np.random.default_rng(s) for s in seq.spawn(6))
     public = _public_pool(data, cfg.public_fraction, rng_pool)
@@ -244,34 +342,29 @@ def prepare_bench(cfg: BenchConfig, p: int, data: Dataset | None = None) -> Benc
         tags = split_tags(data.y, rng_split, test_fraction=cfg.test_fraction,
                           validation_fraction=cfg.validation_fraction)
         reference = np.zeros(len(data.y), dtype=bool)
-    uploaded = np.flatnonzero(~public & ~reference)
-    if cfg.partition == "stratified":
-        parts = stratified_iid(data.y[uploaded], p, rng_part)
-    else:
-        parts = label_skewed(data.y[uploaded], p, rng_part, alpha=cfg.alpha)
-    rows = [uploaded[ix] for ix in parts]
+    rows = _partition(cfg, data, np.flatnonzero(~public & ~reference), p, rng_part)
 
     projection_seed = int(rng_proj.integers(2**63))
-    if cfg.projection == "none" or cfg.dim is None:
-        projection = None
-    elif cfg.projection == "gaussian":
-        projection = gaussian_projection(data.x.shape[1], cfg.dim,
-                                         np.random.default_rng(projection_seed))
-    else:
-        projection = pool_projection(data.x[public], cfg.dim)
+    projection = _projection(cfg, data, public, projection_seed)
     d = data.x.shape[1] if projection is None else projection.shape[1]
     sim = SimulationConfig(dataset=data.name, participants=p, anchors=cfg.anchors_per_dim * d,
                            dim=cfg.dim if projection is not None else None,
                            colluder=cfg.colluder, seed=cfg.seed, max_iter=cfg.max_iter,
                            tol=cfg.tol, test_fraction=cfg.test_fraction,
                            validation_fraction=cfg.validation_fraction,
-                           utility=False)  # the sweep scores Z with cfg.model itself
+                           translation_scale=cfg.translation_scale,
+                           utility=False)  # the sweep scores Z with every cfg.models itself
     shared = rng_shared.bytes(32)
     fed = Federation(sim, [data.x[r] for r in rows], [data.y[r] for r in rows],
                      [tags[r] for r in rows], projection, projection_seed, shared,
                      [0] * p)  # participant seeds are set per draw by the sweep
 
-    auditor = fit_auditor(data.x[public], cfg.auditor_components)
+    pool = AuditorData(data.x[public], data.y[public],
+                       None if data.ids is None else data.ids[public], cfg.auditor_components)
+    auditors = fit_auditors(cfg.auditors, pool, data.x)
+    if cfg.auditor not in auditors:
+        raise InvalidInputError(f"the primary auditor {cfg.auditor!r} does not apply to this "
+                                "data set (e.g. it needs identities)")
     targets = np.concatenate([r for i, r in enumerate(rows) if i != cfg.colluder])
     in_bank = ~public  # distractors are clean participant-side records, never public ones
     labels_for_gallery = np.where(in_bank, data.y, -1)
@@ -282,5 +375,4 @@ def prepare_bench(cfg: BenchConfig, p: int, data: Dataset | None = None) -> Benc
                                       episodes=cfg.episodes)
     grid = np.asarray([targets[data.y[targets] == label][0]
                        for label in np.unique(data.y[targets])[:10]])
-    return Bench(cfg, data, fed, data.x, rows, public, auditor, auditor.embed(data.x), exact,
-                 identity, grid)
+    return Bench(cfg, data, fed, data.x, rows, public, auditors, exact, identity, grid)

@@ -12,7 +12,9 @@ import importlib
 #: Modules contributing ``noisyanchor experiment <name>`` subcommands.
 EXPERIMENT_MODULES: tuple[str, ...] = ("noisyanchor.experiments.sweep",
                                        "noisyanchor.experiments.report",
-                                       "noisyanchor.experiments.score_release")
+                                       "noisyanchor.experiments.score_release",
+                                       "noisyanchor.experiments.laws",
+                                       "noisyanchor.experiments.certificate")
 
 
 #: Top-level commands of this role and their one-line help (see :mod:`noisyanchor.cli`).

@@ -202,18 +202,21 @@ def grid(study: Study, path: Path) -> bool:
 
 
 def participants(studies: dict[int, Study], path: Path) -> None:
-    """Fig. 11: utility vs the paper's strongest attack's linkage for each participant count
-    ``p``."""
+    """Fig. 11: utility vs the strongest attack's linkage for each participant count ``p``:
+    private-data noise (C-GDP-pn, its known-secret attack) beside anchor noise under the paper's
+    attacks and under every attack."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for k, (p, study) in enumerate(sorted(studies.items())):
-        _frontier_axes(axes[0], study, ("aa-igdp-pn",), (f"C{k}",), "paper", f" p={p}")
-        _frontier_axes(axes[1], study, ("aa-igdp-an",), (f"C{k}",), "paper", f" p={p}")
-    for ax, title in zip(axes, ("private-data noise", "anchor noise"), strict=True):
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=True)
+    panels = (("c-gdp-pn", "paper", "(a) C-GDP private-data noise"),
+              ("aa-igdp-an", "paper", "(b) anchor noise, paper's attacks (MP/OP/AM)"),
+              ("aa-igdp-an", "all", "(c) anchor noise, every attack"))
+    for ax, (method, attack_set, title) in zip(axes, panels, strict=True):
+        for k, (p, study) in enumerate(sorted(studies.items())):
+            _frontier_axes(ax, study, (method,), (f"C{k}",), attack_set, f" p={p}")
         ax.axvline(CHANCE, color="gray", ls=":")
-        ax.set_xlabel("linkage of the strongest of the paper's attacks")
+        ax.set_xlabel("linkage of the strongest attack")
         ax.set_ylabel("test balanced accuracy")
-        ax.set_title(title)
+        ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7)
     save_figure(plt, fig, path)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from noisyanchor.common.attacks import PAPER_ANCHOR_ATTACKS
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.validation import as_matrix, check_count
 
@@ -22,10 +23,33 @@ from noisyanchor.common.validation import as_matrix, check_count
 GALLERY_SIZE = 10
 #: Chance linkage: one true candidate in a gallery of ``GALLERY_SIZE``.
 CHANCE = 1.0 / GALLERY_SIZE
+#: How an auditor's embeddings are compared: highest cosine, or smallest Euclidean distance.
+SIMILARITIES = ("cosine", "euclidean")
+#: The attacks the paper evaluates against each method (Sections 5.2-5.3): the known-secret and
+#: known-anchor inversions, and MP/OP/AM on anchor noise. Other attacks are the engine's own.
+PAPER_ATTACKS = {"c-gdp": ("known_secret",), "c-gdp-pn": ("known_secret",),
+                 "aa-igdp": ("known_anchor",), "aa-igdp-pn": ("known_anchor",),
+                 "aa-igdp-an": PAPER_ANCHOR_ATTACKS}
+#: Attack sets whose strongest member is reported: the paper's, and every attack (built-in and
+#: plug-in).
+ATTACK_SETS = ("paper", "all")
+
+
+def strongest_attack(linkage: dict[str, float], method: str,
+                     attack_set: str = "all") -> tuple[str, float] | None:
+    """The attack with the highest linkage (the first in attack order on ties), among every
+    attack in ``linkage`` or, with ``attack_set="paper"``, among the paper's for ``method``;
+    None when no attack ran."""
+    if attack_set == "paper" and method in PAPER_ATTACKS:
+        linkage = {a: linkage[a] for a in PAPER_ATTACKS[method] if a in linkage}
+    if not linkage:
+        return None
+    name = max(linkage, key=linkage.__getitem__)
+    return name, linkage[name]
 
 
 @dataclass(frozen=True)
-class Auditor:
+class PcaAuditor:
     """Frozen linear embedding ``e(x) = normalize((x - mu) V)``.
 
     Attributes
@@ -41,19 +65,18 @@ class Auditor:
 
     def embed(self, x: np.ndarray) -> np.ndarray:
         """Unit-norm embeddings (``n x k``) of input-space records ``x`` (``n x d_in``)."""
-        e = (as_matrix(x, "records", cols=len(self.mean)) - self.mean) @ self.components
-        norms = np.linalg.norm(e, axis=1, keepdims=True)
-        return e / np.where(norms > 0, norms, 1.0)
+        return _unit_rows((as_matrix(x, "records", cols=len(self.mean)) - self.mean)
+                          @ self.components)
 
 
-def fit_auditor(pool: np.ndarray, components: int = 32) -> Auditor:
+def fit_auditor(pool: np.ndarray, components: int = 32) -> PcaAuditor:
     """Fit the auditor's PCA embedding on clean public records ``pool`` (``m x d_in``)."""
     from sklearn.decomposition import PCA
 
     pool = as_matrix(pool, "public pool")
     k = min(check_count(components, "auditor components", minimum=1), *pool.shape)
     pca = PCA(n_components=k, svd_solver="full").fit(pool)
-    return Auditor(pca.mean_.copy(), pca.components_.T.copy())
+    return PcaAuditor(pca.mean_.copy(), pca.components_.T.copy())
 
 
 @dataclass(frozen=True)
@@ -145,10 +168,17 @@ def identity_galleries(
     return _shuffled(queries, true, distractors, rng)
 
 
+def _unit_rows(e: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(e, axis=-1, keepdims=True)
+    return e / np.where(norms > 0, norms, 1.0)
+
+
 def linkage_accuracy(
-    query_embeddings: np.ndarray, bank_embeddings: np.ndarray, galleries: Galleries
+    query_embeddings: np.ndarray, bank_embeddings: np.ndarray, galleries: Galleries,
+    metric: str = "cosine",
 ) -> float:
-    """Fraction of episodes whose query is most cosine-similar to its true candidate.
+    """Fraction of episodes whose query is nearest to its true candidate: highest cosine
+    similarity (``metric="cosine"``) or smallest Euclidean distance (``"euclidean"``).
 
     Parameters
     ----------
@@ -157,5 +187,11 @@ def linkage_accuracy(
     bank_embeddings : (N, k) ndarray
         Auditor embeddings of the clean bank.
     """
-    scores = np.einsum("ek,egk->eg", query_embeddings, bank_embeddings[galleries.candidates])
+    cand = bank_embeddings[galleries.candidates]
+    if metric == "cosine":
+        scores = np.einsum("ek,egk->eg", _unit_rows(query_embeddings), _unit_rows(cand))
+    elif metric == "euclidean":
+        scores = -np.sum((cand - query_embeddings[:, None, :]) ** 2, axis=2)
+    else:
+        raise InvalidInputError(f"metric {metric!r} is not one of {', '.join(SIMILARITIES)}")
     return float(np.mean(np.argmax(scores, axis=1) == galleries.truth))

@@ -28,6 +28,45 @@ def stratified_iid(y: np.ndarray, p: int, rng: np.random.Generator) -> list[np.n
     return [np.sort(np.asarray(part, dtype=np.int64)) for part in parts]
 
 
+def fixed_budget(
+    y: np.ndarray, p: int, per_participant: int, rng: np.random.Generator,
+    ids: np.ndarray | None = None,
+) -> list[np.ndarray]:
+    """The paper's participant-count design: ``p`` participants each holding exactly
+    ``per_participant`` records (``ids`` None: records dealt stratified by label) or all
+    records of exactly ``per_participant`` identities (``ids`` given: whole identities dealt
+    stratified by each identity's label).
+
+    The first ``q`` parts of a call with ``p`` participants are the parts of a run with ``q``
+    (nested prefixes): call once with the largest ``p``. Returns ``p`` sorted index arrays.
+    """
+    p = check_count(p, "participants", minimum=2)
+    k = check_count(per_participant, "records or identities per participant", minimum=1)
+    y = np.asarray(y)
+    if ids is None:
+        units, unit_label = np.arange(len(y)), y
+    else:
+        ids = np.asarray(ids)
+        units, first = np.unique(ids, return_index=True)
+        unit_label = y[first]
+    if len(units) < p * k:
+        what = "records" if ids is None else "identities"
+        raise InvalidInputError(f"{len(units)} {what} are too few for {p} participants of {k}")
+    # Interleave the labels (a shuffled class-balanced order), then deal it in blocks of k.
+    order = np.concatenate([rng.permutation(np.flatnonzero(unit_label == label))
+                            for label in np.unique(unit_label)])
+    rank = np.empty(len(order), dtype=float)
+    start = 0
+    for label in np.unique(unit_label):
+        n_label = int(np.sum(unit_label == label))
+        rank[start:start + n_label] = (np.arange(n_label) + rng.random()) / n_label
+        start += n_label
+    dealt = order[np.argsort(rank, kind="stable")][: p * k].reshape(p, k)
+    if ids is None:
+        return [np.sort(part) for part in dealt]
+    return [np.sort(np.flatnonzero(np.isin(ids, units[part]))) for part in dealt]
+
+
 def label_skewed(
     y: np.ndarray, p: int, rng: np.random.Generator, *, alpha: float = 0.5, min_records: int = 2,
     max_tries: int = 100,

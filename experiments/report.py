@@ -2,7 +2,10 @@
 a sweep's rows.
 
 The numbers (``summary.json``, ``fits.json``) and the figures come from the same fits; the
-summary states, per claim of the paper, whether it holds on the swept data.
+summary states, per claim of the paper, whether it holds on the swept data, under every
+(downstream model, auditor) pair the sweep measured, with a "robust" verdict that is true only
+when the claim holds under all of them; and which attack was strongest per draw, among every
+attack and among the paper's.
 
 References: noisy-anchor GDP paper, Section 5 (Figs. 2-11 and the quoted numbers).
 """
@@ -11,25 +14,24 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from noisyanchor.common.attacks import ATTACK_NAMES
+from noisyanchor.common.attacks import ATTACK_NAMES, PAPER_ANCHOR_ATTACKS
 from noisyanchor.common.cliargs import int_at_least
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.methods import Method
-from noisyanchor.experiments.linkage import CHANCE
+from noisyanchor.experiments.linkage import ATTACK_SETS, CHANCE, PAPER_ATTACKS, strongest_attack
 from noisyanchor.experiments.study import (
-    ATTACK_SETS,
     METRICS,
-    PAPER_ANCHOR_ATTACKS,
     Study,
     load_rows,
     main_participant_count,
+    view_rows,
 )
 from noisyanchor.experiments.sweep import ROWS_FILE, RUNS_FILE
 
@@ -40,6 +42,30 @@ MATCHED_LEVELS = (0.124, 0.15, 0.20, 0.30)
 LOW_LEVELS = (0.124, 0.15, 0.20)
 LOW_GRID = tuple(np.round(np.arange(0.124, 0.2001, 0.005), 3))
 NOISY = (Method.C_GDP_PN.value, Method.AA_IGDP_PN.value, Method.AA_IGDP_AN.value)
+#: The paper's claims the report judges, in order, with the sentence each stands for.
+CLAIMS = {
+    "pn_pairs_identical": "C-GDP-pn and AA-I-GDP-pn paired runs coincide",
+    "noiseless_c_eq_aa_gt_i": "noiseless C-GDP = AA-I-GDP utility > I-GDP",
+    "anchor_noise_beats_data_noise_at_low_linkage_paper_attacks":
+        "at matched low linkage anchor noise keeps more utility (the paper's attacks)",
+    "anchor_noise_beats_data_noise_at_low_linkage_all_attacks":
+        "at matched low linkage anchor noise keeps more utility (every attack)",
+    "op_strongest_of_three": "OP is the strongest of MP/OP/AM",
+}
+VERDICTS = {True: "holds", False: "fails", None: "not reached"}
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _num(x: float | None, fmt: str = ".3g") -> str:
+    return "not reached" if x is None else format(x, fmt)
+
+
+def _grid_text() -> str:
+    """The low-linkage grid as quoted in the report, from :data:`LOW_GRID`."""
+    return f"{_pct(LOW_GRID[0])}, {_pct(LOW_GRID[1])}, ..., {_pct(LOW_GRID[-1])}"
 
 
 def runtime_text(results: Path) -> str | None:
@@ -57,6 +83,8 @@ def runtime_text(results: Path) -> str | None:
             f"at the start and {'/'.join(f'{x:.1f}' for x in last['load_average_end'])} at the "
             f"end of the last run (the machine is shared), finished {last['finished_utc']}")
 
+
+# ---- numbers of one study ---------------------------------------------------------------------
 
 def _pairs(study: Study) -> dict[str, Any]:
     aa = {r["draw"]: r for r in study.draws.get(Method.AA_IGDP_PN.value, [])}
@@ -84,9 +112,9 @@ def _attack_ranking(study: Study) -> dict[str, Any]:
     means = {a: float(np.mean([r["linkage"][a] for r in rs])) for a in rs[0]["linkage"]}
     paper = {a: means[a] for a in PAPER_ANCHOR_ATTACKS if a in means}
     op_max = sum(r["linkage"]["op"] >= max(r["linkage"][a] for a in paper) for r in rs)
-    return {"mean_linkage": means, "strongest_of_paper_three": max(paper, key=paper.get),
+    return {"mean_linkage": means, "strongest_of_paper_three": max(paper, key=paper.__getitem__),
             "op_pointwise_max_draws": int(op_max), "draws": len(rs),
-            "strongest_of_all": max(means, key=means.get)}
+            "strongest_of_all": max(means, key=means.__getitem__)}
 
 
 def _solver_counts(study: Study) -> dict[str, Any]:
@@ -105,8 +133,100 @@ def _solver_counts(study: Study) -> dict[str, Any]:
     return out
 
 
-def summarize(study: Study) -> dict[str, Any]:
-    """Every number the markdown summary quotes, for one ``p``."""
+def _low_margins(study: Study) -> dict[str, dict[str, Any]]:
+    """Anchor noise minus private-data noise in fitted utility over :data:`LOW_GRID`."""
+    out = {}
+    for aset in ATTACK_SETS:
+        diffs = []
+        for lvl in LOW_GRID:
+            an = study.matched_utility(Method.AA_IGDP_AN.value, lvl, aset)["utility"]
+            pn = study.matched_utility(Method.AA_IGDP_PN.value, lvl, aset)["utility"]
+            if an is not None and pn is not None:
+                diffs.append(an - pn)
+        out[aset] = {"levels": len(diffs), "grid_levels": len(LOW_GRID),
+                     "anchor_ahead": int(sum(d > 0 for d in diffs)),
+                     "min_margin": min(diffs, default=None),
+                     "max_margin": max(diffs, default=None)}
+    return out
+
+
+def claims(study: Study) -> dict[str, bool | None]:
+    """Verdict of each of :data:`CLAIMS` on ``study``: True (holds), False (fails) or None (not
+    reached: the data do not reach what the claim needs)."""
+    out: dict[str, bool | None] = dict.fromkeys(CLAIMS)
+    pairs = _pairs(study)
+    if pairs.get("pairs"):
+        out["pn_pairs_identical"] = bool(
+            pairs["identical_linkage_pairs"] == pairs["pairs"]
+            and pairs["max_relative_z_difference"] < 1e-10)
+    u = {m: study.controls[m]["utility"] for m in ("c-gdp", "aa-igdp", "i-gdp")
+         if m in study.controls}
+    if len(u) == 3:
+        out["noiseless_c_eq_aa_gt_i"] = bool(abs(u["c-gdp"] - u["aa-igdp"]) < 1e-9
+                                             and u["aa-igdp"] > u["i-gdp"])
+    for aset, mg in _low_margins(study).items():
+        out[f"anchor_noise_beats_data_noise_at_low_linkage_{aset}_attacks"] = (
+            bool(mg["anchor_ahead"] == mg["levels"]) if mg["levels"] else None)
+    ranking = _attack_ranking(study)
+    if ranking:
+        out["op_strongest_of_three"] = ranking["strongest_of_paper_three"] == "op"
+    return out
+
+
+def _strongest_tables(rows: list[dict[str, Any]], metric: str,
+                      auditors: list[str]) -> dict[str, dict[str, Any]]:
+    """Per auditor and noisy method: mean linkage of every attack over the draws, how many draws
+    each was the strongest of all and of the paper's attacks (ties go to the first in attack
+    order), and the strongest per draw of the anchor-noise sweep."""
+    out: dict[str, dict[str, Any]] = {}
+    for auditor in auditors:
+        seen = view_rows(rows, metric, None, auditor)
+        per: dict[str, Any] = {}
+        for m in NOISY:
+            rs = sorted((r for r in seen if r["method"] == m and not r["control"]),
+                        key=lambda r: r["draw"])
+            if not rs:
+                continue
+            best = {aset: Counter(strongest_attack(r["linkage"], m, aset)[0] for r in rs)
+                    for aset in ATTACK_SETS}
+            per[m] = {"draws": len(rs),
+                      "mean_linkage": {a: float(np.mean([r["linkage"][a] for r in rs]))
+                                       for a in rs[0]["linkage"]},
+                      "strongest_draws": {aset: dict(c) for aset, c in best.items()},
+                      "per_draw": [[r["draw"], r["noise"],
+                                    *strongest_attack(r["linkage"], m, "all"),
+                                    *strongest_attack(r["linkage"], m, "paper")]
+                                   for r in rs] if m == Method.AA_IGDP_AN.value else None}
+        out[auditor] = per
+    return out
+
+
+def _controls_by_model(study: Study) -> dict[str, Any]:
+    """Noiseless controls' utility under every model, and I-GDP's at every translation scale."""
+    models = study.meta.get("models") or []
+    ctrl = {m: {k: r.get("utility_by_model", {}).get(k, {}).get("utility") for k in models}
+            for m, r in study.controls.items()}
+    scales = {str(s): {k: r.get("utility_by_model", {}).get(k, {}).get("utility")
+                       for k in models}
+              for s, r in sorted(study.translation_controls.items(), key=lambda kv: kv[0] or 0)}
+    return {"control_utility_by_model": ctrl, "i_gdp_by_translation_scale": scales}
+
+
+def _noise_estimate(study: Study) -> dict[str, Any] | None:
+    """How well the anchor residuals estimate v: relative error of v^ over the draws."""
+    rs = [r for r in study.draws.get(Method.AA_IGDP_AN.value, [])
+          if r.get("v_hat") is not None and r["v"] > 0]
+    if not rs:
+        return None
+    rel = [abs(r["v_hat"] - r["v"]) / r["v"] for r in rs]
+    return {"draws": len(rs), "median_relative_error": float(np.median(rel)),
+            "max_relative_error": float(max(rel))}
+
+
+def summarize(study: Study, pairs: dict[str, Study] | None = None,
+              rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Every number the markdown summary quotes, for one ``p``: ``study`` is the primary
+    (model, auditor) view; ``pairs`` every measured view by ``"model/auditor"``."""
     ctrl = study.controls
     controls = {m: {"utility": r["utility"], "linkage": r["linkage"],
                     "relative_error": r["relative_error"],
@@ -116,61 +236,35 @@ def summarize(study: Study) -> dict[str, Any]:
                       for lvl in (*MATCHED_LEVELS, CHANCE)} for aset in ATTACK_SETS}
     crossings = {name: fit.first_crossing(CHANCE) for name, fit in study.fits.items()
                  if not name.endswith("/utility")}
-    pairs = _pairs(study)
-    ranking = _attack_ranking(study)
-    u = {m: ctrl[m]["utility"] for m in ("c-gdp", "aa-igdp", "i-gdp") if m in ctrl}
-    claims = {}
-    if pairs.get("pairs"):
-        claims["pn_pairs_identical"] = bool(
-            pairs["identical_linkage_pairs"] == pairs["pairs"]
-            and pairs["max_relative_z_difference"] < 1e-10)
-    if len(u) == 3:
-        claims["noiseless_c_eq_aa_gt_i"] = bool(abs(u["c-gdp"] - u["aa-igdp"]) < 1e-9
-                                                and u["aa-igdp"] > u["i-gdp"])
-    low_margins = {}
-    for aset in ATTACK_SETS:
-        diffs = []
-        for lvl in LOW_GRID:
-            an = study.matched_utility(Method.AA_IGDP_AN.value, lvl, aset)["utility"]
-            pn = study.matched_utility(Method.AA_IGDP_PN.value, lvl, aset)["utility"]
-            if an is not None and pn is not None:
-                diffs.append(an - pn)
-        low_margins[aset] = {"levels": len(diffs), "grid_levels": len(LOW_GRID),
-                             "anchor_ahead": int(sum(d > 0 for d in diffs)),
-                             "min_margin": min(diffs, default=None),
-                             "max_margin": max(diffs, default=None)}
-        claims[f"anchor_noise_beats_data_noise_at_low_linkage_{aset}_attacks"] = (
-            bool(all(d > 0 for d in diffs)) if diffs else None)
-    if ranking:
-        claims["op_strongest_of_three"] = ranking["strongest_of_paper_three"] == "op"
+    pairs = pairs or {}
+    by_pair = {name: claims(s) for name, s in pairs.items()}
+    robust = {c: bool(by_pair) and all(v[c] is True for v in by_pair.values()) for c in CLAIMS}
+    auditors = study.meta.get("auditors") or []
     return {"p": study.meta["p"], "bench": {k: v for k, v in study.meta.items()
                                             if not k.startswith("grid")},
             "draws": {m: len(rs) for m, rs in study.draws.items()}, "controls": controls,
-            "pairs": pairs, "attack_ranking": ranking, "matched_linkage": matched,
-            "low_linkage_margins": low_margins,
+            "pairs": _pairs(study), "attack_ranking": _attack_ranking(study),
+            "matched_linkage": matched, "low_linkage_margins": _low_margins(study),
             "mean_relative_error": {m: {a: float(np.mean([r["relative_error"][a] for r in rs]))
                                         for a in rs[0]["relative_error"]}
                                     for m, rs in sorted(study.draws.items())},
-            "chance_crossings": crossings, "solver": _solver_counts(study), "claims": claims}
+            "chance_crossings": crossings, "solver": _solver_counts(study),
+            "claims": claims(study), "claims_by_pair": by_pair, "robust": robust,
+            "strongest_attacks": (_strongest_tables(rows, study.metric, auditors)
+                                  if rows is not None else {}),
+            **_controls_by_model(study), "noise_estimate": _noise_estimate(study)}
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
-
+# ---- markdown ---------------------------------------------------------------------------------
 
 def _verdict(holds: bool | None) -> str:
     if holds is None:
-        return "**not measurable** (a fit does not reach the level in the swept range)"
-    return "**holds**" if holds else "**does not hold**"
+        return "**not reached** (a fit does not reach the level in the swept range)"
+    return "**holds**" if holds else "**fails**"
 
 
-def _num(x: float | None, fmt: str = ".3g") -> str:
-    return "not reached" if x is None else format(x, fmt)
-
-
-def markdown(main: dict[str, Any], config: dict[str, Any], others: list[dict[str, Any]],
-             command: str, runtime: str | None, resamples: int) -> str:
-    """The summary page (numbers only from ``main``/``others``)."""
+def _header(main: dict[str, Any], config: dict[str, Any], command: str, runtime: str | None,
+            resamples: int) -> list[str]:
     b = main["bench"]
     lines = [f"# Sweep report: {config['name']}", "",
              f"Command: `{command}`" if command else "",
@@ -181,34 +275,101 @@ def markdown(main: dict[str, Any], config: dict[str, Any], others: list[dict[str
              f"h = d = {b['d']}, r = {b['r']}, v_PT = {b['v_pt']:.4f}. Draws: "
              + ", ".join(f"{m} {n}" for m, n in sorted(main["draws"].items()))
              + f"; sigma ~ U{tuple(config['sigma_range'])}, v ~ U{tuple(config['v_range'])}; "
-             f"{config['episodes']} ten-way episodes (chance 10%); GPM cap {config['max_iter']}.",
-             ""]
+             f"{config['episodes']} ten-way episodes (chance {_pct(CHANCE)}); GPM cap "
+             f"{config['max_iter']}.", "",
+             f"Downstream models (each selected on validation): {', '.join(config['models'])}; "
+             f"figures and the single-pair sections use {config['model']}. Auditors: "
+             f"{', '.join(b.get('auditors') or [config['auditor']])}; figures use "
+             f"{config['auditor']}. Translations Psi_i ~ N(0, s^2 I) with s = "
+             f"{config['translation_scale']:g} (the paper does not state its translations' "
+             "distribution; see the I-GDP table below).", ""]
     if not b.get("has_identities"):
         lines += ["Linkage is exact-source linkage only: this data set carries no identity ids, "
                   "so cross-record identity linkage is not measured.", ""]
     else:
         lines += [f"Every linkage below is {METRICS[main['metric']][1]} (report --metric).", ""]
-    lines += ["## Noiseless controls", "", "| method | utility (balanced acc.) | participant "
-              "index only | linkage per attack | relative error |", "|---|---|---|---|---|"]
+    return lines
+
+
+def _controls_section(main: dict[str, Any], models: list[str]) -> list[str]:
+    lines = ["## Noiseless controls", "",
+             "| method | utility | " + " | ".join(models) + " | participant index only "
+             "| linkage per attack | relative error |",
+             "|---|---|" + "---|" * len(models) + "---|---|---|"]
     for m, c in main["controls"].items():
         link = ", ".join(f"{a} {_pct(v)}" for a, v in c["linkage"].items()) or "no attack"
         err = ", ".join(f"{a} {v:.2g}" for a, v in c["relative_error"].items()) or "-"
         alone = c.get("participant_only_utility")
-        lines.append(f"| {m} | {_pct(c['utility'])} | {'-' if alone is None else _pct(alone)} "
-                     f"| {link} | {err} |")
-    lines += ["", "Participant index only: the same model trained on the one-hot participant "
-              "index of each row, on the same split: what a `Z` that tells only whose record a "
-              "row is would give (it can lie below chance: a participant's train and test class "
-              "counts are anti-correlated under a global stratified split)."]
-    lines += ["", "## Mean relative reconstruction error over the draws (working space X F)", "",
-              "| method | " + " | ".join(ATTACK_NAMES) + " |",
-              "|---|" + "---|" * len(ATTACK_NAMES)]
+        per_model = " | ".join(_pct(main["control_utility_by_model"].get(m, {}).get(k))
+                               for k in models)
+        lines.append(f"| {m} | {_pct(c['utility'])} | {per_model} | "
+                     f"{'-' if alone is None else _pct(alone)} | {link} | {err} |")
+    lines += ["", "Utility: the primary model's; then every model's. Participant index only: "
+              "the primary model trained on the one-hot participant index of each row, on the "
+              "same split: what a `Z` that tells only whose record a row is would give (it can "
+              "lie below chance: a participant's train and test class counts are "
+              "anti-correlated under a global stratified split).", ""]
+    scales = main["i_gdp_by_translation_scale"]
+    if len(scales) > 1:
+        lines += ["### I-GDP utility vs the translations' scale", "",
+                  "The paper does not state how its translations Psi_i are drawn. Only I-GDP "
+                  "depends on it (alignment removes the translations up to the residual "
+                  "eta_i, C-GDP shares one): unaligned blocks far apart hurt a linear model more "
+                  "than a local one.", "",
+                  "| s | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+        for s, util in scales.items():
+            lines.append(f"| {float(s):g} | " + " | ".join(_pct(util.get(k)) for k in models)
+                         + " |")
+        lines.append("")
+    return lines
+
+
+def _attack_names(main: dict[str, Any]) -> list[str]:
+    """Built-in attacks in their order, then plug-ins, as they appear in the rows."""
+    seen = {a for errs in main["mean_relative_error"].values() for a in errs}
+    return [a for a in ATTACK_NAMES if a in seen] + sorted(seen - set(ATTACK_NAMES))
+
+
+def _error_section(main: dict[str, Any]) -> list[str]:
+    names = _attack_names(main)
+    lines = ["## Mean relative reconstruction error over the draws (working space X F)", "",
+             "| method | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for m, errs in main["mean_relative_error"].items():
         lines.append(f"| {m} | " + " | ".join(
-            f"{errs[a]:.3g}" if a in errs else "-" for a in ATTACK_NAMES) + " |")
-    lines += ["", "## The paper's claims on this data", ""]
+            f"{errs[a]:.3g}" if a in errs else "-" for a in names) + " |")
+    est = main.get("noise_estimate")
+    if est:
+        lines += ["", f"v estimated from the anchor residuals (what an attacker without v "
+                  f"gets): median relative error {_pct(est['median_relative_error'])}, at most "
+                  f"{_pct(est['max_relative_error'])} over {est['draws']} anchor-noise draws."]
+    return [*lines, ""]
+
+
+def _low_linkage_claim(main: dict[str, Any], aset: str, what: str) -> str:
+    parts = []
+    for lvl in LOW_LEVELS:
+        mm = main["matched_linkage"][aset][f"{lvl:.3f}"]
+        an, pn = mm["aa-igdp-an"], mm["aa-igdp-pn"]
+        parts.append(f"at {_pct(lvl)} linkage anchor noise "
+                     f"{_pct(an['utility']) if an['noise'] is not None else 'not reached'}"
+                     f" vs private-data noise "
+                     f"{_pct(pn['utility']) if pn['noise'] is not None else 'not reached'}")
+    mg = main["low_linkage_margins"][aset]
+    judged = (f"anchor noise ahead at {mg['anchor_ahead']}/{mg['levels']} of the "
+              f"{mg['grid_levels']} levels {_grid_text()} that both fits reach, margin "
+              f"{100 * mg['min_margin']:+.1f} to {100 * mg['max_margin']:+.1f} points"
+              if mg["levels"] else f"no level of {_grid_text()} reached by both")
+    verdict = _verdict(main["claims"][f"anchor_noise_beats_data_noise_at_low_linkage_{aset}"
+                                      "_attacks"])
+    return (f"- At matched low linkage ({what}), anchor noise keeps more utility: {verdict} "
+            f"({'; '.join(parts)}; {judged}).")
+
+
+def _claims_section(main: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    lines = [f"## The paper's claims on this data ({config['model']}, {config['auditor']} "
+             "auditor)", ""]
     cl, pr, rk = main["claims"], main["pairs"], main["attack_ranking"]
-    if "pn_pairs_identical" in cl:
+    if cl["pn_pairs_identical"] is not None:
         lines.append(
             f"- C-GDP-pn and AA-I-GDP-pn paired runs: {_verdict(cl['pn_pairs_identical'])}. "
             f"{pr['identical_linkage_pairs']}/{pr['pairs']} pairs have identical linkage (max "
@@ -216,43 +377,74 @@ def markdown(main: dict[str, Any], config: dict[str, Any], others: list[dict[str
             f"collaboration matrices ||Z_aa - Z_c||_F/||Z_aa||_F = "
             f"{pr['max_relative_z_difference']:.2e}; max utility difference "
             f"{pr['max_utility_difference']:.2e}.")
-    if "noiseless_c_eq_aa_gt_i" in cl:
+    if cl["noiseless_c_eq_aa_gt_i"] is not None:
         c = main["controls"]
         lines.append(
             "- Noiseless C-GDP = AA-I-GDP utility > I-GDP: "
             f"{_verdict(cl['noiseless_c_eq_aa_gt_i'])} "
             f"({_pct(c['c-gdp']['utility'])} = {_pct(c['aa-igdp']['utility'])} vs "
             f"{_pct(c['i-gdp']['utility'])}).")
-    for aset, what in (("paper", "the paper's attacks: known-secret / known-anchor on "
-                                 "private-data noise, strongest of MP/OP/AM on anchor noise"),
-                       ("all", "every attack of the engine, incl. known-anchor on anchor noise")):
-        parts = []
-        for lvl in LOW_LEVELS:
-            mm = main["matched_linkage"][aset][f"{lvl:.3f}"]
-            an, pn = mm["aa-igdp-an"], mm["aa-igdp-pn"]
-            parts.append(f"at {_pct(lvl)} linkage anchor noise "
-                         f"{_pct(an['utility']) if an['noise'] is not None else 'not reached'}"
-                         f" vs private-data noise "
-                         f"{_pct(pn['utility']) if pn['noise'] is not None else 'not reached'}")
-        verdict = _verdict(cl[f"anchor_noise_beats_data_noise_at_low_linkage_{aset}_attacks"])
-        mg = main["low_linkage_margins"][aset]
-        judged = (f"anchor noise ahead at {mg['anchor_ahead']}/{mg['levels']} of the "
-                  f"{mg['grid_levels']} levels 12.4%, 12.9%, ..., 19.9% that both fits reach, "
-                  f"margin {100 * mg['min_margin']:+.1f} to {100 * mg['max_margin']:+.1f} "
-                  f"points" if mg["levels"] else "no level of 12.4%-19.9% reached by both")
-        lines.append(f"- At matched low linkage ({what}), anchor noise keeps more utility: "
-                     f"{verdict} ({'; '.join(parts)}; {judged}).")
+    lines.append(_low_linkage_claim(main, "paper", "the paper's attacks: known-secret / "
+                                    "known-anchor on private-data noise, strongest of MP/OP/AM "
+                                    "on anchor noise"))
+    lines.append(_low_linkage_claim(main, "all", "every attack: the corrected estimators, "
+                                    "known-anchor and plug-ins included"))
     if rk:
         means = ", ".join(f"{a} {_pct(v)}" for a, v in rk["mean_linkage"].items())
         lines.append(
             f"- OP is the strongest of MP/OP/AM: {_verdict(cl['op_strongest_of_three'])} "
             f"(mean linkage over the anchor-noise draws: {means}; OP is the pointwise maximum of "
             f"the three in {rk['op_pointwise_max_draws']}/{rk['draws']} draws, ties included). "
-            f"Strongest of every engine attack: {rk['strongest_of_all']}.")
+            f"Strongest of every attack on average: {rk['strongest_of_all']}.")
+    return [*lines, ""]
+
+
+def _robustness_section(main: dict[str, Any]) -> list[str]:
+    pairs = main["claims_by_pair"]
+    if not pairs:
+        return []
+    names = list(pairs)
+    lines = ["## Do the claims generalise? Every (model, auditor) pair", "",
+             "holds / fails / not reached (the data do not reach the level the claim is judged "
+             "at); robust = holds under every pair.", "",
+             "| claim | " + " | ".join(names) + " | robust |",
+             "|---|" + "---|" * (len(names) + 1)]
+    for key, text in CLAIMS.items():
+        cells = " | ".join(VERDICTS[pairs[n][key]] for n in names)
+        lines.append(f"| {text} | {cells} | {'**yes**' if main['robust'][key] else 'no'} |")
+    return [*lines, ""]
+
+
+def _strongest_section(main: dict[str, Any]) -> list[str]:
+    tables = main["strongest_attacks"]
+    lines = ["## Strongest attack per draw, by auditor", "",
+             "Mean linkage of every attack over the draws, and in how many draws it was the "
+             "strongest of every attack (all) and of the paper's attacks for the method (paper: "
+             "MP/OP/AM on anchor noise); ties go to the first attack in table order. The "
+             "strongest per draw is in every row of rows.jsonl (`strongest`) and, for anchor "
+             "noise, in summary.json (`strongest_attacks.<auditor>.aa-igdp-an.per_draw`).", ""]
+    for auditor, per in tables.items():
+        for m, t in per.items():
+            if len(t["mean_linkage"]) < 2:
+                continue
+            lines += [f"### {auditor} auditor, {m} ({t['draws']} draws)", "",
+                      "| attack | mean linkage | strongest of all | strongest of the paper's |",
+                      "|---|---|---|---|"]
+            for a, mean in t["mean_linkage"].items():
+                paper = (t["strongest_draws"]["paper"].get(a, 0)
+                         if a in PAPER_ATTACKS.get(m, ()) else "-")
+                lines.append(f"| {a} | {_pct(mean)} | {t['strongest_draws']['all'].get(a, 0)} "
+                             f"| {paper} |")
+            lines.append("")
+    return lines
+
+
+def _matched_section(main: dict[str, Any]) -> list[str]:
     floor = max((max(c["linkage"].values()) for c in main["controls"].values()
                  if c["linkage"]), default=1.0)
-    for aset, title in (("paper", "the paper's attacks"), ("all", "every engine attack")):
-        lines += ["", f"## Fitted utility at matched linkage (strongest of {title} per draw)",
+    lines = []
+    for aset, title in (("paper", "the paper's attacks"), ("all", "every attack")):
+        lines += [f"## Fitted utility at matched linkage (strongest of {title} per draw)",
                   "", "| linkage level | " + " | ".join(NOISY) + " |",
                   "|---|" + "---|" * len(NOISY)]
         for lvl, mm in main["matched_linkage"][aset].items():
@@ -265,49 +457,114 @@ def markdown(main: dict[str, Any], config: dict[str, Any], others: list[dict[str
                 "not reached" if mm[m]["noise"] is None
                 else f"{_pct(mm[m]['utility'])} at noise {_num(mm[m]['noise'])}"
                 for m in NOISY) + " |")
-    lines += ["", "(noise = sigma for *-pn, v for aa-igdp-an: the first noise level where the "
+        lines.append("")
+    lines += ["(noise = sigma for *-pn, v for aa-igdp-an: the first noise level where the "
               "fitted strongest-attack linkage is at or below the level; 'not reached' when the "
-              "fit never gets there in the swept range.)", "", "## Noise level where each fit "
-              "crosses "
-              "chance (10%)", "", "| method / attack | crossing |", "|---|---|"]
+              "fit never gets there in the swept range.)", ""]
+    return lines
+
+
+def _crossings_section(main: dict[str, Any]) -> list[str]:
+    lines = [f"## Noise level where each fit crosses chance ({_pct(CHANCE)})", "",
+             "| method / attack | crossing |", "|---|---|"]
     for name, x in main["chance_crossings"].items():
         lines.append(f"| {name} | {_num(x)} |")
+    return [*lines, ""]
+
+
+def _solver_section(main: dict[str, Any]) -> list[str]:
     s = main["solver"]
-    lines += ["", "## GPM (AA-I-GDP anchor noise) below and above v_PT", "",
-              f"v_PT = {s['v_pt']:.4f}.", "", "| side | draws | converged (< cap) | certified | "
-              "median iterations | median seconds |", "|---|---|---|---|---|---|"]
+    lines = ["## GPM (AA-I-GDP anchor noise) below and above v_PT", "",
+             f"v_PT = {s['v_pt']:.4f}. The certificate is a sufficient condition only: "
+             "'not certified' means not proven globally optimal, not wrong.", "",
+             "| side | draws | converged (< cap) | certified | median iterations | median "
+             "seconds |", "|---|---|---|---|---|---|"]
     for side in ("below_v_pt", "above_v_pt"):
         q = s[side]
         lines.append(f"| {side} | {q['draws']} | {q['converged']} | {q['certified']} | "
                      f"{_num(q['median_iterations'])} | {_num(q['median_seconds'])} |")
-    if others:
-        lines += ["", "## Participant-count study", "",
-                  "Anchor noise minus private-data noise in fitted utility at matched linkage, "
-                  "over the 0.5% levels of [12.4%, 20%] both fits reach (k/n: levels where "
-                  "anchor noise is ahead).", "",
-                  "| p | draws per method | noiseless C-GDP | I-GDP | v_PT | paper's attacks "
-                  "| every engine attack | GPM converged below / above v_PT |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for o in others:
-            n = max(o["draws"].values()) if o["draws"] else 0
-            cells = []
-            for aset in ATTACK_SETS:
-                mg = o["low_linkage_margins"][aset]
-                cells.append(f"{mg['anchor_ahead']}/{mg['levels']}, "
-                             f"{100 * mg['min_margin']:+.1f} to {100 * mg['max_margin']:+.1f} "
-                             "points" if mg["levels"] else "no common level")
-            sv = o["solver"]
-            lines.append(
-                f"| {o['p']} | {n} | {_pct(o['controls'].get('c-gdp', {}).get('utility'))} | "
-                f"{_pct(o['controls'].get('i-gdp', {}).get('utility'))} | {sv['v_pt']:.4f} | "
-                f"{cells[0]} | {cells[1]} | {sv['below_v_pt']['converged']}/"
-                f"{sv['below_v_pt']['draws']} / {sv['above_v_pt']['converged']}/"
-                f"{sv['above_v_pt']['draws']} |")
-    lines += ["", "Figures: fig_linkage.png (Fig. 2/6), fig_utility.png (Fig. 4/7), "
+    return [*lines, ""]
+
+
+def _margin_cell(mg: dict[str, Any]) -> str:
+    return (f"{mg['anchor_ahead']}/{mg['levels']}, {100 * mg['min_margin']:+.1f} to "
+            f"{100 * mg['max_margin']:+.1f} points" if mg["levels"] else "no common level")
+
+
+def _participants_section(others: list[dict[str, Any]]) -> list[str]:
+    if not others:
+        return []
+    lines = ["## Participant-count study", "",
+             "Anchor noise minus private-data noise in fitted utility at matched linkage, over "
+             f"the 0.5% levels of {_grid_text()} both fits reach (k/n: levels where anchor noise "
+             "is ahead).", "",
+             "| p | uploaded records | draws per method | noiseless C-GDP | I-GDP | v_PT | "
+             "paper's attacks | every attack | GPM converged below / above v_PT | robust claims |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for o in others:
+        n = max(o["draws"].values()) if o["draws"] else 0
+        sv = o["solver"]
+        robust = sum(o["robust"].values())
+        lines.append(
+            f"| {o['p']} | {o['bench']['records']} | {n} | "
+            f"{_pct(o['controls'].get('c-gdp', {}).get('utility'))} | "
+            f"{_pct(o['controls'].get('i-gdp', {}).get('utility'))} | {sv['v_pt']:.4f} | "
+            f"{_margin_cell(o['low_linkage_margins']['paper'])} | "
+            f"{_margin_cell(o['low_linkage_margins']['all'])} | "
+            f"{sv['below_v_pt']['converged']}/{sv['below_v_pt']['draws']} / "
+            f"{sv['above_v_pt']['converged']}/{sv['above_v_pt']['draws']} | "
+            f"{robust}/{len(o['robust'])} |")
+    lines += ["", "C-GDP-pn beside anchor noise at every p: fitted utility where each method's "
+              "strongest-attack linkage first reaches the level (paper's attacks / every "
+              "attack).", "",
+              "| p | level | c-gdp-pn | aa-igdp-an (paper's) | aa-igdp-an (every attack) |",
+              "|---|---|---|---|---|"]
+    for o in others:
+        for lvl in (0.15, 0.20):
+            key = f"{lvl:.3f}"
+            pn = o["matched_linkage"]["paper"][key]["c-gdp-pn"]
+            an_p = o["matched_linkage"]["paper"][key]["aa-igdp-an"]
+            an_a = o["matched_linkage"]["all"][key]["aa-igdp-an"]
+            lines.append(f"| {o['p']} | {_pct(lvl)} | " + " | ".join(
+                "not reached" if x["noise"] is None else _pct(x["utility"])
+                for x in (pn, an_p, an_a)) + " |")
+    return [*lines, ""]
+
+
+def markdown(main: dict[str, Any], config: dict[str, Any], others: list[dict[str, Any]],
+             command: str, runtime: str | None, resamples: int) -> str:
+    """The summary page (numbers only from ``main``/``others``)."""
+    models = list(config["models"])
+    lines = (_header(main, config, command, runtime, resamples)
+             + _controls_section(main, models) + _error_section(main)
+             + _claims_section(main, config) + _robustness_section(main)
+             + _strongest_section(main) + _matched_section(main) + _crossings_section(main)
+             + _solver_section(main) + _participants_section(others))
+    lines += ["Figures: fig_linkage.png (Fig. 2/6), fig_utility.png (Fig. 4/7), "
               "fig_frontier.png (Fig. 5/8), fig_solver.png (Fig. 9), fig_grid.png (Fig. 3/10)"
               + (", fig_participants.png (Fig. 11)" if others else "")
               + ". Numbers: summary.json, fits.json.", ""]
-    return "\n".join(line for line in lines if line is not None)
+    return "\n".join(lines)
+
+
+# ---- the report -------------------------------------------------------------------------------
+
+def _studies(rows: list[dict[str, Any]], meta: dict[str, Any], p: int, metric: str,
+             resamples: int) -> tuple[Study, dict[str, Study]]:
+    """The primary view of one ``p`` (full fits) and a claims-only view per (model, auditor)."""
+    config = meta["config"]
+    bench = meta["benches"][str(p)]
+
+    def rng(k: int) -> np.random.Generator:
+        return np.random.default_rng(np.random.SeedSequence(config["seed"], spawn_key=(4, p, k)))
+
+    main = Study(rows, bench, rng(0), resamples, metric)
+    pairs = {}
+    for k, (model, auditor) in enumerate(((m, a) for m in config["models"]
+                                          for a in bench["auditors"]), start=1):
+        pairs[f"{model}/{auditor}"] = Study(rows, bench, rng(k), 0, metric, model=model,
+                                            auditor=auditor, full=False)
+    return main, pairs
 
 
 def make_report(results: Path, out: Path | None = None, *, resamples: int | None = None,
@@ -335,12 +592,11 @@ def make_report(results: Path, out: Path | None = None, *, resamples: int | None
     if metric not in METRICS or (metric == "identity" and not has_ids):
         raise InvalidInputError(f"metric {metric!r} is not available for this sweep "
                                 f"(identity linkage needs identity ids)")
-    studies = {}
+    studies, summaries = {}, {}
     for p in sorted(by_p):
-        rng = np.random.default_rng(np.random.SeedSequence(config["seed"], spawn_key=(4, p)))
-        studies[p] = Study(by_p[p], meta["benches"][str(p)], rng, resamples, metric)
+        studies[p], pairs = _studies(by_p[p], meta, p, metric, resamples)
+        summaries[p] = {**summarize(studies[p], pairs, by_p[p]), "metric": metric}
     main_p = main_participant_count(studies)
-    summaries = {p: {**summarize(s), "metric": metric} for p, s in studies.items()}
     others = [summaries[p] for p in sorted(summaries)] if len(studies) > 1 else []
     files = figures.draw_all(studies, main_p, out)
     (out / "fits.json").write_text(json.dumps(
@@ -353,7 +609,7 @@ def make_report(results: Path, out: Path | None = None, *, resamples: int | None
     (out / "summary.md").write_text(markdown(summaries[main_p], config, others, command,
                                              runtime, resamples))
     return {"out": str(out), "main_p": main_p, "figures": files,
-            "claims": summaries[main_p]["claims"]}
+            "claims": summaries[main_p]["claims"], "robust": summaries[main_p]["robust"]}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -378,7 +634,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(f"report for p={res['main_p']} written to {res['out']}: "
               + ", ".join(res["figures"]) + ", summary.md")
-        verdicts = {True: "holds", False: "does not hold", None: "not measurable"}
         for claim, holds in res["claims"].items():
-            print(f"  {claim}: {verdicts[holds]}")
+            robust = " (robust)" if res["robust"].get(claim) else ""
+            print(f"  {claim}: {VERDICTS[holds]}{robust}")
     return 0

@@ -379,11 +379,9 @@ def _near_chance_up_to(rows: list[dict], name: str, key: str, chance: float,
     return max(near) if near else None
 
 
-def markdown(summary: dict) -> str:
-    """Human summary: command, guarantees next to the numbers, tables, near-chance statements."""
+def _header_lines(summary: dict) -> list[str]:
     cfg = summary["config"]
-    chance = summary["data"]["chance_recall_at_1"]
-    lines = [
+    return [
         "# ScoreShield DP score releases on digits",
         "",
         f"Command: `{cfg['command'] or 'noisyanchor experiment scores'}`",
@@ -392,8 +390,17 @@ def markdown(summary: dict) -> str:
         f"{summary['data']['public']} public rows; encoder: {summary['data']['encoder']}. "
         f"delta = {cfg['delta']:g}, analytic Gaussian calibration (Balle-Wang), seed "
         f"{cfg['seed']}. Wall time {summary['seconds'] / 60:.1f} min.",
-        f"Chance Recall@1 / NN accuracy (sum of squared class shares): {chance:.3f}.",
+        f"Chance Recall@1 / NN accuracy (sum of squared class shares): "
+        f"{summary['data']['chance_recall_at_1']:.3f}.",
         "",
+    ]
+
+
+def _regime_i_lines(summary: dict) -> list[str]:
+    """Score-vector releases: verification, retrieval and threshold recalibration tables."""
+    cfg = summary["config"]
+    chance = summary["data"]["chance_recall_at_1"]
+    lines = [
         "## Regime (i): score vector per probe",
         "",
         "Guarantee: each probe's released vector is (epsilon, delta)-DP for replacing one "
@@ -436,9 +443,45 @@ def markdown(summary: dict) -> str:
         lines += ["", f"Near chance: the largest epsilon on the grid where the clipped release's "
                   f"Recall@1 is within 0.05 of chance ({chance:.3f}) is {near:g}."]
     lines.append("")
+    return lines
 
+
+def _calibration_lines(cfg: dict, cal: str, block: dict, chance: float) -> list[str]:
+    """One calibration of the Gram release: its guarantee and its table."""
+    lines = ["", f"### {cal} calibration (sensitivity {block['sensitivity']:.4g})", "",
+             f"**Guarantee: {block['guarantee']}.**", ""]
+    if cal == "per_entry":
+        rec_sens = gram_record_sensitivity(cfg["n"])
+        pairs = ", ".join(
+            f"{r['epsilon']:g} -> {gaussian_epsilon(r['sigma'], cfg['delta'], rec_sens):.3g}"
+            for r in block["epsilons"])
+        lines += [f"Record-level epsilon actually provided by these per-entry releases "
+                  f"(same sigma, Delta_F = 2 sqrt(2 (n - 1)), delta = {cfg['delta']:g}): "
+                  f"{pairs}.", ""]
+    lines += ["| epsilon | sigma | release | 10-NN acc | Recall@1 | pair AUC | NMI | "
+              "sq. Frobenius error | iters / gap |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in block["epsilons"]:
+        for name in ("noisy", "aap", "dykstra"):
+            v = r[name]
+            proj = v.get("projection")
+            it = (f"{proj['iterations']} / {proj['residual']:.1e}" if proj else "-")
+            lines.append(f"| {r['epsilon']:g} | {r['sigma']:.3g} | {name} | "
+                         f"{_f(v['knn_accuracy'])} | {_f(v['recall_at_1'])} | "
+                         f"{_f(v['pair_auc'])} | {_f(v['nmi'])} | "
+                         f"{_f(v['frobenius_sq_error'])} | {it} |")
+    for name in ("noisy", "aap", "dykstra"):
+        near = _near_chance_up_to(block["epsilons"], name, "recall_at_1", chance, 0.05)
+        if near is not None:
+            lines.append(f"\nNear chance ({cal}, {name}): the largest epsilon on the grid "
+                         f"where Recall@1 is within 0.05 of chance is {near:g}.")
+    return lines
+
+
+def _regime_ii_lines(summary: dict) -> list[str]:
+    """Gram releases: the clean reference, then one table per calibration."""
+    cfg = summary["config"]
     r2 = summary["regime_ii"]
-    lines += ["## Regime (ii): Gram matrix", ""]
+    lines = ["## Regime (ii): Gram matrix", ""]
     cl = r2["clean"]
     lines.append(f"Clean Gram: 10-NN accuracy {_f(cl['knn_accuracy'])}, Recall@1 "
                  f"{_f(cl['recall_at_1'])}, pair AUC {_f(cl['pair_auc'])}, NMI {_f(cl['nmi'])}.")
@@ -452,47 +495,32 @@ def markdown(summary: dict) -> str:
                  "a feasible correlation matrix (final normalisation); the tables give the "
                  "feasibility gap reached before it.")
     for cal, block in r2["calibrations"].items():
-        lines += ["", f"### {cal} calibration (sensitivity {block['sensitivity']:.4g})", "",
-                  f"**Guarantee: {block['guarantee']}.**", ""]
-        if cal == "per_entry":
-            rec_sens = gram_record_sensitivity(cfg["n"])
-            pairs = ", ".join(
-                f"{r['epsilon']:g} -> {gaussian_epsilon(r['sigma'], cfg['delta'], rec_sens):.3g}"
-                for r in block["epsilons"])
-            lines += [f"Record-level epsilon actually provided by these per-entry releases "
-                      f"(same sigma, Delta_F = 2 sqrt(2 (n - 1)), delta = {cfg['delta']:g}): "
-                      f"{pairs}.", ""]
-        lines += ["| epsilon | sigma | release | 10-NN acc | Recall@1 | pair AUC | NMI | "
-                  "sq. Frobenius error | iters / gap |", "|---|---|---|---|---|---|---|---|---|"]
-        for r in block["epsilons"]:
-            for name in ("noisy", "aap", "dykstra"):
-                v = r[name]
-                proj = v.get("projection")
-                it = (f"{proj['iterations']} / {proj['residual']:.1e}" if proj else "-")
-                lines.append(f"| {r['epsilon']:g} | {r['sigma']:.3g} | {name} | "
-                             f"{_f(v['knn_accuracy'])} | {_f(v['recall_at_1'])} | "
-                             f"{_f(v['pair_auc'])} | {_f(v['nmi'])} | "
-                             f"{_f(v['frobenius_sq_error'])} | {it} |")
-        rows = block["epsilons"]
-        for name in ("noisy", "aap", "dykstra"):
-            near = _near_chance_up_to(rows, name, "recall_at_1", chance, 0.05)
-            if near is not None:
-                lines.append(f"\nNear chance ({cal}, {name}): the largest epsilon on the grid "
-                             f"where Recall@1 is within 0.05 of chance is {near:g}.")
+        lines += _calibration_lines(cfg, cal, block, summary["data"]["chance_recall_at_1"])
+    return lines
+
+
+def _scaling_lines(summary: dict) -> list[str]:
+    """Frobenius error of the noisy and AAP-projected Gram as the collection grows."""
+    cfg = summary["config"]
     sc = summary["scaling"]
-    lines += ["", f"## Frobenius error vs n (record-level, epsilon = {sc['epsilon']:g}, AAP "
-              f"capped at {cfg['scaling_iter']} iterations)", "",
-              "| n | sigma | noisy sq. Frobenius error | expected noisy | AAP sq. Frobenius "
-              "error | "
-              "ratio noisy/AAP |",
-              "|---|---|---|---|---|---|"]
+    lines = ["", f"## Frobenius error vs n (record-level, epsilon = {sc['epsilon']:g}, AAP "
+             f"capped at {cfg['scaling_iter']} iterations)", "",
+             "| n | sigma | noisy sq. Frobenius error | expected noisy | AAP sq. Frobenius "
+             "error | ratio noisy/AAP |",
+             "|---|---|---|---|---|---|"]
     for r in sc["rows"]:
         note = " (sampled with replacement)" if r["sampled_with_replacement"] else ""
         lines.append(f"| {r['n']}{note} | {r['sigma']:.4g} | {_f(r['frobenius_sq_noisy'])} | "
                      f"{_f(r['expected_frobenius_sq_noisy'])} | {_f(r['frobenius_sq_aap'])} | "
                      f"{r['ratio_noisy_over_aap']:.4g} |")
     lines.append("")
-    return "\n".join(lines)
+    return lines
+
+
+def markdown(summary: dict) -> str:
+    """Human summary: command, guarantees next to the numbers, tables, near-chance statements."""
+    return "\n".join(_header_lines(summary) + _regime_i_lines(summary)
+                     + _regime_ii_lines(summary) + _scaling_lines(summary))
 
 
 # ---- command line -----------------------------------------------------------------------------

@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from noisyanchor.common.alignment import Alignment, align
-from noisyanchor.common.attacks import Disclosure, relative_error, run_attacks
+from noisyanchor.common.attacks import (
+    Attack,
+    AttackerView,
+    Disclosure,
+    attack_all,
+    relative_error,
+)
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.gdp import (
     DEFAULT_TRANSLATION_SCALE,
@@ -26,7 +32,7 @@ from noisyanchor.common.gdp import (
     gaussian_projection,
 )
 from noisyanchor.common.gopp import rotational_error
-from noisyanchor.common.methods import Method, SecretState, Upload
+from noisyanchor.common.methods import DEFAULT_ANCHOR_NOISE, Method, SecretState, Upload
 from noisyanchor.common.splits import split_tags
 from noisyanchor.common.theory import phase_transition_v
 from noisyanchor.common.validation import check_count, check_nonnegative
@@ -63,7 +69,11 @@ class SeedPlan:
 
 @dataclass(frozen=True)
 class SimulationConfig:
-    """Parameters of one in-process run (``noisyanchor simulate``)."""
+    """Parameters of one in-process run (``noisyanchor simulate``).
+
+    ``v`` None: :data:`common.methods.DEFAULT_ANCHOR_NOISE` for AA-I-GDP (anchor noise), 0
+    for the other methods (which have no anchor noise).
+    """
 
     dataset: str = "digits"
     method: str = "aa-igdp-an"
@@ -71,7 +81,7 @@ class SimulationConfig:
     anchors: int | None = None
     dim: int | None = None
     sigma: float = 0.0
-    v: float = 0.0
+    v: float | None = None
     colluder: int | None = 0
     seed: int | None = None
     max_iter: int = 500
@@ -82,6 +92,11 @@ class SimulationConfig:
     validation_fraction: float = 0.0
     translation_scale: float = DEFAULT_TRANSLATION_SCALE
     utility: bool = True
+
+    def __post_init__(self) -> None:
+        if self.v is None:  # one default for every command: DEFAULT_ANCHOR_NOISE
+            anchor_noise = Method.parse(self.method).anchor_noise
+            object.__setattr__(self, "v", DEFAULT_ANCHOR_NOISE if anchor_noise else 0.0)
 
 
 @dataclass(frozen=True)
@@ -211,11 +226,15 @@ class SimulationResult:
         return self.summary_data
 
 
-def simulate(config: SimulationConfig, federation: Federation | None = None) -> SimulationResult:
+def simulate(config: SimulationConfig, federation: Federation | None = None, *,
+             attacks: dict[str, Attack] | None = None) -> SimulationResult:
     """Run the whole protocol in-process and measure alignment, leakage and utility.
 
     ``federation`` runs on already prepared inputs (the sweep's public-pool-held-out split);
-    its own ``config`` is then used and ``config`` must be that same object.
+    its own ``config`` is then used and ``config`` must be that same object. ``attacks``: the
+    attacks to run (default: every built-in and plug-in attack). The colluder discloses ``v``
+    (a public protocol parameter); the summary also reports ``v`` estimated from the anchor
+    residuals (``anchor_noise_estimate``).
     """
     start = time.perf_counter()
     if federation is not None and federation.config is not config:
@@ -237,14 +256,19 @@ def simulate(config: SimulationConfig, federation: Federation | None = None) -> 
         np.stack([s.key.rotation for s in states]), alignment.rotations)
 
     reconstructions: dict[str, dict[int, np.ndarray]] = {}
-    attacks: dict[str, dict[str, Any]] = {}
-    if config.colluder is not None and method.attacks:
+    errors: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
+    noise_estimate = None
+    if config.colluder is not None:
         c = config.colluder
         anchor = anchor_from_seed(fed.shared_seed, r, d) if method.uses_anchor else None
-        disclosure = Disclosure(c, fed.working(c), states[c].key, anchor)
-        reconstructions = run_attacks(method, disclosure, [u.data for u in uploads],
-                                      [u.anchor for u in uploads], alignment.rotations)
-        attacks = attack_errors(fed, reconstructions)
+        disclosure = Disclosure(c, fed.working(c), states[c].key, anchor, config.v)
+        run = attack_all(AttackerView(method, disclosure, [u.data for u in uploads],
+                                      [u.anchor for u in uploads], alignment.rotations),
+                         attacks)
+        reconstructions, skipped = run.reconstructions, run.skipped
+        noise_estimate = run.estimated_noise_level
+        errors = attack_errors(fed, reconstructions)
 
     utility: dict[str, Any] | None = None
     if config.utility:
@@ -264,11 +288,13 @@ def simulate(config: SimulationConfig, federation: Federation | None = None) -> 
         "anchors": r if method.uses_anchor else None,
         "sigma": config.sigma,
         "v": config.v,
-        "v_pt": phase_transition_v(p, d, r) if r >= d + 1 else None,
+        "v_pt": phase_transition_v(p, d, r) if method.uses_anchor else None,
         "colluder": config.colluder,
         "seed": config.seed,
         "solver": solver,
-        "attacks": attacks,
+        "attacks": errors,
+        "attacks_skipped": skipped,
+        "anchor_noise_estimate": noise_estimate,
         "utility": utility,
         "seconds": time.perf_counter() - start,
     }

@@ -7,7 +7,7 @@ import json
 
 from noisyanchor.common.cliargs import int_at_least, nonnegative_float, positive_float
 from noisyanchor.common.gopp import PRECISIONS, STOPPING_RULES
-from noisyanchor.common.methods import Method
+from noisyanchor.common.methods import DEFAULT_ANCHOR_NOISE, Method
 from noisyanchor.experiments.datasets import DATASETS
 
 
@@ -24,7 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ps.add_argument("--dim", type=int_at_least(1), default=None,
                     help="width h of a public Gaussian projection F (default: no projection)")
     ps.add_argument("--sigma", type=nonnegative_float, default=0.0, help="private-data noise level")
-    ps.add_argument("--v", type=nonnegative_float, default=0.0, help="anchor noise level")
+    ps.add_argument("--v", type=nonnegative_float, default=None,
+                    help=f"anchor noise level (default {DEFAULT_ANCHOR_NOISE} for aa-igdp-an, "
+                         "the only method with anchor noise; 0 for the others)")
     ps.add_argument("--colluder", type=int_at_least(-1), default=0,
                     help="index of the colluding participant (-1: none)")
     ps.add_argument("--seed", type=int_at_least(0), default=None,
@@ -64,14 +66,17 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     solver = summary["solver"]
+    v_pt = "n/a" if summary["v_pt"] is None else f"{summary['v_pt']:.4g}"
     print(f"method {summary['method']} on {summary['dataset']}: p={summary['participants']}, "
           f"d={summary['dim']}, r={summary['anchors']}, sigma={summary['sigma']}, "
-          f"v={summary['v']} (v_PT={summary['v_pt']:.4g})")
+          f"v={summary['v']} (v_PT={v_pt})")
     print(f"alignment: {solver.get('name')}, iterations {solver['iterations']}, converged "
           f"{solver['converged']}, certified {solver['certified']}, rotational error "
           f"{solver['rotational_error']:.3g}, {solver['seconds']:.2f} s")
     for name, res in summary["attacks"].items():
         print(f"attack {name}: relative reconstruction error {res['relative_error']:.4g}")
+    for name, why in summary["attacks_skipped"].items():
+        print(f"attack {name}: skipped ({why})")
     if summary["utility"]:
         print(f"utility: balanced accuracy {summary['utility']['balanced_accuracy']:.4f}")
     return 0

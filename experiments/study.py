@@ -1,5 +1,6 @@
-"""A swept study: the rows of one participant count with their spline fits, and the attack sets
-whose strongest member the report and the figures compare methods by.
+"""A swept study: the rows of one participant count, seen through one downstream model and one
+auditor, with their spline fits, and the attack sets whose strongest member the report and the
+figures compare methods by.
 
 Kept apart from :mod:`experiments.report` and :mod:`experiments.figures` so both read it and
 neither imports the other.
@@ -16,17 +17,13 @@ import numpy as np
 
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.experiments.fits import SplineFit, fit_spline
+from noisyanchor.experiments.linkage import ATTACK_SETS, strongest_attack
 from noisyanchor.experiments.sweep import META_FILE, ROWS_FILE
 
-#: The paper's three attacks on AA-I-GDP (anchor noise); ``known_anchor`` is reported beside.
-PAPER_ANCHOR_ATTACKS = ("mp", "op", "am")
-#: The attacks the paper evaluates against each noisy method (Section 5.2).
-PAPER_ATTACKS = {"c-gdp-pn": ("known_secret",), "aa-igdp-pn": ("known_anchor",),
-                 "aa-igdp-an": PAPER_ANCHOR_ATTACKS}
-#: Attack sets of the "strongest attack" curves: the paper's, and every attack of the engine.
-ATTACK_SETS = ("paper", "all")
 #: The participant count a report leads with (the paper's main setting), if swept.
 MAIN_P = 10
+#: Fewest draws of a method for its curves to be fitted (the spline has 9 coefficients).
+MIN_DRAWS_TO_FIT = 9
 
 
 def load_rows(results: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -43,10 +40,8 @@ def load_rows(results: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 def strongest(row: dict[str, Any], attack_set: str = "all") -> float | None:
     """Linkage of the strongest attack on this row (pointwise maximum over its attacks, or over
     the paper's attacks for this method with ``attack_set="paper"``)."""
-    link = row["linkage"]
-    if attack_set == "paper" and row["method"] in PAPER_ATTACKS:
-        link = {a: link[a] for a in PAPER_ATTACKS[row["method"]]}
-    return max(link.values()) if link else None
+    best = strongest_attack(row["linkage"], row["method"], attack_set)
+    return None if best is None else best[1]
 
 
 #: Leakage metrics a report can use: row key and label.
@@ -54,29 +49,58 @@ METRICS = {"exact": ("linkage", "exact-source linkage"),
            "identity": ("identity_linkage", "cross-record identity linkage")}
 
 
+def view_rows(rows: list[dict[str, Any]], metric: str, model: str | None,
+              auditor: str | None) -> list[dict[str, Any]]:
+    """Rows with ``linkage`` set to ``metric``'s linkage under ``auditor`` and ``utility`` to
+    ``model``'s (None: the sweep's primary auditor or model)."""
+    key = METRICS[metric][0]
+    out = []
+    for r in rows:
+        link = r[key] if auditor is None else (r.get(f"{key}_by_auditor") or {}).get(auditor)
+        util = (r["utility"] if model is None
+                else r.get("utility_by_model", {}).get(model, {}).get("utility"))
+        if link is None:
+            raise InvalidInputError(f"rows carry no {key} under auditor {auditor!r}")
+        out.append({**r, "linkage": link, "utility": util})
+    return out
+
+
 class Study:
-    """Rows of one participant count ``p`` with their fits.
+    """Rows of one participant count ``p`` under one (model, auditor) pair, with their fits.
 
     With ``metric="identity"`` every row's ``linkage`` is its cross-record identity linkage, so
     the fits, claims and figures all use that metric (the paper's CelebA protocol).
+    ``model``/``auditor`` None: the sweep's primary ones. ``full=False`` fits only the curves
+    the claims need (utility and the strongest-attack linkage per method), without bands.
     """
 
     def __init__(self, rows: list[dict[str, Any]], meta: dict[str, Any],
-                 rng: np.random.Generator, resamples: int,
-                 metric: str = "exact"):
+                 rng: np.random.Generator, resamples: int, metric: str = "exact", *,
+                 model: str | None = None, auditor: str | None = None, full: bool = True):
         self.meta = meta
-        key, self.metric_label = METRICS[metric]
-        rows = [{**r, "linkage": r[key]} for r in rows]
-        self.controls = {r["method"]: r for r in rows if r["control"]}
+        self.metric = metric
+        self.model, self.auditor = model, auditor
+        _, self.metric_label = METRICS[metric]
+        rows = view_rows(rows, metric, model, auditor)
+        scale = meta.get("translation_scale")
+        self.controls: dict[str, dict[str, Any]] = {}
+        #: I-GDP controls at every translation scale swept, by scale.
+        self.translation_controls: dict[float, dict[str, Any]] = {}
         self.draws: dict[str, list[dict]] = defaultdict(list)
         for r in rows:
             if not r["control"]:
                 self.draws[r["method"]].append(r)
+                continue
+            if r["method"] == "i-gdp":
+                self.translation_controls[r.get("translation_scale")] = r
+            if scale is None or r.get("translation_scale", scale) == scale:
+                self.controls[r["method"]] = r
         for m in self.draws:
             self.draws[m].sort(key=lambda r: r["draw"])
         self.fits: dict[str, SplineFit] = {}
+        resamples = resamples if full else 0
         for m, rs in self.draws.items():
-            if len(rs) < 9:
+            if len(rs) < MIN_DRAWS_TO_FIT:
                 continue
             x = np.array([r["noise"] for r in rs])
             self.fits[f"{m}/utility"] = fit_spline(x, [r["utility"] for r in rs], rng,
@@ -84,9 +108,10 @@ class Study:
             for attack_set in ATTACK_SETS:
                 self.fits[f"{m}/strongest-{attack_set}"] = fit_spline(
                     x, [strongest(r, attack_set) for r in rs], rng, resamples=resamples)
-            for attack in rs[0]["linkage"]:
-                self.fits[f"{m}/{attack}"] = fit_spline(
-                    x, [r["linkage"][attack] for r in rs], rng, resamples=resamples)
+            if full:
+                for attack in rs[0]["linkage"]:
+                    self.fits[f"{m}/{attack}"] = fit_spline(
+                        x, [r["linkage"][attack] for r in rs], rng, resamples=resamples)
 
     def matched_utility(self, method: str, level: float, attack_set: str) -> dict[str, Any]:
         """Noise where ``method``'s strongest-attack fit first reaches ``level``, and the fitted

@@ -8,9 +8,16 @@ Design:
   AA-I-GDP (private-data noise), ``v`` in ``v_range`` for AA-I-GDP (anchor noise). Every
   AA-I-GDP-pn draw is paired with the C-GDP-pn run coupled to it (SPEC.md section 2, Corollary
   3.3 of the paper): common key ``(O_s, Psi_s)`` and noise ``W'_i = W_i O_i^T O_s``.
-* Noiseless controls (C-GDP, AA-I-GDP, I-GDP) are separate rows with ``control: true``.
-* Rows are appended to ``rows.jsonl`` as they finish, keyed by ``(p, method, draw)``: a killed
-  sweep restarted with the same arguments skips the keys already written.
+* Noiseless controls (C-GDP, AA-I-GDP, I-GDP) are separate rows with ``control: true``; the
+  I-GDP control is repeated at every ``control_translation_scales`` value (only I-GDP's utility
+  depends on the translations' scale, which the paper does not state).
+* Every draw is scored by every configured downstream model (``utility_by_model``) and its
+  reconstructions by every auditor (``linkage_by_auditor``, ``identity_linkage_by_auditor``),
+  built-in and plug-in attacks alike; ``strongest`` names the strongest attack per auditor, among
+  all attacks and among the paper's (:data:`experiments.linkage.PAPER_ATTACKS`).
+* Rows are appended to ``rows.jsonl`` as they finish, keyed by
+  ``(p, method, draw, translation_scale)``: a killed sweep restarted with the same arguments
+  skips the keys already written.
 * Draws run in a process pool (default 2 workers, one BLAS thread each).
 """
 
@@ -25,18 +32,18 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from noisyanchor.common.alignment import align
-from noisyanchor.common.attacks import Disclosure, run_attacks
+from noisyanchor.common.attacks import Attack, Disclosure, available_attacks, run_attacks
 from noisyanchor.common.cliargs import int_at_least
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.methods import Method, make_upload
 from noisyanchor.common.theory import phase_transition_v
 from noisyanchor.experiments.bench import Bench, BenchConfig, prepare_bench
-from noisyanchor.experiments.linkage import linkage_accuracy
+from noisyanchor.experiments.linkage import ATTACK_SETS, linkage_accuracy, strongest_attack
 from noisyanchor.experiments.simulate import Federation, SimulationResult, attack_errors, simulate
 
 #: Controls run once per ``p`` without noise.
@@ -50,35 +57,58 @@ CONTROL_DRAW = -1
 ROWS_FILE, META_FILE, RUNS_FILE = "rows.jsonl", "meta.json", "runs.jsonl"
 
 
+class Task(NamedTuple):
+    """One unit of work: a draw of a swept method, or a noiseless control."""
+
+    p: int
+    method: str
+    draw: int
+    level: float
+    translation_scale: float
+
+
 def noise_levels(cfg: BenchConfig, p: int, method: Method) -> np.ndarray:
-    """The ``cfg.draws`` noise levels of ``method`` (uniform over its range, seeded)."""
+    """The ``cfg.draws`` noise levels of ``method`` (uniform over its range, seeded; the same
+    for every ``p`` in the nested participant design)."""
     lo, hi = cfg.v_range if method.anchor_noise else cfg.sigma_range
-    rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(3, p, _CODES[method])))
+    rng = np.random.default_rng(np.random.SeedSequence(
+        cfg.seed, spawn_key=(3, cfg.stream(p), _CODES[method])))
     return rng.uniform(lo, hi, cfg.draws)
 
 
 def _participant_seeds(cfg: BenchConfig, p: int, method: Method, draw: int) -> list[int]:
-    seq = np.random.SeedSequence(cfg.seed, spawn_key=(2, p, _CODES[method], draw + 1))
-    return [int(s) for s in seq.generate_state(p, np.uint64)]
+    """Participants' seeds of one draw; in the nested design participant ``i`` gets the same
+    seed for every ``p``."""
+    seq = np.random.SeedSequence(cfg.seed, spawn_key=(2, cfg.stream(p), _CODES[method], draw + 1))
+    count = max(cfg.participants) if cfg.nested else p
+    return [int(s) for s in seq.generate_state(count, np.uint64)[:p]]
 
 
-def tasks(cfg: BenchConfig) -> Iterator[tuple[int, str, int, float]]:
-    """``(p, method, draw, level)`` in run order: controls first, then draws interleaved."""
+def tasks(cfg: BenchConfig) -> Iterator[Task]:
+    """Every task in run order: controls first, then draws interleaved."""
+    s = cfg.translation_scale
     for p in cfg.participants:
         for m in CONTROLS:
-            yield p, m.value, CONTROL_DRAW, 0.0
+            yield Task(p, m.value, CONTROL_DRAW, 0.0, s)
+        for scale in cfg.control_translation_scales:
+            if scale != s:
+                yield Task(p, Method.I_GDP.value, CONTROL_DRAW, 0.0, scale)
         levels = {m: noise_levels(cfg, p, m) for m in SWEPT}
         for draw in range(cfg.draws):
             for m in SWEPT:
-                yield p, m.value, draw, float(levels[m][draw])
+                yield Task(p, m.value, draw, float(levels[m][draw]), s)
 
 
-def task_keys(task: tuple[int, str, int, float]) -> list[tuple[int, str, int]]:
+def row_key(row: dict[str, Any]) -> tuple[int, str, int, float]:
+    """A row's key ``(p, method, draw, translation_scale)``."""
+    return row["p"], row["method"], row["draw"], row["translation_scale"]
+
+
+def task_keys(task: Task) -> list[tuple[int, str, int, float]]:
     """Row keys one task writes (an AA-I-GDP-pn task also writes its coupled C-GDP-pn row)."""
-    p, method, draw, _ = task
-    keys = [(p, method, draw)]
-    if method == Method.AA_IGDP_PN.value:
-        keys.append((p, Method.C_GDP_PN.value, draw))
+    keys = [(task.p, task.method, task.draw, task.translation_scale)]
+    if task.method == Method.AA_IGDP_PN.value:
+        keys.append((task.p, Method.C_GDP_PN.value, task.draw, task.translation_scale))
     return keys
 
 
@@ -119,33 +149,57 @@ class _Decoder:
         return self.decode(rows)
 
 
+def _linkage_per_auditor(bench: Bench, galleries, queries: np.ndarray) -> dict[str, float]:
+    """Linkage of decoded reconstructions ``queries`` under every auditor of the bench."""
+    return {name: linkage_accuracy(np.asarray(fa.auditor.embed(queries), dtype=float),
+                                   fa.bank_embeddings, galleries, fa.metric)
+            for name, fa in bench.auditors.items()}
+
+
+def _strongest(method: str, per_attack: dict[str, float]) -> dict[str, Any]:
+    """The strongest attack among all and among the paper's, as ``{"attack", "linkage"}``."""
+    out = {}
+    for attack_set in ATTACK_SETS:
+        best = strongest_attack(per_attack, method, attack_set)
+        out[attack_set] = None if best is None else {"attack": best[0], "linkage": best[1]}
+    return out
+
+
 def measure(
     bench: Bench, decoder: _Decoder, reconstructions: dict[str, dict[int, np.ndarray]],
-    with_grid: bool, errors: dict[str, dict[str, Any]] | None = None,
+    with_grid: bool, errors: dict[str, dict[str, Any]] | None = None, *, method: str = "",
 ) -> dict[str, Any]:
-    """Linkage (exact-source and, with ids, identity), relative error and grid per attack.
+    """Linkage (exact-source and, with ids, identity) per auditor, the strongest attack per
+    auditor, relative error and grid per attack.
 
+    ``linkage`` / ``identity_linkage`` are the primary auditor's (``config.auditor``).
     ``errors`` are the reconstructions' :func:`experiments.simulate.attack_errors` when already
     computed (a simulation summary's ``attacks``); computed here otherwise."""
     if errors is None:
         errors = attack_errors(bench.federation, reconstructions)
-    out: dict[str, Any] = {"linkage": {}, "identity_linkage": None, "relative_error": {},
-                           "relative_error_per_target": {}, "grid": None}
+    galleries = {"linkage": bench.exact}
     if bench.identity is not None:
-        out["identity_linkage"] = {}
-    if with_grid and reconstructions:
-        out["grid"] = {}
+        galleries["identity_linkage"] = bench.identity
+    by_auditor: dict[str, dict[str, dict[str, float]]] = {
+        kind: {a: {} for a in bench.auditors} for kind in galleries}
+    out: dict[str, Any] = {"relative_error": {}, "relative_error_per_target": {},
+                           "grid": {} if with_grid and reconstructions else None}
     for name, per_target in reconstructions.items():
         out["relative_error"][name] = errors[name]["relative_error"]
         out["relative_error_per_target"][name] = errors[name]["per_target"]
-        q = bench.auditor.embed(decoder.gather(per_target, bench.exact.queries))
-        out["linkage"][name] = linkage_accuracy(q, bench.bank_embeddings, bench.exact)
-        if bench.identity is not None:
-            q = bench.auditor.embed(decoder.gather(per_target, bench.identity.queries))
-            out["identity_linkage"][name] = linkage_accuracy(q, bench.bank_embeddings,
-                                                             bench.identity)
+        for kind, gal in galleries.items():
+            queries = decoder.gather(per_target, gal.queries)
+            for auditor, value in _linkage_per_auditor(bench, gal, queries).items():
+                by_auditor[kind][auditor][name] = value
         if out["grid"] is not None:
             out["grid"][name] = np.round(decoder.gather(per_target, bench.grid), 4).tolist()
+    primary = bench.config.auditor
+    out["linkage"] = by_auditor["linkage"][primary]
+    out["identity_linkage"] = by_auditor.get("identity_linkage", {}).get(primary)
+    out["linkage_by_auditor"] = by_auditor["linkage"]
+    out["identity_linkage_by_auditor"] = by_auditor.get("identity_linkage")
+    out["strongest"] = {kind: {a: _strongest(method, link) for a, link in per.items()}
+                        for kind, per in by_auditor.items()}
     return out
 
 
@@ -155,37 +209,44 @@ def _solver(diag: dict[str, Any]) -> dict[str, Any]:
     return {k: diag.get(k) for k in keys}
 
 
-def draw_federation(bench: Bench, method: Method, draw: int, level: float) -> Federation:
-    """The bench's deployment with this draw's method, noise level and participant seeds."""
+def draw_federation(bench: Bench, method: Method, draw: int, level: float,
+                    translation_scale: float | None = None) -> Federation:
+    """The bench's deployment with this draw's method, noise level, participant seeds and
+    (for the extra I-GDP controls) translation scale."""
     fed0 = bench.federation
+    scale = fed0.config.translation_scale if translation_scale is None else translation_scale
     sim = dataclasses.replace(fed0.config, method=method.value,
                               sigma=level if method.data_noise else 0.0,
-                              v=level if method.anchor_noise else 0.0)
+                              v=level if method.anchor_noise else 0.0,
+                              translation_scale=scale)
     seeds = _participant_seeds(bench.config, len(fed0.x), method, draw)
     return dataclasses.replace(fed0, config=sim, participant_seeds=seeds)
 
 
-def run_task(bench: Bench, decoder: _Decoder, task: tuple[int, str, int, float]) -> list[dict]:
-    """Run one draw (or control) and return its row(s)."""
+def run_task(bench: Bench, decoder: _Decoder, task: tuple,
+             attacks: dict[str, Attack] | None = None) -> list[dict]:
+    """Run one draw (or control) and return its row(s); ``attacks`` default to every built-in
+    and plug-in attack."""
     start = time.perf_counter()
-    p, method_name, draw, level = task
-    method = Method.parse(method_name)
+    task = Task(*task) if len(task) == 5 else Task(*task, bench.config.translation_scale)
+    method = Method.parse(task.method)
     cfg = bench.config
-    fed = draw_federation(bench, method, draw, level)
+    fed = draw_federation(bench, method, task.draw, task.level, task.translation_scale)
     sim = fed.config
-    res = simulate(sim, federation=fed)
+    res = simulate(sim, federation=fed, attacks=attacks)
     summary = res.summary()
-    with_grid = draw == CONTROL_DRAW or draw % cfg.grid_every == 0
-    base = {"p": p, "draw": draw, "control": draw == CONTROL_DRAW, "sigma": sim.sigma,
-            "v": sim.v, "noise": level, "d": fed.d, "r": fed.r,
-            "v_pt": summary["v_pt"]}
-    row = {**base, "method": method.value, **_utility(fed, res.alignment.z, cfg.model),
-           "solver": _solver(summary["solver"]),
-           **measure(bench, decoder, res.reconstructions, with_grid, summary["attacks"])}
+    with_grid = task.draw == CONTROL_DRAW or task.draw % cfg.grid_every == 0
+    base = {"p": task.p, "draw": task.draw, "control": task.draw == CONTROL_DRAW,
+            "sigma": sim.sigma, "v": sim.v, "noise": task.level, "d": fed.d, "r": fed.r,
+            "v_pt": summary["v_pt"], "translation_scale": task.translation_scale}
+    row = {**base, "method": method.value, **_utilities(fed, res.alignment.z, cfg),
+           "solver": _solver(summary["solver"]), "v_hat": summary["anchor_noise_estimate"],
+           **measure(bench, decoder, res.reconstructions, with_grid, summary["attacks"],
+                     method=method.value)}
     rows = [row]
     if method is Method.AA_IGDP_PN:
         rows.append({**base, "method": Method.C_GDP_PN.value,
-                     **_coupled_c_gdp_pn(bench, decoder, res, with_grid)})
+                     **_coupled_c_gdp_pn(bench, decoder, res, with_grid, attacks)})
         row["pair_z_rel_diff"] = rows[1]["pair_z_rel_diff"]
     seconds = time.perf_counter() - start
     for r in rows:
@@ -193,19 +254,30 @@ def run_task(bench: Bench, decoder: _Decoder, task: tuple[int, str, int, float])
     return rows
 
 
-def _utility(fed: Federation, z: np.ndarray, model: str) -> dict[str, float | None]:
-    """Honest-setting utility: the analyst's model on the aligned training rows of ``Z``."""
+def _utilities(fed: Federation, z: np.ndarray, cfg: BenchConfig) -> dict[str, Any]:
+    """Honest-setting utility: every configured model on the aligned training rows of ``Z``
+    (``utility`` is the primary model's, which also gets the participant-index reference)."""
     from noisyanchor.common.downstream import evaluate_utility
 
-    util = evaluate_utility(z, np.concatenate(fed.labels), np.concatenate(fed.tags), model=model,
-                            participants=fed.owners)
-    return {"utility": util.balanced_accuracy,
-            "validation_utility": util.validation_balanced_accuracy,
-            "participant_only_utility": util.participant_only_balanced_accuracy}
+    labels, tags = np.concatenate(fed.labels), np.concatenate(fed.tags)
+    by_model = {}
+    out: dict[str, Any] = {}
+    for model in cfg.models:
+        util = evaluate_utility(z, labels, tags, model=model,
+                                participants=fed.owners if model == cfg.model else None)
+        by_model[model] = {"utility": util.balanced_accuracy,
+                           "validation_utility": util.validation_balanced_accuracy,
+                           "param": util.c}
+        if model == cfg.model:
+            out = {"utility": util.balanced_accuracy,
+                   "validation_utility": util.validation_balanced_accuracy,
+                   "participant_only_utility": util.participant_only_balanced_accuracy}
+    return {**out, "utility_by_model": by_model}
 
 
 def _coupled_c_gdp_pn(
-    bench: Bench, decoder: _Decoder, aa: SimulationResult, with_grid: bool
+    bench: Bench, decoder: _Decoder, aa: SimulationResult, with_grid: bool,
+    attacks: dict[str, Attack] | None,
 ) -> dict[str, Any]:
     """C-GDP-pn coupled to an AA-I-GDP-pn run: ``(O, Psi) = (O_s, Psi_s)``,
     ``W'_i = W_i O_i^T O_s`` (SPEC.md section 2); returns its row fields and
@@ -223,12 +295,14 @@ def _coupled_c_gdp_pn(
     t0 = time.perf_counter()
     alignment = align(Method.C_GDP_PN, blocks)
     c = fed.config.colluder
-    recon = run_attacks(Method.C_GDP_PN, Disclosure(c, fed.working(c), common), blocks)
+    recon = run_attacks(Method.C_GDP_PN, Disclosure(c, fed.working(c), common), blocks,
+                        attacks=attacks)
     z_aa = aa.alignment.z
-    return {**_utility(fed, alignment.z, bench.config.model),
+    return {**_utilities(fed, alignment.z, bench.config),
             "solver": {**_solver(alignment.solver), "seconds": time.perf_counter() - t0},
             "pair_z_rel_diff": float(np.linalg.norm(z_aa - alignment.z) / np.linalg.norm(z_aa)),
-            **measure(bench, decoder, recon, with_grid)}
+            "v_hat": None, **measure(bench, decoder, recon, with_grid,
+                                     method=Method.C_GDP_PN.value)}
 
 
 # Worker state: one prepared bench per p, built once per process from the config.
@@ -241,18 +315,19 @@ def _init_worker(cfg_dict: dict[str, Any]) -> None:
     threadpool_limits(1)  # one BLAS thread per worker: both cores, no oversubscription
     _WORKER["cfg"] = BenchConfig.from_dict(cfg_dict)
     _WORKER["benches"] = {}
+    _WORKER["attacks"] = available_attacks()  # built-ins and plug-ins, resolved once
 
 
-def _worker_run(task: tuple[int, str, int, float]) -> list[dict]:
+def _worker_run(task: Task) -> list[dict]:
     benches = _WORKER["benches"]
-    p = task[0]
+    p = task.p
     if p not in benches:
         bench = prepare_bench(_WORKER["cfg"], p)
         benches[p] = (bench, _Decoder(bench))
-    return run_task(*benches[p], task)
+    return run_task(*benches[p], task, _WORKER["attacks"])
 
 
-def done_keys(path: Path) -> set[tuple[int, str, int]]:
+def done_keys(path: Path) -> set[tuple[int, str, int, float]]:
     """Keys of the rows already in ``rows.jsonl`` (a torn last line is ignored)."""
     keys = set()
     if path.exists():
@@ -261,7 +336,7 @@ def done_keys(path: Path) -> set[tuple[int, str, int]]:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            keys.add((row["p"], row["method"], row["draw"]))
+            keys.add(row_key(row))
     return keys
 
 
@@ -283,13 +358,16 @@ def bench_meta(bench: Bench) -> dict[str, Any]:
     f = fed.projection
     floor = grid if f is None else grid @ f @ np.linalg.pinv(f)
     return {"p": p, "d": d, "r": r, "v_pt": phase_transition_v(p, d, r),
+            "translation_scale": bench.config.translation_scale,
             "records": int(sum(len(x) for x in fed.x)), "public_records": int(bench.public.sum()),
             "input_dim": int(bench.bank.shape[1]), "image_shape": bench.data.image_shape,
             "classes": len(np.unique(bench.data.y)),
             "has_identities": bench.identity is not None,
             "grid_labels": bench.data.y[bench.grid].tolist(),
             "grid_original": np.round(grid, 4).tolist(),
-            "grid_projection_floor": np.round(floor, 4).tolist()}
+            "grid_projection_floor": np.round(floor, 4).tolist(),
+            "auditors": list(bench.auditors), "models": list(bench.config.models),
+            "attacks": list(available_attacks())}
 
 
 def run_sweep(cfg: BenchConfig, out: Path, *, progress: bool = True) -> dict[str, Any]:
@@ -320,7 +398,7 @@ def run_sweep(cfg: BenchConfig, out: Path, *, progress: bool = True) -> dict[str
                                               (cfg.to_dict(),)) as pool:
         for rows in pool.imap_unordered(_worker_run, todo):
             for row in rows:
-                if (row["p"], row["method"], row["draw"]) not in done:
+                if row_key(row) not in done:
                     fh.write(json.dumps(row) + "\n")
                     written += 1
             fh.flush()

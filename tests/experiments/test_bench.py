@@ -42,7 +42,7 @@ def test_public_pool_is_never_uploaded_and_feeds_only_the_auditor():
     uploaded = np.concatenate(bench.rows)
     assert not bench.public[uploaded].any()
     assert len(np.unique(uploaded)) == len(uploaded)
-    np.testing.assert_allclose(bench.auditor.mean, bench.bank[bench.public].mean(axis=0))
+    np.testing.assert_allclose(bench.auditor.auditor.mean, bench.bank[bench.public].mean(axis=0))
     f = bench.federation.projection
     np.testing.assert_allclose(f.T @ f, np.eye(12), atol=1e-10)  # SVD of the pool: F^T F = I
     # Exact-source queries come from non-colluding participants only.

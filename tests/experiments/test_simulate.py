@@ -26,10 +26,44 @@ def test_simulate_cli_prints_the_pinned_json_keys():
     for key in ("iterations", "converged", "certified", "certificate_min_eig", "seconds",
                 "rotational_error"):
         assert key in s["solver"]
-    assert set(s["attacks"]) == {"known_anchor", "mp", "op", "am"}
+    # The paper's attacks keep their names; the corrected estimators join them (issue 12).
+    assert set(s["attacks"]) == set(Method.AA_IGDP_AN.attacks) >= {"known_anchor", "mp", "op",
+                                                                   "am"}
+    assert s["anchor_noise_estimate"] == pytest.approx(0.01, rel=0.2)  # from the residuals
     assert s["dim"] == 16 and s["anchors"] == 64 and s["participants"] == 4
     assert s["solver"]["certified"] is True
     assert 0.5 < s["utility"]["balanced_accuracy"] <= 1.0
+
+
+def test_simulate_without_anchors_has_no_v_pt_and_prints_it_as_such():
+    """Regression (issue 13): `simulate --method c-gdp --anchors 3` raised TypeError formatting
+    v_PT, which methods without anchors do not have."""
+    assert _cli("--method", "c-gdp", "--anchors", "3", "--no-utility")["v_pt"] is None
+    out = subprocess.run([sys.executable, "-m", "noisyanchor", "simulate", "--method", "c-gdp",
+                          "--anchors", "3", "--no-utility", "--seed", "1"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    assert "v_PT=n/a" in out.stdout
+
+
+def test_anchor_noise_has_one_default_for_simulate_and_demo():
+    """Regression (issue 13): simulate defaulted v to 0 (exact reconstructions, no warning)
+    while the demo used 0.02; both now take common.methods.DEFAULT_ANCHOR_NOISE."""
+    import inspect
+
+    from noisyanchor.common.methods import DEFAULT_ANCHOR_NOISE
+    from noisyanchor.deploy.demo import run_demo
+
+    s = _cli("--method", "aa-igdp-an", "--participants", "3", "--no-utility", "--seed", "2")
+    assert s["v"] == DEFAULT_ANCHOR_NOISE > 0
+    assert min(a["relative_error"] for a in s["attacks"].values()) > 1e-4  # noise is visible
+    assert _cli("--method", "aa-igdp", "--participants", "3", "--no-utility")["v"] == 0.0
+    assert inspect.signature(run_demo).parameters["v"].default == DEFAULT_ANCHOR_NOISE
+    for command in ("simulate", "demo"):  # the help states the default
+        shown = subprocess.run([sys.executable, "-m", "noisyanchor", command, "--help"],
+                               capture_output=True, text=True, timeout=60, check=True).stdout
+        assert str(DEFAULT_ANCHOR_NOISE) in " ".join(shown.split()), command
+    assert SimulationConfig(method="aa-igdp-an").v == DEFAULT_ANCHOR_NOISE
+    assert SimulationConfig(method="c-gdp").v == 0.0
 
 
 def test_simulate_is_reproducible_from_its_seed():

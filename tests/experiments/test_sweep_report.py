@@ -29,7 +29,11 @@ workers = 2
 grid_every = 3
 bootstrap = 40
 seed = 11
+models = ["logistic", "knn"]
+auditors = ["pca", "pixel"]
+control_translation_scales = [1.0]
 """
+MODELS, AUDITORS = ("logistic", "knn"), ("pca", "pixel")
 FIGURES = ("fig_linkage.png", "fig_utility.png", "fig_frontier.png", "fig_solver.png",
            "fig_grid.png")
 
@@ -56,13 +60,38 @@ def tiny(tmp_path_factory):
 def test_sweep_writes_one_row_per_method_and_draw(tiny):
     _, out = tiny
     rows = _rows(out)
-    keys = {(r["method"], r["draw"]) for r in rows}
-    assert len(keys) == len(rows) == 3 + 10 * 3
+    keys = {(r["method"], r["draw"], r["translation_scale"]) for r in rows}
+    assert len(keys) == len(rows) == 3 + 1 + 10 * 3  # controls, I-GDP at s = 1, draws
     for m in ("c-gdp-pn", "aa-igdp-pn", "aa-igdp-an"):
-        assert {d for mm, d in keys if mm == m} == set(range(10))
+        assert {d for mm, d, _ in keys if mm == m} == set(range(10))
+    assert {s for mm, _, s in keys if mm == "i-gdp"} == {1.0, 100.0}
     for r in rows:
         assert set(r["linkage"]) == set(Method(r["method"]).attacks)
         assert {"iterations", "converged", "certified", "seconds"} <= set(r["solver"])
+
+
+def test_rows_carry_every_model_every_auditor_and_the_strongest_attack(tiny):
+    """Every draw is scored by every model (selected on validation) and linked by every
+    auditor; ``strongest`` names the attack with the highest linkage, among all and among the
+    paper's (MP/OP/AM on anchor noise)."""
+    rows = _rows(tiny[1])
+    for r in rows:
+        assert set(r["utility_by_model"]) == set(MODELS)
+        assert r["utility"] == r["utility_by_model"]["logistic"]["utility"]
+        assert set(r["linkage_by_auditor"]) == set(AUDITORS)
+        assert r["linkage"] == r["linkage_by_auditor"]["pca"]
+        for auditor, link in r["linkage_by_auditor"].items():
+            best = r["strongest"]["linkage"][auditor]
+            if not link:
+                assert best == {"all": None, "paper": None}
+                continue
+            assert best["all"]["linkage"] == max(link.values())
+            assert link[best["all"]["attack"]] == best["all"]["linkage"]
+            if r["method"] == "aa-igdp-an":
+                assert best["paper"]["attack"] in ("mp", "op", "am")
+                assert best["paper"]["linkage"] == max(link[a] for a in ("mp", "op", "am"))
+        if r["method"] == "aa-igdp-an" and r["v"] > 0:
+            assert r["v_hat"] == pytest.approx(r["v"], rel=0.25)  # from the anchor residuals
 
 
 def test_report_files_exist_and_controls_equal_the_simulator(tiny):
@@ -93,6 +122,36 @@ def test_paired_private_data_noise_runs_coincide(tiny):
     assert pairs["max_relative_error_difference"] < 1e-9
 
 
+def test_report_judges_every_claim_under_every_pair_and_robust_only_if_all_hold(tiny):
+    from noisyanchor.experiments.report import CLAIMS, VERDICTS
+
+    _, out = tiny
+    summary = json.loads((out / "summary.json").read_text())["studies"]["3"]
+    pairs = summary["claims_by_pair"]
+    assert set(pairs) == {f"{m}/{a}" for m in MODELS for a in AUDITORS}
+    for claim in CLAIMS:
+        assert summary["robust"][claim] == all(v[claim] is True for v in pairs.values())
+    # the primary pair's verdicts are the single-pair section's
+    assert pairs["logistic/pca"] == summary["claims"]
+    text = (out / "summary.md").read_text()
+    assert "| claim | " + " | ".join(pairs) + " | robust |" in text
+    for claim, text_of_claim in CLAIMS.items():
+        row = next(line for line in text.splitlines() if line.startswith(f"| {text_of_claim} |"))
+        assert [c.strip() for c in row.split("|")[2:-2]] == [VERDICTS[pairs[n][claim]]
+                                                             for n in pairs]
+    # constants, not hard-coded text: the low-linkage grid and chance
+    assert "12.4%, 12.9%, ..., 19.9%" in text and "(chance 10.0%)" in text
+    tables = summary["strongest_attacks"]
+    assert set(tables) == set(AUDITORS)
+    for per in tables.values():
+        an = per["aa-igdp-an"]
+        assert sum(an["strongest_draws"]["all"].values()) == an["draws"] == 10
+        assert set(an["strongest_draws"]["paper"]) <= {"mp", "op", "am"}
+        assert len(an["per_draw"]) == 10
+    scales = summary["i_gdp_by_translation_scale"]
+    assert set(scales) == {"1.0", "100.0"} and set(scales["1.0"]) == set(MODELS)
+
+
 def test_summary_quotes_the_fitted_numbers(tiny):
     _, out = tiny
     text = (out / "summary.md").read_text()
@@ -116,7 +175,7 @@ def test_killed_sweep_resumes_only_the_missing_rows(tiny, tmp_path):
     result = run_sweep(BenchConfig.from_toml(cfg_path), resumed, progress=False)
     assert 0 < result["ran"] < 10
     rows = _rows_tolerant(resumed)
-    assert len({(r["method"], r["draw"]) for r in rows}) == len(lines)
+    assert len({(r["method"], r["draw"], r["translation_scale"]) for r in rows}) == len(lines)
     again = run_sweep(BenchConfig.from_toml(cfg_path), resumed, progress=False)
     assert again["ran"] == 0 and again["rows_written"] == 0
 
