@@ -128,7 +128,7 @@ def frontier(study: Study, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
     for ax, aset, title in zip(axes, ("paper", "all"),
                                ("(a) paper's attacks (anchor noise: max of MP/OP/AM)",
-                                "(b) every engine attack (anchor noise: incl. known-anchor)"),
+                                "(b) every attack (anchor noise: incl. the corrected estimators)"),
                                strict=True):
         _frontier_axes(ax, study, ("c-gdp-pn", "aa-igdp-pn", "aa-igdp-an"),
                        ("C0", "C1", "C2"), aset)
@@ -221,10 +221,44 @@ def participants(studies: dict[int, Study], path: Path) -> None:
     save_figure(plt, fig, path)
 
 
-def draw_all(studies: dict[int, Study], main_p: int, out: Path) -> list[str]:
-    """Every figure into ``out``; returns the file names written."""
+def frontier_pairs(pairs: dict[str, Study], path: Path) -> None:
+    """Utility vs the strongest attack's linkage (every attack) for private-data and anchor
+    noise, one panel per (downstream model, auditor) pair: how far the frontier generalises."""
+    names = list(pairs)
+    models = list(dict.fromkeys(n.split("/")[0] for n in names))
+    auditors = list(dict.fromkeys(n.split("/", 1)[1] for n in names))
+    plt = pyplot()
+    fig, axes = plt.subplots(len(models), len(auditors), squeeze=False,
+                             figsize=(4.2 * len(auditors), 3.4 * len(models)))
+    for i, model in enumerate(models):
+        for j, auditor in enumerate(auditors):
+            ax = axes[i][j]
+            study = pairs.get(f"{model}/{auditor}")
+            if study is None:
+                ax.set_axis_off()
+                continue
+            for attack_set, ls in (("all", "-"), ("paper", ":")):
+                _frontier_axes(ax, study, ("aa-igdp-pn", "aa-igdp-an"), ("C1", "C2"),
+                               attack_set, f" ({attack_set})")
+                for line in ax.lines[-2:]:
+                    line.set_linestyle(ls)
+            ax.axvline(CHANCE, color="gray", ls=":")
+            ax.set_title(f"{model} / {auditor} auditor", fontsize=9)
+            ax.set_xlabel("linkage of the strongest attack", fontsize=8)
+            ax.set_ylabel("test balanced accuracy", fontsize=8)
+            ax.legend(fontsize=6)
+    save_figure(plt, fig, path)
+
+
+def draw_all(studies: dict[int, Study], main_p: int, out: Path,
+             pairs: dict[str, Study] | None = None) -> list[str]:
+    """Every figure into ``out``; returns the file names written. ``pairs``: the main ``p``'s
+    view per (model, auditor), for ``fig_frontier_pairs.png``."""
     main = studies[main_p]
     files = []
+    if pairs and len(pairs) > 1:
+        frontier_pairs(pairs, out / "fig_frontier_pairs.png")
+        files.append("fig_frontier_pairs.png")
     for name, draw in (("fig_linkage.png", linkage), ("fig_utility.png", utility),
                        ("fig_frontier.png", frontier), ("fig_solver.png", solver)):
         draw(main, out / name)

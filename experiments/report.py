@@ -143,10 +143,14 @@ def _low_margins(study: Study) -> dict[str, dict[str, Any]]:
             pn = study.matched_utility(Method.AA_IGDP_PN.value, lvl, aset)["utility"]
             if an is not None and pn is not None:
                 diffs.append(an - pn)
+        lowest = {m: (float(np.min(fit.fit)) if (fit := study.fits.get(
+            f"{m}/strongest-{aset}")) is not None else None)
+            for m in (Method.AA_IGDP_PN.value, Method.AA_IGDP_AN.value)}
         out[aset] = {"levels": len(diffs), "grid_levels": len(LOW_GRID),
                      "anchor_ahead": int(sum(d > 0 for d in diffs)),
                      "min_margin": min(diffs, default=None),
-                     "max_margin": max(diffs, default=None)}
+                     "max_margin": max(diffs, default=None),
+                     "lowest_fitted_linkage": lowest}
     return out
 
 
@@ -238,6 +242,7 @@ def summarize(study: Study, pairs: dict[str, Study] | None = None,
                  if not name.endswith("/utility")}
     pairs = pairs or {}
     by_pair = {name: claims(s) for name, s in pairs.items()}
+    margins_by_pair = {name: _low_margins(s) for name, s in pairs.items()}
     robust = {c: bool(by_pair) and all(v[c] is True for v in by_pair.values()) for c in CLAIMS}
     auditors = study.meta.get("auditors") or []
     return {"p": study.meta["p"], "bench": {k: v for k, v in study.meta.items()
@@ -250,6 +255,7 @@ def summarize(study: Study, pairs: dict[str, Study] | None = None,
                                     for m, rs in sorted(study.draws.items())},
             "chance_crossings": crossings, "solver": _solver_counts(study),
             "claims": claims(study), "claims_by_pair": by_pair, "robust": robust,
+            "low_linkage_margins_by_pair": margins_by_pair,
             "strongest_attacks": (_strongest_tables(rows, study.metric, auditors)
                                   if rows is not None else {}),
             **_controls_by_model(study), "noise_estimate": _noise_estimate(study)}
@@ -410,9 +416,24 @@ def _robustness_section(main: dict[str, Any]) -> list[str]:
              "| claim | " + " | ".join(names) + " | robust |",
              "|---|" + "---|" * (len(names) + 1)]
     for key, text in CLAIMS.items():
-        cells = " | ".join(VERDICTS[pairs[n][key]] for n in names)
+        cells = " | ".join(_pair_cell(main, n, key) for n in names)
         lines.append(f"| {text} | {cells} | {'**yes**' if main['robust'][key] else 'no'} |")
+    lines += ["", "Not reached, for the low-linkage claims: the lowest strongest-attack linkage "
+              "each noise's fit reaches in the swept range is given (an: anchor noise, pn: "
+              "private-data noise); the claim is judged on the levels of "
+              f"{_grid_text()} that both reach."]
     return [*lines, ""]
+
+
+def _pair_cell(main: dict[str, Any], pair: str, key: str) -> str:
+    """A verdict; for a low-linkage claim not reached, how low each fit gets."""
+    verdict = main["claims_by_pair"][pair][key]
+    prefix = "anchor_noise_beats_data_noise_at_low_linkage_"
+    if verdict is not None or not key.startswith(prefix):
+        return VERDICTS[verdict]
+    aset = key[len(prefix):].removesuffix("_attacks")
+    low = main["low_linkage_margins_by_pair"][pair][aset]["lowest_fitted_linkage"]
+    return (f"not reached (an >= {_pct(low['aa-igdp-an'])}, pn >= {_pct(low['aa-igdp-pn'])})")
 
 
 def _strongest_section(main: dict[str, Any]) -> list[str]:
@@ -543,6 +564,8 @@ def markdown(main: dict[str, Any], config: dict[str, Any], others: list[dict[str
     lines += ["Figures: fig_linkage.png (Fig. 2/6), fig_utility.png (Fig. 4/7), "
               "fig_frontier.png (Fig. 5/8), fig_solver.png (Fig. 9), fig_grid.png (Fig. 3/10)"
               + (", fig_participants.png (Fig. 11)" if others else "")
+              + (", fig_frontier_pairs.png (the frontier under every model and auditor)"
+                 if len(main["claims_by_pair"]) > 1 else "")
               + ". Numbers: summary.json, fits.json.", ""]
     return "\n".join(lines)
 
@@ -592,13 +615,13 @@ def make_report(results: Path, out: Path | None = None, *, resamples: int | None
     if metric not in METRICS or (metric == "identity" and not has_ids):
         raise InvalidInputError(f"metric {metric!r} is not available for this sweep "
                                 f"(identity linkage needs identity ids)")
-    studies, summaries = {}, {}
+    studies, summaries, pairs = {}, {}, {}
     for p in sorted(by_p):
-        studies[p], pairs = _studies(by_p[p], meta, p, metric, resamples)
-        summaries[p] = {**summarize(studies[p], pairs, by_p[p]), "metric": metric}
+        studies[p], pairs[p] = _studies(by_p[p], meta, p, metric, resamples)
+        summaries[p] = {**summarize(studies[p], pairs[p], by_p[p]), "metric": metric}
     main_p = main_participant_count(studies)
     others = [summaries[p] for p in sorted(summaries)] if len(studies) > 1 else []
-    files = figures.draw_all(studies, main_p, out)
+    files = figures.draw_all(studies, main_p, out, pairs[main_p])
     (out / "fits.json").write_text(json.dumps(
         {str(p): {name: {k: (v.tolist() if isinstance(v, np.ndarray) else v)
                          for k, v in asdict(fit).items()} for name, fit in s.fits.items()}

@@ -15,6 +15,7 @@ import pytest
 
 from noisyanchor.analyst.storage import read_bundle
 from noisyanchor.common.gdp import anchor_from_seed
+from noisyanchor.common.methods import Method
 from noisyanchor.deploy.demo import run_demo
 from noisyanchor.deploy.launch import child_env
 from noisyanchor.experiments.simulate import SimulationConfig, prepare
@@ -97,5 +98,7 @@ def test_demo_command_prints_the_pinned_summary_keys(tmp_path):
         assert key in s
     assert s["participants"] == 3 and s["z_matches_inprocess"] is True
     assert set(s["pids"]) == {"analyst", "p0", "p1", "p2", "p0-collude", "attack"}
-    assert set(s["attacks"]) == {"known_anchor", "mp", "op", "am"}  # default: colluder p0
+    # default: colluder p0; the paper's attacks and the corrected estimators (issue 12)
+    assert set(s["attacks"]) == set(Method.AA_IGDP_AN.attacks) >= {"known_anchor", "mp", "op",
+                                                                   "am"}
     assert s["seconds"] < 600
