@@ -2,8 +2,9 @@
 holds, as a function of ``v / v_PT``, at the paper's sizes.
 
 Each run draws a centred orthonormal anchor, ``p`` Haar keys and Gaussian anchor noise at
-``v = ratio * v_PT(p, d, r)``, solves the centered GOPP exactly as the analyst does (spectral
-start, GPM capped at ``max_iter``, stopping rule ``tol``) and records whether it converged,
+``v = ratio * v_PT(p, d, r)``, solves the centered GOPP as the analyst does (spectral start, GPM
+capped at ``max_iter``; the paper's stopping rule ``||R^(t+1) - R^(t)||_F <= tol``, as in the
+sweeps) and records whether it converged,
 whether it is certified (``lambda_min(Lambda - G) >= -tol``), the certificate's eigenvalue, and
 the objective ``tr(R^T G R) = ||sum_i Bc_i R_i||_F^2`` beside the objective at the true
 rotations ``R_i = O_i^T`` (a converged run scoring at least the truth is not shown wrong by it).
@@ -43,8 +44,9 @@ RUNS_FILE = "runs.jsonl"
 
 
 def run_point(p: int, d: int, r: int, ratio: float, rep: int, *, seed: int, max_iter: int,
-              tol: float) -> dict[str, Any]:
-    """One GOPP solve at ``v = ratio * v_PT`` and its diagnostics."""
+              tol: float, stopping: str = "absolute") -> dict[str, Any]:
+    """One GOPP solve at ``v = ratio * v_PT`` and its diagnostics (``stopping``: the paper's
+    absolute step rule by default)."""
     rng = np.random.default_rng(np.random.SeedSequence(
         seed, spawn_key=(p, d, r, round(ratio * 1000), rep)))
     v_pt = phase_transition_v(p, d, r)
@@ -53,7 +55,7 @@ def run_point(p: int, d: int, r: int, ratio: float, rep: int, *, seed: int, max_
     keys = [sample_key(d, rng) for _ in range(p)]
     uploads = [anchor @ k.rotation + k.translation + v * rng.standard_normal((r, d))
                for k in keys]
-    res = solve_gopp(uploads, max_iter=max_iter, tol=tol)
+    res = solve_gopp(uploads, max_iter=max_iter, tol=tol, stopping=stopping)
     _, bc = center_rows(np.stack(uploads))
     truth = float(np.sum(np.einsum("prd,pde->re", bc,
                                    np.stack([k.rotation.T for k in keys])) ** 2))

@@ -50,6 +50,9 @@ def test_config_refuses_unknown_models_and_auditors_by_key():
         BenchConfig.from_dict({**SMALL, "records_per_participant": 1})
     with pytest.raises(InvalidInputError, match="translation_scale"):
         BenchConfig.from_dict({**SMALL, "control_translation_scales": [0.0]})
+    with pytest.raises(InvalidInputError, match="'stopping'"):
+        BenchConfig.from_dict({**SMALL, "stopping": "never"})
+    assert BenchConfig.from_dict(SMALL).stopping == "absolute"  # the paper's rule
 
 
 def test_nested_design_keeps_participants_noise_and_seeds_across_p():
