@@ -115,7 +115,9 @@ class AttackerView:
         if not 0 <= c < p:
             raise InvalidInputError(f"colluder index {c} is not a participant index in [0, {p})")
         self.data = [as_matrix(y, "data upload") for y in data]
-        self.anchors = None if anchors is None or any(b is None for b in anchors) else anchors
+        self.anchors: list[np.ndarray] | None = (
+            None if anchors is None or any(b is None for b in anchors)
+            else [np.asarray(b) for b in anchors])
         self.rotations = rotations
         self.targets = [i for i in range(p) if i != c]
         self._parts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}

@@ -128,7 +128,7 @@ def evaluate_utility(
     participants : (n,) ndarray of int, optional
         Participant index of every row; adds ``participant_only_balanced_accuracy``.
     """
-    grid = C_GRID
+    grid: tuple[float, ...] = C_GRID
     if isinstance(model, str):
         if model not in MODELS:
             raise InvalidInputError(f"unknown downstream model {model!r}; expected one of "

@@ -175,7 +175,7 @@ def ml_transform(y: np.ndarray, b: np.ndarray, anchor: np.ndarray, v: float,
     if v == 0:
         return MlTransform(o, psi, 0, True, f)
     g = _riemannian(o, grad)
-    step = 1.0 / (np.linalg.norm(grad) + 1e-300)
+    step = float(1.0 / (np.linalg.norm(grad) + 1e-300))
     history = [f]
     steps = 0
     while True:
