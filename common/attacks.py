@@ -420,14 +420,8 @@ def run_attacks(
 
     Parameters
     ----------
-    method : Method or str
-    disclosure : Disclosure
-    data : list of p (n_i, d) ndarrays
-        Uploaded ``Y_i``.
-    anchors : list of p (r, d) ndarrays, optional
-        Uploaded ``B_i`` (AA-I-GDP variants).
-    rotations : (p, d, d) ndarray, optional
-        The analyst's alignment ``R_i`` (needed by ``am``).
+    method, disclosure, data, anchors, rotations
+        As for :class:`AttackerView`.
     attacks : mapping, optional
         The attacks to run (default: built-ins and plug-ins, :func:`available_attacks`).
 

@@ -7,15 +7,14 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-from noisyanchor.common.attacks import AttackerView, Disclosure, attack_all, available_attacks
-from noisyanchor.common.gdp import haar_orthogonal, make_anchor, sample_key
-from noisyanchor.common.methods import make_upload
+from noisyanchor.common.gdp import haar_orthogonal
 from noisyanchor.common.theory import (
     known_anchor_error,
     op_error,
     op_scaled_error,
     polar_shrinkage,
 )
+from noisyanchor.experiments.laws import measure_point
 
 LAWS = {"known_anchor": known_anchor_error, "op": op_error, "op_scaled": op_scaled_error}
 
@@ -51,23 +50,6 @@ def test_polar_shrinkage_follows_its_small_noise_series():
     assert polar_shrinkage(d, v) == pytest.approx(1 - v * v * (d - 1) / 4, abs=1e-4)
 
 
-def _measured(rng, d, v, r, n=64, reps=40):
-    """Mean over ``reps`` noise draws of ``||X^ - X||^2 / ||X||^2`` per attack, with v disclosed,
-    and the mean squared record norm ``m2``."""
-    anchor = make_anchor(r, d, rng)
-    x = rng.standard_normal((n, d))
-    attacks = {k: a for k, a in available_attacks(plugins=False).items() if k in LAWS}
-    total = dict.fromkeys(LAWS, 0.0)
-    for _ in range(reps):  # one independent key and anchor noise per repetition
-        keys = [sample_key(d, rng), sample_key(d, rng)]
-        ups = [make_upload("aa-igdp-an", x, k, anchor=anchor, v=v, rng=rng)[0] for k in keys]
-        view = AttackerView("aa-igdp-an", Disclosure(0, x, keys[0], anchor, v),
-                            [u.data for u in ups], [u.anchor for u in ups])
-        for name, per_target in attack_all(view, attacks).reconstructions.items():
-            total[name] += float(np.sum((per_target[1] - x) ** 2) / np.sum(x**2)) / reps
-    return total, float(np.mean(np.sum(x**2, axis=1)))
-
-
 @pytest.mark.parametrize(("d", "v", "r"), [(16, 0.05, 17), (16, 0.5, 64), (16, 1.0, 256),
                                            (4, 0.5, 5), (4, 1.0, 16)])
 def test_measured_errors_follow_the_laws(rng, d, v, r):
@@ -75,10 +57,11 @@ def test_measured_errors_follow_the_laws(rng, d, v, r):
     One draw's known-anchor error is a chi-square with about d^2 degrees of freedom (relative
     sd sqrt(2)/d), so 40 draws give 2-8%; the tolerance is 15% (d = 16) and 25% (d = 4, where
     OP's and the scaled OP's terms are heavier-tailed)."""
-    measured, m2 = _measured(rng, d, v, r)
+    point = measure_point(v, d, r, rng, n=64, reps=40)
     tol = 0.15 if d == 16 else 0.25
-    for name, law in LAWS.items():
-        assert measured[name] == pytest.approx(law(d, v, r, record_norm2=m2) ** 2, rel=tol), name
+    for name in LAWS:
+        assert point["measured"][name] ** 2 == pytest.approx(point["predicted"][name] ** 2,
+                                                             rel=tol), name
 
 
 def test_known_anchor_error_is_v_sqrt_d_whatever_r_is():
