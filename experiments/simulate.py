@@ -210,6 +210,20 @@ def attack_errors(
     return out
 
 
+def _strongest_by_error(method: Method, errors: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The attack with the smallest mean relative error, among all and among the paper's (the
+    sweep ranks by linkage instead, which needs an auditor)."""
+    from noisyanchor.experiments.linkage import PAPER_ATTACKS
+
+    paper = PAPER_ATTACKS.get(method.value, ())
+    out: dict[str, Any] = {}
+    for attack_set, names in (("all", list(errors)), ("paper", [a for a in errors if a in paper])):
+        best = min(names, key=lambda a: errors[a]["relative_error"], default=None)
+        out[attack_set] = None if best is None else {
+            "attack": best, "relative_error": errors[best]["relative_error"]}
+    return out
+
+
 @dataclass
 class SimulationResult:
     """Everything a run produced; :meth:`summary` gives the JSON of ``simulate --json``."""
@@ -293,6 +307,7 @@ def simulate(config: SimulationConfig, federation: Federation | None = None, *,
         "seed": config.seed,
         "solver": solver,
         "attacks": errors,
+        "strongest_attack": _strongest_by_error(method, errors),
         "attacks_skipped": skipped,
         "anchor_noise_estimate": noise_estimate,
         "utility": utility,

@@ -30,6 +30,9 @@ def test_simulate_cli_prints_the_pinned_json_keys():
     assert set(s["attacks"]) == set(Method.AA_IGDP_AN.attacks) >= {"known_anchor", "mp", "op",
                                                                    "am"}
     assert s["anchor_noise_estimate"] == pytest.approx(0.01, rel=0.2)  # from the residuals
+    errors = {a: e["relative_error"] for a, e in s["attacks"].items()}
+    assert s["strongest_attack"]["all"]["attack"] == min(errors, key=errors.get)
+    assert s["strongest_attack"]["paper"]["attack"] == min(("mp", "op", "am"), key=errors.get)
     assert s["dim"] == 16 and s["anchors"] == 64 and s["participants"] == 4
     assert s["solver"]["certified"] is True
     assert 0.5 < s["utility"]["balanced_accuracy"] <= 1.0
