@@ -225,8 +225,9 @@ def draw_federation(bench: Bench, method: Method, draw: int, level: float,
 
 def run_task(bench: Bench, decoder: _Decoder, task: tuple,
              attacks: dict[str, Attack] | None = None) -> list[dict]:
-    """Run one draw (or control) and return its row(s); ``attacks`` default to every built-in
-    and plug-in attack."""
+    """Run one draw (or control) and return its row(s). ``task``: a :class:`Task`, or
+    ``(p, method, draw, level)`` at the configured translation scale; ``attacks`` default to
+    every built-in and plug-in attack."""
     start = time.perf_counter()
     task = Task(*task) if len(task) == 5 else Task(*task, bench.config.translation_scale)
     method = Method.parse(task.method)
