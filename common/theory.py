@@ -14,8 +14,9 @@ import math
 
 import numpy as np
 
+from noisyanchor.common.blas import blas_threads
 from noisyanchor.common.errors import InvalidInputError
-from noisyanchor.common.linalg import polar_factor, single_threaded_blas
+from noisyanchor.common.linalg import polar_factor
 from noisyanchor.common.validation import (
     check_anchor_rows,
     check_count,
@@ -106,7 +107,7 @@ def _polar_shrinkage(d: int, v: float, samples: int) -> float:
     rng = np.random.default_rng(SHRINKAGE_SEED)
     total = 0.0
     # A stack of small SVDs gains nothing from a threaded BLAS and loses much under contention.
-    with single_threaded_blas():
+    with blas_threads(1):
         for start in range(0, samples, 256):  # bounded memory for large d
             n = rng.standard_normal((min(256, samples - start), d, d))
             total += float(np.trace(polar_factor(np.eye(d) + v * n), axis1=1, axis2=2).sum())

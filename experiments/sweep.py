@@ -311,9 +311,9 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(cfg_dict: dict[str, Any]) -> None:
-    from threadpoolctl import threadpool_limits
+    from noisyanchor.common.blas import configure_blas
 
-    threadpool_limits(1)  # one BLAS thread per worker: both cores, no oversubscription
+    configure_blas(1, announce=False)  # one BLAS thread per worker: both cores, no oversubscription
     _WORKER["cfg"] = BenchConfig.from_dict(cfg_dict)
     _WORKER["benches"] = {}
     _WORKER["attacks"] = available_attacks()  # built-ins and plug-ins, resolved once
