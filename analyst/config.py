@@ -16,13 +16,23 @@ from noisyanchor.common.gopp import check_precision, check_stopping
 from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.schema import SCHEMA_DTYPES, RecordSchema
 from noisyanchor.common.tomlconfig import Table, TlsFiles, check_id, read_toml
-from noisyanchor.common.validation import check_anchor_rows, check_positive
+from noisyanchor.common.validation import check_anchor_rows, check_nonnegative, check_positive
 
 #: Default cap on one upload's array bytes (8 GiB).
 DEFAULT_MAX_UPLOAD_BYTES = 8 << 30
 
 #: Default idle timeout of an upload or disclosure stream (seconds without a message).
 DEFAULT_STREAM_IDLE_TIMEOUT = 60.0
+
+#: Default minimum data rate of a client stream (bytes per second, judged per idle window).
+DEFAULT_STREAM_MIN_RATE = 1024.0
+
+#: Default absolute limit on the life of one stream (seconds): an 8 GiB upload needs more than
+#: 2.3 MB/s to fit.
+DEFAULT_STREAM_DEADLINE = 3600.0
+
+#: Default number of streams (uploads, disclosures, releases) one caller may hold open at once.
+DEFAULT_MAX_STREAMS_PER_CALLER = 4
 
 #: File name of the privacy ledger under ``output_dir`` when ``[privacy] ledger`` is not set.
 DEFAULT_LEDGER_NAME = "privacy_ledger.json"
@@ -129,8 +139,16 @@ class AnalystConfig:
         Where to write the bound port once listening.
     max_upload_bytes : int
     stream_idle_timeout : float
-        Seconds an upload or disclosure stream may leave the analyst waiting for its next
-        message before it is cancelled and its partial data discarded.
+        Seconds of waiting over which a stream's pace is judged: a client stream that sends
+        nothing (or less than ``stream_min_rate`` per second) for that long, or a server stream
+        whose client does not take a message for that long, is ended and its partial data
+        discarded (:mod:`analyst.stream_watchdog`).
+    stream_min_rate : float
+        Bytes per second a client stream must send, judged over each ``stream_idle_timeout``.
+    stream_deadline : float
+        Seconds any one stream may stay open at most.
+    max_streams_per_caller : int
+        Streams one participant may hold open at once (:mod:`analyst.caller_limits`).
     blas_threads : int
         BLAS threads of every operation (alignment, certificate, releases); 0: chosen per
         operation by size and idle CPUs (:mod:`common.blas`).
@@ -179,6 +197,9 @@ class AnalystConfig:
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES
     stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT
     blas_threads: int = 0
+    stream_min_rate: float = DEFAULT_STREAM_MIN_RATE
+    stream_deadline: float = DEFAULT_STREAM_DEADLINE
+    max_streams_per_caller: int = DEFAULT_MAX_STREAMS_PER_CALLER
     privacy: PrivacyBudget | None = None
     release: ReleaseLimits = ReleaseLimits()
     precision: str = "auto"
@@ -285,6 +306,11 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         stream_idle_timeout=server.positive_float("stream_idle_timeout",
                                                   DEFAULT_STREAM_IDLE_TIMEOUT),
         blas_threads=server.int("blas_threads", 0, minimum=0, check=check_blas_threads),
+        stream_min_rate=server.float("stream_min_rate", DEFAULT_STREAM_MIN_RATE,
+                                     check=lambda r: check_nonnegative(r, "stream_min_rate")),
+        stream_deadline=server.positive_float("stream_deadline", DEFAULT_STREAM_DEADLINE),
+        max_streams_per_caller=server.int("max_streams_per_caller",
+                                          DEFAULT_MAX_STREAMS_PER_CALLER, minimum=1),
         privacy=privacy, release=release, precision=precision, stopping=stopping,
         health_port=server.int("health_port", None, minimum=1, check=check_port),
         log_json=server.path("log_json", None), schema=schema, model=_model(doc, path),

@@ -31,6 +31,16 @@ def caller_id(context: grpc.ServicerContext) -> tuple[str, bytes]:
     return peer_id(pems[0]), pems[0]
 
 
+def abort(context: grpc.ServicerContext, rpc: str, err: NoisyAnchorError) -> None:
+    """End the call with ``err``'s status code and message (raises, as ``context.abort``
+    does), and log the refusal."""
+    code = getattr(grpc.StatusCode, err.grpc_code)
+    # NOT_FOUND is the normal answer to a relay poll that comes early.
+    log.log(logging.DEBUG if code == grpc.StatusCode.NOT_FOUND else logging.WARNING,
+            "%s refused: %s: %s", rpc, code.name, err)
+    context.abort(code, str(err))
+
+
 def grpc_edge(method: Callable) -> Callable:
     """Map project errors to gRPC status codes (the message names the problem)."""
 
@@ -39,10 +49,6 @@ def grpc_edge(method: Callable) -> Callable:
         try:
             return method(self, request, context)
         except NoisyAnchorError as err:
-            code = getattr(grpc.StatusCode, err.grpc_code)
-            # NOT_FOUND is the normal answer to a relay poll that comes early.
-            log.log(logging.DEBUG if code == grpc.StatusCode.NOT_FOUND else logging.WARNING,
-                    "%s refused: %s: %s", method.__name__, code.name, err)
-            context.abort(code, str(err))
+            abort(context, method.__name__, err)
 
     return wrapper

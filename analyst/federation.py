@@ -107,11 +107,15 @@ class Federation:
         self._withdrawn_dir.mkdir(exist_ok=True)
 
     # -- checks --------------------------------------------------------------------------------
-    def check_caller(self, pid: str, federation_id: str) -> None:
-        """Refuse callers that are not expected participants or address another federation."""
+    def check_member(self, pid: str) -> None:
+        """Refuse callers that are not expected participants."""
         if pid not in self._participant_locks:
             raise PermissionDeniedError(f"{pid!r} is not a participant of federation "
                                         f"{self.config.federation_id!r}")
+
+    def check_caller(self, pid: str, federation_id: str) -> None:
+        """Refuse callers that are not expected participants or address another federation."""
+        self.check_member(pid)
         if federation_id != self.config.federation_id:
             raise PermissionDeniedError(f"this analyst serves federation "
                                         f"{self.config.federation_id!r}, not {federation_id!r}")

@@ -25,6 +25,7 @@ from typing import NoReturn
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from noisyanchor.analyst.caller_limits import CallerGate, StreamLimits, worker_count
 from noisyanchor.analyst.config import AnalystConfig
 from noisyanchor.analyst.federation import Federation
 from noisyanchor.analyst.release_service import add_release_servicer
@@ -115,9 +116,11 @@ def _health_servicer(server: grpc.Server) -> health.HealthServicer:
 def start_server(config: AnalystConfig) -> Running:
     """Open the store, resume, and start serving."""
     fed = Federation(config, Store(config.output_dir))
-    # One worker per participant for its upload stream, plus room for relay polls.
-    pool = _WorkPool(len(config.participants) + 16)
-    server = grpc.server(pool)
+    # Every call passes the caller gate (identity, participant, per-caller stream limits);
+    # the pool fits every participant's full share of streams plus room for short calls.
+    limits = StreamLimits.of(config)
+    pool = _WorkPool(worker_count(len(config.participants), limits))
+    server = grpc.server(pool, interceptors=[CallerGate(limits, fed.check_member)])
     pb_grpc.add_AnalystServicer_to_server(AnalystServicer(fed), server)
     add_release_servicer(server, fed)  # DP similarity release on the same mTLS port
     checks = _health_servicer(server)

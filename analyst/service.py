@@ -8,16 +8,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 
-import grpc
-
 from noisyanchor.analyst.edge import caller_id, grpc_edge
 from noisyanchor.analyst.federation import Committed, Federation
-from noisyanchor.analyst.stream_watchdog import IdleWatchdog
-from noisyanchor.common.errors import (
-    InvalidInputError,
-    NoisyAnchorError,
-    StreamIdleError,
-)
+from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.wire import BundleSpec
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 from noisyanchor.protos.v1 import analyst_pb2_grpc as pb_grpc
@@ -73,20 +66,14 @@ class AnalystServicer(pb_grpc.AnalystServicer):
 
     def _bundle(self, request_iterator, context, kind: str,
                 commit: Callable[[str, BundleSpec, Iterator[bytes]], Committed]) -> pb.Receipt:
-        """Receive one bundle stream under the idle timeout and commit it with ``commit``."""
+        """Receive one bundle stream and commit it with ``commit``. The caller gate
+        (:mod:`analyst.caller_limits`) admitted the caller before a message was read and paces
+        ``request_iterator`` (idle window, minimum rate, deadline)."""
         pid, _ = caller_id(context)
         self._connected(pid, context)
-        timeout = self.fed.config.stream_idle_timeout
-        with IdleWatchdog(context, timeout, f"{kind} stream of {pid!r}") as watchdog:
-            try:
-                spec, chunks = _split_stream(watchdog.watch(request_iterator))
-                log.info("%s stream of %s started (%d bytes declared)", kind, pid, spec.nbytes)
-                return self._receipt(pid, commit(pid, spec, chunks))
-            except (NoisyAnchorError, grpc.RpcError):
-                if watchdog.expired:  # the stream ended because the watchdog cancelled it
-                    raise StreamIdleError(f"{kind} stream of {pid!r} sent nothing for "
-                                          f"{timeout:g} s; nothing was stored") from None
-                raise
+        spec, chunks = _split_stream(request_iterator)
+        log.info("%s stream of %s started (%d bytes declared)", kind, pid, spec.nbytes)
+        return self._receipt(pid, commit(pid, spec, chunks))
 
     @grpc_edge
     def Upload(self, request_iterator, context):

@@ -85,7 +85,14 @@ class DeadlineExceededError(NoisyAnchorError):
 
 
 class StreamIdleError(DeadlineExceededError):
-    """A client stream sent nothing for longer than the server's idle timeout."""
+    """A stream broke the server's pace limits: silent or too slow for its idle window, or
+    open past its deadline."""
+
+
+class TooManyStreamsError(NoisyAnchorError):
+    """A caller already holds as many open streams as it may."""
+
+    grpc_code = "RESOURCE_EXHAUSTED"
 
 
 class AnalystUnavailableError(NoisyAnchorError):

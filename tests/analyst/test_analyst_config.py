@@ -27,6 +27,7 @@ def test_templates_load_with_paths_relative_to_the_file(workdir):
     assert a.participants == ("org-a", "org-b", "org-c") and a.method == "aa-igdp-an"
     assert a.output_dir == (workdir / "store").resolve() and not a.accept_collusion
     assert a.stream_idle_timeout == 60.0 and a.precision == "auto"
+    assert (a.stream_min_rate, a.stream_deadline, a.max_streams_per_caller) == (1024.0, 3600.0, 4)
     assert a.stopping == "objective" and a.blas_threads == 0
     p = load_participant_config(workdir / "participant.toml")
     assert p.id == "org-a" and p.dim == 16 and p.anchor_seed is None and p.seed is None
@@ -51,6 +52,12 @@ def test_templates_load_with_paths_relative_to_the_file(workdir):
      r"\[server\] stream_idle_timeout: must be a finite number > 0"),
     ("stream_idle_timeout = 60.0", "stream_idle_timeout = inf",
      r"\[server\] stream_idle_timeout must be a finite number"),
+    ("stream_min_rate = 1024.0", "stream_min_rate = -1",
+     r"\[server\] stream_min_rate: stream_min_rate must be a finite number >= 0"),
+    ("stream_deadline = 3600.0", "stream_deadline = 0",
+     r"\[server\] stream_deadline: must be a finite number > 0"),
+    ("max_streams_per_caller = 4", "max_streams_per_caller = 0",
+     r"\[server\] max_streams_per_caller must be >= 1"),
     # Values the engine would refuse only after every upload committed, refused at load:
     ("tol = 1e-7", "tol = 0", r"\[solver\] tol: tol must be a finite number > 0"),
     ("tol = 1e-7", "tol = nan", r"\[solver\] tol must be a finite number"),
