@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from cryptography import x509
@@ -128,9 +129,11 @@ class ReleaseFederation:
 
 def release_federation(root: Path, ids: Sequence[str], records: Sequence[np.ndarray], *,
                        dim: int, anchors: int, tables: str, timeout: float = 60.0,
-                       before_upload: Callable[[dict[str, Path]], None] | None = None
+                       before_upload: Callable[[dict[str, Path]], None] | None = None,
+                       extra: Mapping[str, Mapping[str, Any]] | None = None
                        ) -> ReleaseFederation:
-    """Start an analyst (its config extended by the TOML ``tables``, e.g. ``[privacy]``), upload
+    """Start an analyst (its config extended by the TOML ``tables``, e.g. ``[privacy]``, and by
+    ``extra`` keys of existing tables, as :func:`deploy.demo.write_analyst` takes them), upload
     ``records[i]`` as participant ``ids[i]`` (keeping the GDP keys for score queries) and wait
     for the alignment. ``before_upload(configs)`` runs against the not yet aligned analyst. The
     caller stops the processes with :func:`stop_federation`."""
@@ -141,7 +144,7 @@ def release_federation(root: Path, ids: Sequence[str], records: Sequence[np.ndar
         np.savez(data[pid], x=x, labels=np.arange(len(x)) % 2, tags=np.zeros(len(x), dtype="i1"))
     files = write_analyst(root, tuple(ids), federation_id=FEDERATION, method="aa-igdp",
                           anchors=anchors, dim=dim, sigma=0.0, v=0.0, accept_collusion=False,
-                          data=data)
+                          data=data, extra=extra)
     with open(files.analyst_config, "a") as fh:
         fh.write(tables)
     port = free_port()

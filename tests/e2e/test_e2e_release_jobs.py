@@ -54,7 +54,11 @@ def fed(tmp_path_factory) -> Iterator[ReleaseFederation]:
         tmp_path_factory.mktemp("jobs"), IDS, records, dim=D, anchors=R, timeout=TIMEOUT,
         tables=f"[privacy]\nepsilon_budget = {EPS_BUDGET}\ndelta_budget = {DELTA}\n"
                f"participant_epsilon_budget = {QUOTA}\n"
-               f"[release]\nsend_timeout = {SEND_TIMEOUT}\nmax_queued_per_participant = 8\n")
+               f"[release]\nsend_timeout = {SEND_TIMEOUT}\nmax_queued_per_participant = 8\n",
+        # The stalled-reader test holds 20 streams of one participant: above the default
+        # per-caller cap of 4 (issue 9's generic stream limit, tested on its own in
+        # test_e2e_stream_limits), so that the send timeout is what cuts them here.
+        extra={"server": {"max_streams_per_caller": 24}})
     try:
         yield running
     finally:
