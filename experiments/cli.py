@@ -1,4 +1,5 @@
-"""Subcommands of the evaluation bench: ``simulate`` and ``experiment {sweep,report,scores}``.
+"""Subcommands of the evaluation bench: ``simulate`` and
+``experiment {sweep,report,scores,laws,certificate}``.
 
 Each ``experiment`` subcommand lives in its own module with ``register(sub)``, listed in
 ``EXPERIMENT_MODULES``; this keeps the modules independent of one another.
