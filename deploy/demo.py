@@ -8,6 +8,7 @@ with what the in-process simulator computes from the same seeds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import subprocess
@@ -247,10 +248,13 @@ def run_demo(*, participants: int = 4, method: str = "aa-igdp-an",
                               seed=seed, utility=False)
     fed = prepare(config)
     attack_runs = colluder is not None and bool(Method.parse(method).attacks)
-    with tempfile.TemporaryDirectory(prefix="noisyanchor-demo-") as tmp:
-        root = Path(workdir) if workdir is not None else Path(tmp)
-        if workdir is not None and root.exists() and any(root.iterdir()):
-            raise InvalidInputError(f"workdir {root} is not empty")
+    if workdir is not None and Path(workdir).exists() and any(Path(workdir).iterdir()):
+        raise InvalidInputError(f"workdir {workdir} is not empty")
+    # A temporary folder only when no workdir is kept.
+    folder = (contextlib.nullcontext(str(workdir)) if workdir is not None
+              else tempfile.TemporaryDirectory(prefix="noisyanchor-demo-"))
+    with folder as where:
+        root = Path(where)
         result, attacks, pids = _run_processes(root, config, fed, colluder, attack_runs)
         z = np.load(root / "store" / "result" / "z.npy")
         labels = np.load(root / "store" / "result" / "labels.npy")
