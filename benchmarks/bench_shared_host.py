@@ -1,0 +1,301 @@
+"""Linear algebra on a shared host: each workload alone and beside one busy competing process,
+under the BLAS thread policy of ``common/blas.py`` (issue 14).
+
+Workloads, each run in this process with the threads the policy chooses:
+
+* ``eigh`` of a random symmetric matrix, n = 400 and n = 1,600 (``np.linalg.eigh``);
+* a DP Gram release at n = 1,000 at the default projector (``release_gram``, epsilon = 1,
+  delta = 1e-5, record-level sensitivity);
+* GOPP to the default stopping rule, certificate included, at p = 50, d = 100, r = 400 and at
+  the CelebA size p = 10, d = 400, r = 1,600 (both at 0.5 v_PT).
+
+Each is timed alone, then beside a competitor: a separate process spinning on one core
+(``python -c "while True: pass"``) that the benchmark starts before and stops after. The floor
+(issue 14): beside the competitor no workload is more than 3x slower than alone (about 2x is
+ideal on 2 cores). The straightforward baseline is the same ``eigh`` at the BLAS library's
+default thread count (every CPU, busy-waiting OpenBLAS threads), alone and beside the competitor;
+``--baseline-all`` times every workload that way (the release and GOPP can then take minutes).
+
+``--crossover`` instead measures, alone, where a second BLAS thread starts to pay for ``eigh``
+and for matrix products (the constants ``EIGH_CROSSOVER`` and ``GEMM_CROSSOVER_FLOPS`` of
+``common/blas.py``); it needs a quiet machine to mean anything.
+
+Run: ``flock /work/bench.lock python -m benchmarks.bench_shared_host`` (writes
+``benchmarks/results/shared_host.json`` and a bar chart beside it; ``--quick`` for small sizes,
+written nowhere unless ``--out`` is given). The JSON records the load average before and after,
+the CPUs, the BLAS libraries and the threads chosen for every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.bench_gopp import make_anchors
+from noisyanchor.common.blas import (
+    available_cpus,
+    blas_settings,
+    blas_threads,
+    configure_blas,
+    eigh_threads,
+)
+from noisyanchor.common.gopp import solve_gopp
+from noisyanchor.common.scoreshield import calibrate, gram_record_sensitivity, release_gram
+
+RESULTS = Path(__file__).resolve().parent / "results" / "shared_host.json"
+
+#: The floor of issue 14: beside one busy process, at most this many times slower than alone.
+FLOOR = 3.0
+
+#: Seconds the competitor spins before a timed run, so that it is running at full speed.
+COMPETITOR_WARMUP = 0.5
+
+
+@contextmanager
+def library_default_threads() -> Iterator[int]:
+    """The baseline: every operation at the BLAS library's default count, every CPU (what the
+    process did before ``common/blas.py``); the policy is restored afterwards."""
+    configure_blas(available_cpus(), announce=False)
+    try:
+        yield available_cpus()
+    finally:
+        configure_blas(announce=False)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One timed operation: ``run()`` returns the BLAS threads it used (a dict for the JSON)."""
+
+    name: str
+    run: Callable[[], dict]
+
+
+def _threads(default_threads: bool) -> AbstractContextManager:
+    return library_default_threads() if default_threads else nullcontext()
+
+
+def _eigh(n: int, *, default_threads: bool = False) -> Workload:
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((n, n))
+    a = a + a.T
+
+    def run() -> dict:
+        with _threads(default_threads), blas_threads(eigh_threads(n)) as held:
+            np.linalg.eigh(a)
+        return {"blas": held}
+
+    label = " (library default threads)" if default_threads else ""
+    return Workload(f"eigh n={n}{label}", run)
+
+
+def _gram_release(n: int, *, default_threads: bool = False) -> Workload:
+    rng = np.random.default_rng(n)
+    e = rng.standard_normal((n, 64))
+    gram = (e / np.linalg.norm(e, axis=1, keepdims=True)) @ (e / np.linalg.norm(
+        e, axis=1, keepdims=True)).T
+    calibration = calibrate(1.0, 1e-5, gram_record_sensitivity(n))
+
+    def run() -> dict:
+        with _threads(default_threads), blas_threads(eigh_threads(n)) as held:
+            out = release_gram(gram, calibration, rng=np.random.default_rng(0))
+        return {"blas": held, "projector": out.projection.method if out.projection else "none",
+                "iterations": out.projection.iterations if out.projection else 0}
+
+    label = " (library default threads)" if default_threads else ""
+    return Workload(f"Gram release n={n}, default projector{label}", run)
+
+
+def _gopp(p: int, d: int, r: int, *, default_threads: bool = False) -> Workload:
+    anchors = list(make_anchors(p, d, r, 0.5, seed=1))
+
+    def run() -> dict:
+        with _threads(default_threads):
+            res = solve_gopp(anchors)
+        return {**res.blas_threads, "iterations": res.iterations, "certified": res.certified}
+
+    label = " (library default threads)" if default_threads else ""
+    return Workload(f"GOPP p={p} d={d} r={r}, 0.5 v_PT{label}", run)
+
+
+def workloads(quick: bool, baseline_all: bool) -> list[Workload]:
+    """The issue's workloads (small sizes with ``quick``), then the default-thread baselines."""
+    eigh_sizes = (100, 300) if quick else (400, 1600)
+    gram_n = 200 if quick else 1000
+    gopp_sizes = ((8, 10, 40), (4, 20, 80)) if quick else ((50, 100, 400), (10, 400, 1600))
+    ours = ([_eigh(n) for n in eigh_sizes] + [_gram_release(gram_n)]
+            + [_gopp(*size) for size in gopp_sizes])
+    baselines = [_eigh(n, default_threads=True) for n in eigh_sizes]
+    if baseline_all:
+        baselines += ([_gram_release(gram_n, default_threads=True)]
+                      + [_gopp(*size, default_threads=True) for size in gopp_sizes])
+    return ours + baselines
+
+
+class Competitor:
+    """A separate process spinning on one core (started and stopped by the benchmark)."""
+
+    def __enter__(self) -> Competitor:
+        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        time.sleep(COMPETITOR_WARMUP)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def _timed(work: Workload, repeat: int) -> dict:
+    """Median wall seconds of ``repeat`` runs after one untimed warm-up run."""
+    work.run()
+    seconds, threads = [], None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        threads = work.run()
+        seconds.append(time.perf_counter() - start)
+    return {"seconds": float(np.median(seconds)), "runs": seconds, "threads": threads}
+
+
+def shared_host(quick: bool, repeat: int, baseline_all: bool) -> list[dict]:
+    """Each workload alone, then beside the competitor."""
+    rows = []
+    for work in workloads(quick, baseline_all):
+        print(f"{work.name}: alone", file=sys.stderr, flush=True)
+        alone = _timed(work, repeat)
+        print(f"{work.name}: beside a busy process", file=sys.stderr, flush=True)
+        with Competitor():
+            beside = _timed(work, repeat)
+        ratio = beside["seconds"] / alone["seconds"]
+        rows.append({"workload": work.name, "alone": alone, "with_competitor": beside,
+                     "slowdown": ratio, "baseline": "library default threads" in work.name,
+                     "within_floor": bool(ratio <= FLOOR)})
+    return rows
+
+
+def crossover(quick: bool, repeat: int) -> dict:
+    """Alone: ``eigh`` and square products with one thread and with every CPU, by size."""
+    cpus = available_cpus()
+    eigh_sizes = (100, 200, 400) if quick else (200, 400, 800, 1200, 1400, 1600, 2000, 2400)
+    gemm_sizes = (50, 100) if quick else (100, 200, 300, 400, 600, 800, 1600)
+    rng = np.random.default_rng(0)
+    rows = []
+    for kind, sizes in (("eigh", eigh_sizes), ("gemm", gemm_sizes)):
+        for n in sizes:
+            a = rng.standard_normal((n, n))
+            a = a + a.T
+            op = (lambda a=a: np.linalg.eigh(a)) if kind == "eigh" else (lambda a=a: a @ a)
+            row = {"kind": kind, "n": n, "flops": 2.0 * n**3 if kind == "gemm" else None}
+            for threads in (1, cpus):
+                with blas_threads(threads):
+                    row[f"seconds_{threads}_threads"] = _timed(Workload(kind, lambda op=op: (
+                        op(), {})[1]), repeat)["seconds"]
+            row["speedup"] = row["seconds_1_threads"] / row[f"seconds_{cpus}_threads"]
+            rows.append(row)
+            print(f"{kind} n={n}: speedup with {cpus} threads {row['speedup']:.2f}",
+                  file=sys.stderr, flush=True)
+    return {"cpus": cpus, "rows": rows}
+
+
+def _meta(quick: bool, repeat: int) -> dict:
+    return {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "loadavg_start": os.getloadavg(), "cpus": available_cpus(),
+            "python": platform.python_version(), "numpy": np.__version__,
+            "blas": blas_settings(),
+            "env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                                   "MKL_NUM_THREADS")},
+            "quick": quick, "repeat": repeat,
+            "note": "the machine is shared with other work: loadavg_start/end record it"}
+
+
+def table(report: dict) -> str:
+    """Human-readable summary."""
+    lines = []
+    if "shared_host" in report:
+        lines.append("workload | alone s | beside a busy process s | slowdown | threads alone / "
+                     "beside")
+        for r in report["shared_host"]:
+            lines.append(f"{r['workload']} | {r['alone']['seconds']:.3f} | "
+                         f"{r['with_competitor']['seconds']:.3f} | {r['slowdown']:.2f}x"
+                         f"{'' if r['within_floor'] or r['baseline'] else ' (ABOVE FLOOR)'} | "
+                         f"{r['alone']['threads']} / {r['with_competitor']['threads']}")
+    if "crossover" in report:
+        lines.append("kind n | 1 thread s | all CPUs s | speedup")
+        c = report["crossover"]
+        many = f"seconds_{c['cpus']}_threads"
+        for r in c["rows"]:
+            lines.append(f"{r['kind']} {r['n']} | {r['seconds_1_threads']:.4f} | "
+                         f"{r[many]:.4f} | {r['speedup']:.2f}")
+    meta = report["meta"]
+    lines.append(f"load average start {meta['loadavg_start']}, end {meta['loadavg_end']}; "
+                 f"{meta['cpus']} CPUs")
+    return "\n".join(lines)
+
+
+def plot(report: dict, path: Path) -> None:
+    """Bar chart: each workload's seconds alone and beside the competitor, with the slowdown."""
+    from noisyanchor.experiments.figures import pyplot, save_figure
+
+    plt = pyplot()
+    rows = report["shared_host"]
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 1.5))
+    y = np.arange(len(rows))
+    alone = [r["alone"]["seconds"] for r in rows]
+    beside = [r["with_competitor"]["seconds"] for r in rows]
+    ax.barh(y - 0.2, alone, 0.4, label="alone", color="C0")
+    bars = ax.barh(y + 0.2, beside, 0.4, label="beside one busy process", color="C3")
+    ax.bar_label(bars, [f"{r['slowdown']:.1f}x" for r in rows], fontsize=8, padding=2)
+    ax.set_yticks(y, [r["workload"] for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("wall seconds (median), log scale")
+    load = report["meta"]["loadavg_start"][0]
+    ax.set_title(f"shared host: floor {FLOOR:g}x (1-minute load average at start {load:.1f})")
+    ax.legend(fontsize=8, loc="lower right")
+    save_figure(plt, fig, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per condition")
+    parser.add_argument("--crossover", action="store_true",
+                        help="measure where a second BLAS thread pays (quiet machine) instead")
+    parser.add_argument("--baseline-all", action="store_true",
+                        help="also time the release and GOPP at the library's default threads")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"JSON path (default {RESULTS}, or blas_crossover.json beside it "
+                             "with --crossover; --quick writes nothing unless set)")
+    args = parser.parse_args(argv)
+    configure_blas()
+    report: dict = {"meta": _meta(args.quick, args.repeat)}
+    if args.crossover:
+        report["crossover"] = crossover(args.quick, args.repeat)
+    else:
+        report["shared_host"] = shared_host(args.quick, args.repeat, args.baseline_all)
+        report["floor"] = FLOOR
+        report["floor_met"] = all(r["within_floor"] for r in report["shared_host"]
+                                  if not r["baseline"])
+    report["meta"]["loadavg_end"] = os.getloadavg()
+    default = RESULTS.with_name("blas_crossover.json") if args.crossover else RESULTS
+    out = args.out if args.out is not None else (None if args.quick else default)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        if not args.crossover:
+            plot(report, out.with_suffix(".png"))
+    print(table(report))
+    return 0 if report.get("floor_met", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""The shared-host benchmark runs each workload alone and beside a competitor it starts and
+stops, and records the load, the BLAS settings and the threads chosen (issue 14)."""
+
+import json
+
+import pytest
+
+from benchmarks import bench_shared_host
+from noisyanchor.common import blas
+
+pytestmark = pytest.mark.e2e  # starts the competing process
+
+
+def test_quick_run_records_times_threads_and_load(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_shared_host, "COMPETITOR_WARMUP", 0.1)
+    out = tmp_path / "shared_host.json"
+    code = bench_shared_host.main(["--quick", "--repeat", "1", "--out", str(out)])
+    report = json.loads(out.read_text())
+    blas.configure_blas(announce=False)  # the suite's one-thread pin again
+    assert code in (0, 1) and report["floor"] == bench_shared_host.FLOOR
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    meta = report["meta"]
+    assert {"loadavg_start", "loadavg_end", "blas", "cpus", "env"} <= set(meta)
+    assert meta["blas"]["libraries"]
+    rows = {r["workload"]: r for r in report["shared_host"]}
+    assert any(name.startswith("eigh") for name in rows)
+    assert any(name.startswith("Gram release") for name in rows)
+    assert sum(name.startswith("GOPP") for name in rows) == 2
+    for r in rows.values():
+        for side in ("alone", "with_competitor"):
+            assert r[side]["seconds"] > 0 and r[side]["threads"]
+        assert r["slowdown"] == pytest.approx(r["with_competitor"]["seconds"]
+                                              / r["alone"]["seconds"])
+    # Baseline rows run at the library's default count: every CPU.
+    base = [r for r in rows.values() if r["baseline"]]
+    assert base and all(r["alone"]["threads"]["blas"] == meta["cpus"] for r in base)
+    assert report["floor_met"] == all(r["within_floor"] for r in rows.values()
+                                      if not r["baseline"])
