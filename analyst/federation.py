@@ -14,7 +14,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,7 +44,7 @@ from noisyanchor.common.files import atomic_write, sweep_stale_writes
 from noisyanchor.common.sealing import share_statement, verify_exchange_key, verify_statement
 from noisyanchor.common.splits import SPLIT_NAMES
 from noisyanchor.common.theory import phase_transition_v
-from noisyanchor.common.wire import BundleSpec
+from noisyanchor.common.wire import BundleSpec, BundleStream, drain
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -240,50 +240,60 @@ class Federation:
                                     f"({', '.join(SPLIT_NAMES.values())})")
 
     # -- one-shot bundles ----------------------------------------------------------------------
-    def _commit(self, pid: str, spec: BundleSpec, chunks: Iterable[bytes], kind: str) -> Committed:
+    def _commit(self, pid: str, stream: BundleStream, kind: str) -> Committed:
         path = (self.store.upload_path(pid) if kind == "upload"
                 else self.store.disclosure_path(pid))
-        receipt = spec.receipt(pid)
         lock = self._participant_locks[pid]
         if not lock.acquire(timeout=LOCK_WAIT):
             raise PreconditionError(f"another {kind} stream of {pid!r} is still in progress")
         try:
             if path.exists():
-                if read_bundle_spec(path)[0].receipt(pid) == receipt:
-                    return Committed(receipt, True)
-                raise AlreadyExistsError(
-                    f"{pid!r} has already done its {kind} (committed earlier); each participant "
-                    f"uploads exactly once and this {kind} differs, so it was refused and nothing "
-                    "was stored")
+                return self._repeated(pid, path, stream, kind)
             if kind == "upload" and self._state != "collecting":
                 raise PreconditionError(f"federation is {self._state}; uploads are closed")
-            receive_bundle(path, spec, chunks, self._check_tags if kind == "upload" else None)
+            spec = receive_bundle(path, stream, self._check_tags if kind == "upload" else None)
         finally:
             lock.release()
         missing = self.missing_uploads()
         log.info("committed %s of %s (%d bytes)%s", kind, pid, spec.nbytes,
                  "" if kind != "upload" else f"; waiting for {', '.join(missing)}" if missing
                  else "; every upload is in")
-        return Committed(receipt, False)
+        return Committed(spec.receipt(pid), False)
 
-    def upload(self, pid: str, spec: BundleSpec, chunks: Iterable[bytes]) -> Committed:
+    @staticmethod
+    def _repeated(pid: str, path: Path, stream: BundleStream, kind: str) -> Committed:
+        """A stream of an already committed bundle: its receipt again when identical, else
+        refused. A header with digests is answered at once; one whose digests follow in the
+        trailer is read to its end (hashed, nothing stored) unless its arrays differ already."""
+        committed = read_bundle_spec(path)[0]
+        spec = stream.spec
+        if spec.without_digests() == committed.without_digests() and not spec.has_digests:
+            spec = drain(stream)
+        if spec.has_digests and spec.receipt(pid) == committed.receipt(pid):
+            return Committed(committed.receipt(pid), True)
+        raise AlreadyExistsError(
+            f"{pid!r} has already done its {kind} (committed earlier); each participant "
+            f"uploads exactly once and this {kind} differs, so it was refused and nothing "
+            "was stored")
+
+    def upload(self, pid: str, stream: BundleStream) -> Committed:
         """Participant ``pid``'s one upload; starts the alignment once everyone has committed."""
-        self.check_caller(pid, spec.federation_id)
+        self.check_caller(pid, stream.spec.federation_id)
         self.check_deadline()
-        self.check_upload_header(spec)
-        done = self._commit(pid, spec, chunks, "upload")
+        self.check_upload_header(stream.spec)
+        done = self._commit(pid, stream, "upload")
         self._rejoin(pid)
         self.maybe_align()
         return done
 
-    def disclose(self, pid: str, spec: BundleSpec, chunks: Iterable[bytes]) -> Committed:
+    def disclose(self, pid: str, stream: BundleStream) -> Committed:
         """A colluder's disclosure, accepted only when the federation allows collusion."""
-        self.check_caller(pid, spec.federation_id)
+        self.check_caller(pid, stream.spec.federation_id)
         if not self.config.accept_collusion:
             raise PermissionDeniedError(f"federation {self.config.federation_id!r} does not "
                                         "accept collusion disclosures (accept_collusion = false)")
-        self.check_disclosure_header(spec)
-        return self._commit(pid, spec, chunks, "disclosure")
+        self.check_disclosure_header(stream.spec)
+        return self._commit(pid, stream, "disclosure")
 
     # -- relay ---------------------------------------------------------------------------------
     def _publish_once(self, path: Path, data: bytes, refusal: str,

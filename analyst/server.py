@@ -29,12 +29,11 @@ from noisyanchor.analyst.caller_limits import CallerGate, StreamLimits, worker_c
 from noisyanchor.analyst.config import AnalystConfig
 from noisyanchor.analyst.federation import Federation
 from noisyanchor.analyst.release_service import add_release_servicer
-from noisyanchor.analyst.service import AnalystServicer
+from noisyanchor.analyst.service import AnalystServicer, add_analyst_servicer
 from noisyanchor.analyst.storage import Store
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.files import atomic_write
 from noisyanchor.protos.v1 import analyst_pb2 as analyst_pb
-from noisyanchor.protos.v1 import analyst_pb2_grpc as pb_grpc
 from noisyanchor.protos.v1 import release_pb2 as release_pb
 
 log = logging.getLogger(__name__)
@@ -121,7 +120,7 @@ def start_server(config: AnalystConfig) -> Running:
     limits = StreamLimits.of(config)
     pool = _WorkPool(worker_count(len(config.participants), limits))
     server = grpc.server(pool, interceptors=[CallerGate(limits, fed.check_member)])
-    pb_grpc.add_AnalystServicer_to_server(AnalystServicer(fed), server)
+    add_analyst_servicer(AnalystServicer(fed), server)  # bundle streams read raw (issue 14)
     add_release_servicer(server, fed)  # DP similarity release on the same mTLS port
     checks = _health_servicer(server)
     port = server.add_secure_port(f"{config.host}:{config.port}", server_credentials(config))

@@ -28,14 +28,21 @@ import struct
 import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from noisyanchor.common.errors import IntegrityError, InvalidInputError
 from noisyanchor.common.files import TMP_PREFIX, fsync_dir, sweep_temporaries
-from noisyanchor.common.wire import ArraySpec, BundleDigester, BundleSpec, wire_dtype
+from noisyanchor.common.wire import (
+    DIGEST_SIZE,
+    ArraySpec,
+    BundleDigester,
+    BundleSpec,
+    BundleStream,
+    wire_dtype,
+)
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 #: First bytes of every bundle file (format version 1).
@@ -44,8 +51,11 @@ MAGIC = b"NABUNDL1"
 #: Public description of the federation (config without TLS paths), written at start-up.
 FEDERATION_FILE = "federation.json"
 
-#: Chunks queued for the disk-writer thread at most (bounds memory to a few MiB).
-_WRITE_AHEAD = 8
+#: Chunks in flight behind the receiving thread at most (bounds memory to a few MiB).
+_AHEAD = 8
+
+#: Bytes written between two hand-overs of the written range to the disk (:class:`_Stages`).
+WRITEBACK_BYTES = 32 << 20
 
 
 def npy_bytes(arr: np.ndarray) -> bytes:
@@ -60,55 +70,67 @@ def _data_offset(header_bytes: bytes) -> int:
 
 
 def receive_bundle(
-    path: Path, spec: BundleSpec, chunks: Iterable[bytes],
+    path: Path, stream: BundleStream,
     check: Callable[[dict[str, np.ndarray]], None] | None = None,
-) -> None:
+) -> BundleSpec:
     """Stream a bundle to a temporary file, verify it, then commit it at ``path``.
+
+    The receiving thread only accounts for the bytes; two ordered background stages follow it
+    at most ``_AHEAD`` chunks behind (so memory stays a few chunks): one hashes and checks
+    finiteness, the other writes (SHA-256, numpy and file writes release the GIL, so receiving,
+    hashing and writing overlap). Every ``WRITEBACK_BYTES`` the written range is handed to the
+    disk, so the final fsync waits for the last range only. The header goes first with
+    placeholder digests of the final size, and is rewritten with the declared digests once they
+    are verified (the trailer of a stream whose header had none).
 
     Parameters
     ----------
     path : Path
         Final name; must not exist yet (the caller holds the participant's lock).
-    spec : BundleSpec
-        The validated header.
-    chunks : iterable of bytes
-        The stream's chunk payloads in order.
+    stream : BundleStream
+        The validated header, the chunk payloads in order, and the declared digests.
     check : callable, optional
         Content check on the received arrays (memory-mapped) before the commit.
+
+    Returns
+    -------
+    BundleSpec
+        The committed header: ``stream.spec`` with the verified digests.
 
     Raises
     ------
     IntegrityError
-        Truncated, overlong or corrupt stream. Nothing is committed.
+        Truncated, overlong or corrupt stream, or no trailer where the header announced one.
+        Nothing is committed.
     InvalidInputError
-        NaN/Inf in a float array, or ``check`` refused the content. Nothing is committed.
+        NaN/Inf in a float array, a malformed trailer, or ``check`` refused the content. Nothing
+        is committed.
     """
     path = Path(path)
-    header = spec.to_proto().SerializeToString(deterministic=True)
+    spec = stream.spec
+    placeholder = spec.with_digests([b"\0" * DIGEST_SIZE] * len(spec.arrays))
+    header_size = len(_header_bytes(placeholder))
     digester = BundleDigester(spec)
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(MAGIC + struct.pack("<Q", len(header)) + header)
-            # Disk writes run in one background thread (in order) while this thread receives,
-            # hashes and NaN-scans the next chunks (all release the GIL); at most _WRITE_AHEAD
-            # chunks wait for the disk.
-            scan = _FiniteScan()
-            with ThreadPoolExecutor(1, thread_name_prefix="bundle-writer") as writer:
-                pending: deque = deque()
-                for chunk in chunks:
-                    for array, piece in digester.feed(chunk):
-                        scan.scan(array, piece)
-                    pending.append(writer.submit(fh.write, chunk))
-                    if len(pending) > _WRITE_AHEAD:
-                        pending.popleft().result()
-                for write in pending:
-                    write.result()
-            digester.finish()
-            fh.flush()
+        with os.fdopen(fd, "wb", buffering=0) as fh:
+            _write_all(fd, MAGIC + struct.pack("<Q", header_size) + _header_bytes(placeholder))
+            with _Stages(fd, len(MAGIC) + 8 + header_size) as stages:
+                scan = _FiniteScan()
+                for chunk in stream.chunks():
+                    pieces = digester.split(chunk)  # an overlong stream stops here
+                    stages.submit(chunk, lambda pieces=pieces: (
+                        digester.update(pieces), scan.scan(spec, pieces)))
+            digests = stream.digests()
+            digester.finish(digests)
+            final = spec.with_digests(digests)
+            header = _header_bytes(final)
+            if len(header) != header_size:  # fixed-size digests: cannot happen
+                raise IntegrityError("the bundle header changed size with its digests")
+            os.pwrite(fd, header, len(MAGIC) + 8)
             os.fsync(fh.fileno())
         if check is not None:
-            arrays = _map_arrays(Path(tmp), spec, _data_offset(header))
+            arrays = _map_arrays(Path(tmp), final, len(MAGIC) + 8 + header_size)
             check(arrays)
             del arrays
         os.replace(tmp, path)
@@ -116,6 +138,72 @@ def receive_bundle(
         Path(tmp).unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+    return final
+
+
+def _header_bytes(spec: BundleSpec) -> bytes:
+    return spec.to_proto().SerializeToString(deterministic=True)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while len(view):
+        view = view[os.write(fd, view):]
+
+
+class _Stages:
+    """The two ordered background stages of :func:`receive_bundle`: verification (the callable
+    given with each chunk) and the disk write of the chunk at the next offset.
+
+    ``submit`` waits for the oldest chunk once ``_AHEAD`` are in flight and re-raises its error,
+    so a refused stream stops within a few chunks; leaving the block waits for the rest (or, on
+    an error, cancels what has not started).
+    """
+
+    def __init__(self, fd: int, offset: int) -> None:
+        self._fd = fd
+        self._offset = self._flushed = offset
+        self._verify = ThreadPoolExecutor(1, thread_name_prefix="bundle-verify")
+        self._write = ThreadPoolExecutor(1, thread_name_prefix="bundle-writer")
+        self._pending: deque[tuple[Future, Future]] = deque()
+
+    def __enter__(self) -> _Stages:
+        return self
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        try:
+            if exc_type is None:
+                while self._pending:
+                    self._wait_oldest()
+        finally:
+            for pool in (self._verify, self._write):
+                pool.shutdown(wait=True, cancel_futures=exc_type is not None)
+
+    def submit(self, chunk: bytes | memoryview, verify: Callable[[], object]) -> None:
+        """Run ``verify`` (the checks of ``chunk``) and write ``chunk`` at the next offset."""
+        offset = self._offset
+        self._offset += len(chunk)
+        self._pending.append((self._verify.submit(verify),
+                              self._write.submit(self._write_at, chunk, offset)))
+        if len(self._pending) > _AHEAD:
+            self._wait_oldest()
+
+    def _wait_oldest(self) -> None:
+        for done in self._pending.popleft():
+            done.result()
+
+    def _write_at(self, chunk: bytes | memoryview, offset: int) -> None:
+        _write_all(self._fd, chunk)
+        end = offset + len(chunk)
+        if end - self._flushed >= WRITEBACK_BYTES:
+            # Start the disk write of what is written so far, without waiting for it: on Linux
+            # POSIX_FADV_DONTNEED first hands dirty pages to writeback, then drops the clean
+            # ones (an upload need not stay in the page cache). The final fsync then waits for
+            # the last range only instead of the whole upload.
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(self._fd, self._flushed, end - self._flushed,
+                                 os.POSIX_FADV_DONTNEED)
+            self._flushed = end
 
 
 class _FiniteScan:
@@ -128,7 +216,12 @@ class _FiniteScan:
     def __init__(self) -> None:
         self._carry = b""
 
-    def scan(self, array: ArraySpec, piece: memoryview) -> None:
+    def scan(self, spec: BundleSpec, pieces: Iterable[tuple[int, memoryview]]) -> None:
+        """Check the pieces returned by :meth:`BundleDigester.split`, in stream order."""
+        for index, piece in pieces:
+            self._scan(spec.arrays[index], piece)
+
+    def _scan(self, array: ArraySpec, piece: memoryview) -> None:
         dt = wire_dtype(array.dtype)
         if dt.kind != "f":
             return
@@ -146,6 +239,11 @@ class _FiniteScan:
 
     @staticmethod
     def _check(array: ArraySpec, values: np.ndarray) -> None:
+        # A finite sum proves every value finite (NaN and Inf propagate) at about twice the speed
+        # of isfinite().all(); only a non-finite sum (or an overflow) needs the exact check.
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.isfinite(values.sum()):
+                return
         if not np.isfinite(values).all():
             raise InvalidInputError(f"array {array.name!r} contains NaN or Inf values")
 

@@ -4,8 +4,10 @@ bytes-streaming baseline in the same run, and the analyst's peak memory during t
 Both servers are separate processes with the same TLS credentials and the same 1 MiB messages:
 
 * system: ``noisyanchor analyst serve``; one participant streams a ``SIZE``-byte float64 array
-  (plus labels and tags) as its upload; timed from the first message to the receipt, so it
-  includes the analyst's incremental SHA-256, the write to disk, the NaN scan, fsync and rename.
+  (plus labels and tags) as its upload the way ``participant upload`` does (digests computed
+  while sending, in the trailer); timed from the first message to the receipt, so it includes
+  the participant's SHA-256, and at the analyst the incremental SHA-256, the NaN scan, the write
+  to disk, fsync and rename.
 * baseline: a generic gRPC stream-unary handler that only counts the bytes it receives.
 
 Peak memory is the analyst's ``VmHWM`` (peak resident set) from ``/proc/<pid>/status`` after the
@@ -21,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -56,6 +59,18 @@ def rss_mib(pid: int, field: str) -> float:
     raise RuntimeError(f"no {field} for pid {pid}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (every thread)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far (every thread: gRPC's included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def serve_baseline(port_file: Path, cert: Path, key: Path, ca: Path) -> None:
     """The baseline server: receive a bytes stream, answer with the byte count."""
     def stream(request_iterator, context):
@@ -89,11 +104,15 @@ def run_baseline(files, tls: TlsFiles, payload: memoryview) -> dict:
             call = ch.stream_unary(BASELINE_METHOD)
             chunks = (bytes(payload[i:i + CHUNK_SIZE])
                       for i in range(0, len(payload), CHUNK_SIZE))
+            server_cpu, client_cpu = cpu_seconds(proc.pid), own_cpu_seconds()
             t0 = time.perf_counter()
             received = int(call(chunks, timeout=3600))
             seconds = time.perf_counter() - t0
+            server_cpu = cpu_seconds(proc.pid) - server_cpu
+            client_cpu = own_cpu_seconds() - client_cpu
         assert received == len(payload), (received, len(payload))
         return {"seconds": seconds, "mb_per_s": len(payload) / seconds / 1e6,
+                "server_cpu_seconds": server_cpu, "client_cpu_seconds": client_cpu,
                 "server_peak_rss_mib": rss_mib(proc.pid, "VmHWM")}
     finally:
         stop(proc)
@@ -105,10 +124,9 @@ def run_system(files, tls: TlsFiles, arrays: dict) -> dict:
                     files.root / "analyst.log")
     try:
         port = wait_for_port(files.port_file, analyst)
-        t0 = time.perf_counter()
-        spec = bundle_spec("bench", "i-gdp", arrays)
-        hash_seconds = time.perf_counter() - t0
+        spec = bundle_spec("bench", "i-gdp", arrays, digests=False)  # hashed while sending
         idle = rss_mib(analyst.pid, "VmHWM")
+        analyst_cpu, client_cpu = cpu_seconds(analyst.pid), own_cpu_seconds()
         sampled = []
         done = threading.Event()
 
@@ -122,11 +140,14 @@ def run_system(files, tls: TlsFiles, arrays: dict) -> dict:
             t0 = time.perf_counter()
             receipt = client.send_bundle("upload", spec, arrays)
             seconds = time.perf_counter() - t0
+        analyst_cpu = cpu_seconds(analyst.pid) - analyst_cpu
+        client_cpu = own_cpu_seconds() - client_cpu
         done.set()
         sampler.join()
         assert not receipt.already_committed
         return {"seconds": seconds, "mb_per_s": spec.nbytes / seconds / 1e6,
-                "bytes": spec.nbytes, "client_sha256_seconds": hash_seconds,
+                "bytes": spec.nbytes, "analyst_cpu_seconds": analyst_cpu,
+                "client_cpu_seconds": client_cpu,
                 "analyst_idle_peak_rss_mib": idle,
                 "analyst_peak_rss_mib": rss_mib(analyst.pid, "VmHWM"),
                 "analyst_max_sampled_rss_mib": max(sampled, default=idle)}

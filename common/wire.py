@@ -1,23 +1,28 @@
-"""Arrays on the wire: a header naming each array (dtype, shape, size, SHA-256), then the raw
-little-endian bytes in bounded chunks. Never pickled.
+"""Arrays on the wire: a header naming each array (dtype, shape, size), the raw little-endian
+bytes in bounded chunks, and every array's SHA-256, in the header or in a trailer. Never pickled.
 
 A bundle is the ordered set of arrays one stream carries (an upload ``Y_i, B_i``, labels and
-split tags, or a colluder's disclosure). :func:`request_stream` encodes one; the receiving side
-feeds the chunk bytes, in whatever sizes they arrive, to a :class:`BundleDigester`, which tracks
-array boundaries, hashes incrementally and refuses a stream that is too long, too short or
-corrupt.
+split tags, or a colluder's disclosure). :class:`BundleSender` encodes one; a sender that does not
+know the digests yet leaves them out of the header, hashes each chunk while gRPC sends the one
+before, and ends with a trailer carrying them (issue 14: uploads at wire speed). The receiving
+side reads the messages with :class:`BundleStream` (chunk payloads without a copy) and feeds the
+chunk bytes, in whatever sizes they arrive, to a :class:`BundleDigester`, which tracks array
+boundaries, hashes incrementally and refuses a stream that is too long, too short or corrupt.
 
-References: issue 3 (wire format); ``protos/v1/analyst.proto``.
+References: issues 3 and 14 (wire format); ``protos/v1/analyst.proto``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from noisyanchor.common.errors import IntegrityError, InvalidInputError
 from noisyanchor.protos.v1 import analyst_pb2 as pb
@@ -31,6 +36,12 @@ MAX_NDIM = 2
 
 #: Tag byte of ``UploadRequest.chunk`` on the wire (field number 2, length-delimited).
 _CHUNK_TAG = bytes([2 << 3 | 2])
+
+#: Bytes of a SHA-256 digest.
+DIGEST_SIZE = hashlib.sha256().digest_size
+
+#: Chunks a sender may send ahead of its hashing thread (memory: views, no copies).
+HASH_AHEAD = 16
 
 #: Domain separation label of receipts.
 _RECEIPT_DOMAIN = b"noisyanchor/v1/receipt\x00"
@@ -74,13 +85,14 @@ class ArraySpec:
         numpy dtype string, little-endian (``"<f8"``).
     shape : tuple of int
     sha256 : bytes
-        Digest of the array's raw bytes.
+        Digest of the array's raw bytes; empty while unknown (a header whose digests follow in
+        the trailer).
     """
 
     name: str
     dtype: str
     shape: tuple[int, ...]
-    sha256: bytes
+    sha256: bytes = b""
 
     @property
     def nbytes(self) -> int:
@@ -88,11 +100,11 @@ class ArraySpec:
         return math.prod(self.shape) * wire_dtype(self.dtype).itemsize
 
     @classmethod
-    def of(cls, name: str, array: np.ndarray) -> ArraySpec:
-        """Spec of ``array`` (hashing its little-endian bytes)."""
+    def of(cls, name: str, array: np.ndarray, *, digest: bool = True) -> ArraySpec:
+        """Spec of ``array`` (hashing its little-endian bytes unless ``digest=False``)."""
         arr = little_endian(array)
         return cls(name, arr.dtype.str, tuple(int(n) for n in arr.shape),
-                   hashlib.sha256(raw_bytes(arr)).digest())
+                   hashlib.sha256(raw_bytes(arr)).digest() if digest else b"")
 
     @classmethod
     def from_proto(cls, msg: pb.ArrayHeader) -> ArraySpec:
@@ -103,9 +115,7 @@ class ArraySpec:
         if len(msg.shape) > MAX_NDIM:
             raise InvalidInputError(f"array {msg.name!r} has {len(msg.shape)} dimensions; at most "
                                     f"{MAX_NDIM} are allowed")
-        if len(msg.sha256) != hashlib.sha256().digest_size:
-            raise InvalidInputError(f"array {msg.name!r} has a {len(msg.sha256)}-byte digest; "
-                                    "SHA-256 has 32")
+        _check_digest(msg.sha256, msg.name, allow_empty=True)
         spec = cls(msg.name, msg.dtype, tuple(int(n) for n in msg.shape), bytes(msg.sha256))
         if spec.nbytes != msg.nbytes:
             raise InvalidInputError(f"array {msg.name!r} declares {msg.nbytes} bytes but dtype "
@@ -116,6 +126,12 @@ class ArraySpec:
         """Header message of this spec."""
         return pb.ArrayHeader(name=self.name, dtype=self.dtype, shape=list(self.shape),
                               nbytes=self.nbytes, sha256=self.sha256)
+
+
+def _check_digest(digest: bytes, name: str, *, allow_empty: bool = False) -> None:
+    if len(digest) != DIGEST_SIZE and not (allow_empty and not digest):
+        raise InvalidInputError(f"array {name!r} has a {len(digest)}-byte digest; SHA-256 has "
+                                f"{DIGEST_SIZE}")
 
 
 @dataclass(frozen=True)
@@ -131,17 +147,40 @@ class BundleSpec:
         """Total raw bytes the stream must carry after the header."""
         return sum(a.nbytes for a in self.arrays)
 
+    @property
+    def has_digests(self) -> bool:
+        """Whether every array's digest is known (else they come in the trailer)."""
+        return all(a.sha256 for a in self.arrays)
+
     def array(self, name: str) -> ArraySpec | None:
         """The spec named ``name``, or None."""
         return next((a for a in self.arrays if a.name == name), None)
 
+    def with_digests(self, digests: Sequence[bytes]) -> BundleSpec:
+        """This spec with the digests of its arrays (``b""`` each: without them)."""
+        if len(digests) != len(self.arrays):
+            raise InvalidInputError(f"{len(digests)} digests for the {len(self.arrays)} arrays of "
+                                    "the header")
+        for array, digest in zip(self.arrays, digests, strict=True):
+            _check_digest(digest, array.name, allow_empty=True)
+        return replace(self, arrays=tuple(replace(a, sha256=bytes(d))
+                                          for a, d in zip(self.arrays, digests, strict=True)))
+
+    def without_digests(self) -> BundleSpec:
+        """This spec with every digest left out (what a trailer-mode header carries)."""
+        return self.with_digests([b""] * len(self.arrays))
+
     @classmethod
     def from_proto(cls, msg: pb.BundleHeader) -> BundleSpec:
-        """Spec from a header message; array names must be unique."""
+        """Spec from a header message; array names must be unique, and the digests all given or
+        all left to the trailer."""
         arrays = tuple(ArraySpec.from_proto(a) for a in msg.arrays)
         names = [a.name for a in arrays]
         if len(set(names)) != len(names):
             raise InvalidInputError(f"array names in the header repeat: {names}")
+        if len({bool(a.sha256) for a in arrays}) > 1:
+            raise InvalidInputError("the header carries the digests of some arrays only: give "
+                                    "all of them, or none and send them in the trailer")
         return cls(msg.federation_id, msg.method, arrays)
 
     def to_proto(self) -> pb.BundleHeader:
@@ -150,21 +189,37 @@ class BundleSpec:
                                arrays=[a.to_proto() for a in self.arrays])
 
     def receipt(self, participant_id: str) -> bytes:
-        """SHA-256 over a domain label, the sender and the canonical header.
+        """SHA-256 over a domain label, the sender and the canonical header with every digest.
 
-        The header holds every array's digest, so an identical retry gets the same receipt and
-        any change of content gets a different one.
+        The header then holds every array's digest, so an identical retry gets the same receipt
+        (whether its digests travelled in the header or the trailer) and any change of content
+        gets a different one.
         """
+        if not self.has_digests:
+            raise InvalidInputError("a receipt needs the digest of every array")
         h = hashlib.sha256(_RECEIPT_DOMAIN)
         h.update(participant_id.encode() + b"\x00")
         h.update(self.to_proto().SerializeToString(deterministic=True))
         return h.digest()
 
 
-def bundle_spec(federation_id: str, method: str, arrays: Mapping[str, np.ndarray]) -> BundleSpec:
-    """Spec of ``arrays`` (stream order = mapping order)."""
-    return BundleSpec(federation_id, method,
-                      tuple(ArraySpec.of(name, arr) for name, arr in arrays.items()))
+def bundle_spec(federation_id: str, method: str, arrays: Mapping[str, np.ndarray], *,
+                digests: bool = True) -> BundleSpec:
+    """Spec of ``arrays`` (stream order = mapping order); ``digests=False`` leaves the digests
+    to be computed while sending (:class:`BundleSender`)."""
+    return BundleSpec(federation_id, method, tuple(ArraySpec.of(name, arr, digest=digests)
+                                                   for name, arr in arrays.items()))
+
+
+def _pieces(arrays: Mapping[str, np.ndarray],
+            chunk_size: int) -> Iterator[tuple[int, memoryview]]:
+    """``(array index, view)`` of the arrays' raw bytes in pieces of at most ``chunk_size``."""
+    if chunk_size < 1:
+        raise InvalidInputError(f"chunk_size must be >= 1, got {chunk_size}")
+    for index, arr in enumerate(arrays.values()):
+        view = raw_bytes(arr)
+        for start in range(0, len(view), chunk_size):
+            yield index, view[start:start + chunk_size]
 
 
 def iter_chunks(
@@ -174,12 +229,8 @@ def iter_chunks(
 
     Views into the arrays: nothing is copied (beyond a byte-order conversion).
     """
-    if chunk_size < 1:
-        raise InvalidInputError(f"chunk_size must be >= 1, got {chunk_size}")
-    for arr in arrays.values():
-        view = raw_bytes(arr)
-        for start in range(0, len(view), chunk_size):
-            yield view[start:start + chunk_size]
+    for _, piece in _pieces(arrays, chunk_size):
+        yield piece
 
 
 def _varint(n: int) -> bytes:
@@ -203,21 +254,184 @@ def encode_chunk(piece: memoryview | bytes) -> bytes:
     return b"".join((_CHUNK_TAG, _varint(len(piece)), piece))
 
 
+def _chunk_payload(view: memoryview) -> memoryview | None:
+    """The payload of a serialized ``UploadRequest`` that is exactly one ``chunk`` field (what
+    :func:`encode_chunk` and the protobuf runtime write), as a view; None for anything else."""
+    if not len(view) or view[0] != _CHUNK_TAG[0]:
+        return None
+    length, shift, pos = 0, 0, 1
+    while pos < len(view) and pos <= 10:
+        byte = view[pos]
+        length |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            return view[pos:] if pos + length == len(view) else None
+        shift += 7
+    return None
+
+
+def parse_request(message: bytes | memoryview | pb.UploadRequest) -> tuple[str, object]:
+    """``(part, value)`` of one message of a bundle stream: ``("header", BundleHeader)``,
+    ``("chunk", payload)`` or ``("trailer", BundleTrailer)``.
+
+    A serialized message (the analyst reads bundle streams without the protobuf runtime) that
+    is one chunk field yields a view of its payload, without a copy (hand-decoded, the inverse of
+    :func:`encode_chunk`, because parsing a 1 MiB message and reading its field copies the
+    payload twice); anything else is parsed by the protobuf runtime.
+    """
+    if isinstance(message, pb.UploadRequest):
+        msg = message
+    else:
+        view = memoryview(message)
+        payload = _chunk_payload(view)
+        if payload is not None:
+            return "chunk", payload
+        try:
+            msg = pb.UploadRequest.FromString(view.tobytes())
+        except DecodeError:
+            raise InvalidInputError("a bundle stream message is not an UploadRequest") from None
+    part = msg.WhichOneof("part")
+    if part is None:
+        raise InvalidInputError("an UploadRequest carries no header, chunk or trailer")
+    return part, getattr(msg, part)
+
+
+class BundleSender:
+    """The client-streaming messages of one bundle, replayable for retries.
+
+    When ``spec`` has no digests (``bundle_spec(..., digests=False)``), a pass sends the header
+    without them, hashes every chunk in a helper thread (SHA-256 releases the GIL) while gRPC
+    sends the chunks before it, and ends with the trailer. Once a pass has sent the trailer the
+    digests are known (:attr:`spec`), and later passes (retries) carry them in the header, so
+    that the analyst can answer an identical retry before reading any chunk.
+
+    Parameters
+    ----------
+    spec : BundleSpec
+        The header, with or without digests.
+    arrays : mapping of str to ndarray
+        The arrays, in ``spec`` order.
+    chunk_size : int
+        Bytes per chunk message.
+    """
+
+    def __init__(self, spec: BundleSpec, arrays: Mapping[str, np.ndarray],
+                 chunk_size: int = CHUNK_SIZE) -> None:
+        self.spec = spec
+        self._arrays = arrays
+        self._chunk_size = chunk_size
+
+    def messages(self) -> Iterator[bytes]:
+        """The serialized messages of one pass: header, chunks, and the trailer when needed."""
+        spec = self.spec
+        yield pb.UploadRequest(header=spec.to_proto()).SerializeToString()
+        if spec.has_digests:
+            for piece in iter_chunks(self._arrays, self._chunk_size):
+                yield encode_chunk(piece)
+            return
+        hashes = [hashlib.sha256() for _ in spec.arrays]
+        with ThreadPoolExecutor(1, thread_name_prefix="bundle-hash") as hasher:
+            pending: deque[Future] = deque()
+            for index, piece in _pieces(self._arrays, self._chunk_size):
+                pending.append(hasher.submit(hashes[index].update, piece))
+                if len(pending) > HASH_AHEAD:
+                    pending.popleft().result()
+                yield encode_chunk(piece)
+            for done in pending:
+                done.result()
+        digests = [h.digest() for h in hashes]
+        self.spec = spec.with_digests(digests)
+        yield pb.UploadRequest(trailer=pb.BundleTrailer(sha256=digests)).SerializeToString()
+
+
 def request_stream(
     spec: BundleSpec, arrays: Mapping[str, np.ndarray], chunk_size: int = CHUNK_SIZE
 ) -> Iterator[bytes]:
-    """The serialized client-streaming messages of one bundle: the header, then the chunks."""
-    yield pb.UploadRequest(header=spec.to_proto()).SerializeToString()
-    for piece in iter_chunks(arrays, chunk_size):
-        yield encode_chunk(piece)
+    """The serialized client-streaming messages of one bundle (one :class:`BundleSender` pass)."""
+    return BundleSender(spec, arrays, chunk_size).messages()
+
+
+class BundleStream:
+    """A received bundle: the header's spec, the chunk payloads, then the declared digests.
+
+    Parameters
+    ----------
+    spec : BundleSpec
+        The header.
+    chunks : iterable of bytes-like
+        The chunk payloads in order.
+    trailer : sequence of bytes, optional
+        Digests of a trailer (in-process streams; :meth:`from_messages` finds it on the wire).
+    """
+
+    def __init__(self, spec: BundleSpec, chunks: Iterable[bytes | memoryview],
+                 trailer: Sequence[bytes] | None = None) -> None:
+        self.spec = spec
+        self._chunks = chunks
+        self.trailer = None if trailer is None else tuple(trailer)
+
+    @classmethod
+    def from_messages(cls, messages: Iterable[bytes | memoryview | pb.UploadRequest]
+                      ) -> BundleStream:
+        """The stream of wire messages: a header first, then chunks, then at most a trailer."""
+        it = iter(messages)
+        first = next(it, None)
+        part, header = parse_request(first) if first is not None else ("", None)
+        if part != "header":
+            raise InvalidInputError("a bundle stream must start with its header")
+        assert isinstance(header, pb.BundleHeader)
+        stream = cls(BundleSpec.from_proto(header), ())
+        stream._chunks = stream._payloads(it)
+        return stream
+
+    def _payloads(self, messages: Iterator) -> Iterator[bytes | memoryview]:
+        for message in messages:
+            part, value = parse_request(message)
+            if self.trailer is not None:
+                raise InvalidInputError("nothing may follow the trailer of a bundle stream")
+            if part == "chunk":
+                yield value  # type: ignore[misc]  # bytes or a view of them
+            elif part == "trailer":
+                self.trailer = tuple(bytes(d) for d in value.sha256)  # type: ignore[attr-defined]
+            else:
+                raise InvalidInputError("only chunks and a trailer may follow the header")
+
+    def chunks(self) -> Iterator[bytes | memoryview]:
+        """The chunk payloads (once)."""
+        yield from self._chunks
+
+    def digests(self) -> tuple[bytes, ...]:
+        """The declared digest of every array: the header's, or the trailer's (call after
+        :meth:`chunks` is exhausted).
+
+        Raises
+        ------
+        IntegrityError
+            The header has no digests and the stream ended without its trailer (truncated).
+        InvalidInputError
+            A malformed trailer, or one that contradicts the header's digests.
+        """
+        header = tuple(a.sha256 for a in self.spec.arrays)
+        if self.trailer is None:
+            if not self.spec.has_digests:
+                raise IntegrityError("the stream ended without the trailer its header announces "
+                                     "(truncated)")
+            return header
+        self.spec.with_digests(self.trailer)  # checks the count and sizes
+        if any(not d for d in self.trailer):
+            raise InvalidInputError("the trailer leaves a digest empty")
+        if self.spec.has_digests and self.trailer != header:
+            raise InvalidInputError("the trailer's digests differ from the header's")
+        return self.trailer
 
 
 class BundleDigester:
     """Incremental SHA-256 of every array of a bundle from chunks of any size.
 
-    ``feed`` raises :class:`~common.errors.IntegrityError` as soon as the stream is longer than
-    the header declared; ``finish`` raises when it was shorter or a digest differs, naming the
-    array.
+    ``feed`` (or ``split``) raises :class:`~common.errors.IntegrityError` as soon as the stream
+    is longer than the header declared; ``finish`` raises when it was shorter or a digest
+    differs, naming the array. ``split`` (accounting) and ``update`` (hashing) may run in
+    different threads, ``update`` in stream order.
     """
 
     def __init__(self, spec: BundleSpec) -> None:
@@ -225,25 +439,19 @@ class BundleDigester:
         self.received = 0
         self._index = 0
         self._left = spec.arrays[0].nbytes if spec.arrays else 0
-        self._hash = hashlib.sha256()
-        self._digests: list[bytes] = []
+        self._hashes = [hashlib.sha256() for _ in spec.arrays]
         self._skip_empty()
 
     def _skip_empty(self) -> None:
-        # Close the current array (and any zero-byte arrays after it) once it is complete.
+        # Move past the current array (and any zero-byte arrays after it) once it is complete.
         while self._index < len(self.spec.arrays) and self._left == 0:
-            self._digests.append(self._hash.digest())
             self._index += 1
-            self._hash = hashlib.sha256()
             if self._index < len(self.spec.arrays):
                 self._left = self.spec.arrays[self._index].nbytes
 
-    def feed(self, data: bytes) -> list[tuple[ArraySpec, memoryview]]:
-        """Account for the next ``data`` bytes of the stream.
-
-        Returns the pieces of ``data`` with the array each belongs to, in order, so a caller
-        can inspect array contents as they stream by (e.g. for NaN) without re-reading them.
-        """
+    def split(self, data: bytes | memoryview) -> list[tuple[int, memoryview]]:
+        """Account for the next ``data`` bytes of the stream: ``(array index, piece)`` in order,
+        each piece within one array."""
         view = memoryview(data)
         if self.received + len(view) > self.spec.nbytes:
             raise IntegrityError(f"the stream carries more than the {self.spec.nbytes} bytes its "
@@ -252,22 +460,54 @@ class BundleDigester:
         pieces = []
         while len(view):
             take = min(self._left, len(view))
-            self._hash.update(view[:take])
-            pieces.append((self.spec.arrays[self._index], view[:take]))
+            pieces.append((self._index, view[:take]))
             view = view[take:]
             self._left -= take
             self._skip_empty()
         return pieces
 
-    def finish(self) -> None:
-        """Check the stream was complete and every digest matches its header."""
+    def update(self, pieces: Iterable[tuple[int, memoryview]]) -> None:
+        """Hash pieces returned by :meth:`split` (in stream order)."""
+        for index, piece in pieces:
+            self._hashes[index].update(piece)
+
+    def feed(self, data: bytes | memoryview) -> list[tuple[ArraySpec, memoryview]]:
+        """Account for and hash the next ``data`` bytes of the stream.
+
+        Returns the pieces of ``data`` with the array each belongs to, in order, so a caller
+        can inspect array contents as they stream by (e.g. for NaN) without re-reading them.
+        """
+        pieces = self.split(data)
+        self.update(pieces)
+        return [(self.spec.arrays[i], piece) for i, piece in pieces]
+
+    def digests(self) -> list[bytes]:
+        """SHA-256 of every array's bytes received so far."""
+        return [h.digest() for h in self._hashes]
+
+    def finish(self, expected: Sequence[bytes] | None = None) -> None:
+        """Check the stream was complete and every digest matches ``expected`` (default: the
+        header's)."""
         if self.received != self.spec.nbytes:
             raise IntegrityError(f"the stream ended after {self.received} of "
                                  f"{self.spec.nbytes} declared bytes (truncated)")
-        for array, digest in zip(self.spec.arrays, self._digests, strict=True):
-            if digest != array.sha256:
+        if expected is None:
+            expected = [a.sha256 for a in self.spec.arrays]
+        for array, got, digest in zip(self.spec.arrays, self.digests(), expected, strict=True):
+            if got != digest:
                 raise IntegrityError(f"array {array.name!r}: SHA-256 of the received bytes "
-                                     "differs from the header (corrupt)")
+                                     "differs from the declared one (corrupt)")
+
+
+def drain(stream: BundleStream) -> BundleSpec:
+    """Read a whole stream without keeping it: its spec with the verified digests (the answer to
+    a retry of a committed bundle whose header carried no digests)."""
+    digester = BundleDigester(stream.spec)
+    for chunk in stream.chunks():
+        digester.feed(chunk)
+    digests = stream.digests()
+    digester.finish(digests)
+    return stream.spec.with_digests(digests)
 
 
 def decode_array(header: pb.ArrayHeader, data: bytes) -> np.ndarray:
@@ -276,11 +516,12 @@ def decode_array(header: pb.ArrayHeader, data: bytes) -> np.ndarray:
     Raises
     ------
     InvalidInputError
-        The header is malformed (:meth:`ArraySpec.from_proto`).
+        The header is malformed or has no digest (:meth:`ArraySpec.from_proto`).
     IntegrityError
         ``data`` has another length than the header declares, or another SHA-256.
     """
     spec = ArraySpec.from_proto(header)
+    _check_digest(spec.sha256, spec.name)
     if len(data) != spec.nbytes:
         raise IntegrityError(f"array {spec.name!r} carries {len(data)} bytes, its header "
                              f"declares {spec.nbytes}")

@@ -32,7 +32,7 @@ from noisyanchor.common.errors import (
     NoisyAnchorError,
 )
 from noisyanchor.common.tomlconfig import TlsFiles
-from noisyanchor.common.wire import CHUNK_SIZE, BundleSpec, request_stream
+from noisyanchor.common.wire import CHUNK_SIZE, BundleSender, BundleSpec
 from noisyanchor.participant import tls_check
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 from noisyanchor.protos.v1 import analyst_pb2_grpc as pb_grpc
@@ -250,11 +250,16 @@ class AnalystClient:
 
     def send_bundle(self, kind: str, spec: BundleSpec, arrays: Mapping[str, np.ndarray],
                     chunk_size: int = CHUNK_SIZE) -> pb.Receipt:
-        """Stream one bundle (``kind`` is ``upload`` or ``disclosure``); re-streamed on retry."""
+        """Stream one bundle (``kind`` is ``upload`` or ``disclosure``); re-streamed on retry.
+
+        With ``spec`` from ``bundle_spec(..., digests=False)`` the arrays are hashed while they
+        are sent and the digests follow in the trailer (:class:`common.wire.BundleSender`); a
+        retry after a complete pass carries them in its header.
+        """
         rpc = self.raw_upload if kind == "upload" else self.raw_disclose
         deadline = STREAM_DEADLINE_BASE + spec.nbytes / STREAM_MIN_RATE
-        return self.call(kind, lambda: rpc(request_stream(spec, arrays, chunk_size),
-                                           timeout=deadline))
+        sender = BundleSender(spec, arrays, chunk_size)
+        return self.call(kind, lambda: rpc(sender.messages(), timeout=deadline))
 
     def status(self) -> pb.StatusReply:
         """The federation's progress."""

@@ -30,13 +30,21 @@ class BundleHeader(_message.Message):
     arrays: _containers.RepeatedCompositeFieldContainer[ArrayHeader]
     def __init__(self, federation_id: _Optional[str] = ..., method: _Optional[str] = ..., arrays: _Optional[_Iterable[_Union[ArrayHeader, _Mapping]]] = ...) -> None: ...
 
+class BundleTrailer(_message.Message):
+    __slots__ = ("sha256",)
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    sha256: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, sha256: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
 class UploadRequest(_message.Message):
-    __slots__ = ("header", "chunk")
+    __slots__ = ("header", "chunk", "trailer")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
+    TRAILER_FIELD_NUMBER: _ClassVar[int]
     header: BundleHeader
     chunk: bytes
-    def __init__(self, header: _Optional[_Union[BundleHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+    trailer: BundleTrailer
+    def __init__(self, header: _Optional[_Union[BundleHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ..., trailer: _Optional[_Union[BundleTrailer, _Mapping]] = ...) -> None: ...
 
 class Receipt(_message.Message):
     __slots__ = ("participant_id", "receipt", "already_committed")

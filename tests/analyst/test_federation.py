@@ -17,10 +17,15 @@ from noisyanchor.analyst.config import AnalystConfig
 from noisyanchor.analyst.federation import Federation
 from noisyanchor.analyst.storage import Store
 from noisyanchor.common.attacks import relative_error
-from noisyanchor.common.errors import NotFoundError, PermissionDeniedError, PreconditionError
+from noisyanchor.common.errors import (
+    AlreadyExistsError,
+    NotFoundError,
+    PermissionDeniedError,
+    PreconditionError,
+)
 from noisyanchor.common.gdp import anchor_from_seed
 from noisyanchor.common.tomlconfig import TlsFiles
-from noisyanchor.common.wire import bundle_spec, iter_chunks
+from noisyanchor.common.wire import BundleStream, bundle_spec, iter_chunks
 from noisyanchor.participant.compute import compute_upload
 
 P, N, D, R = 3, 30, 5, 12
@@ -34,10 +39,14 @@ def _config(tmp_path, **changes) -> AnalystConfig:
     return AnalystConfig(**(base | changes))
 
 
-def _send(fed, pid, kind, arrays):
+def _send(fed, pid, kind, arrays, *, trailer=False):
+    """Commit ``arrays``: digests in the header, or (``trailer=True``) after the chunks."""
     spec = bundle_spec("f", "aa-igdp", arrays)
+    stream = BundleStream(spec.without_digests() if trailer else spec,
+                          iter_chunks(arrays, chunk_size=100),
+                          [a.sha256 for a in spec.arrays] if trailer else None)
     action = fed.upload if kind == "upload" else fed.disclose
-    return action(pid, spec, iter_chunks(arrays, chunk_size=100))
+    return action(pid, stream)
 
 
 @pytest.fixture
@@ -133,6 +142,31 @@ def test_restarted_federation_keeps_uploads_and_refuses_late_changes(tmp_path, u
     assert again.status()["committed"] == ["a"]
     retry = _send(again, "a", "upload", arrays)
     assert retry.already_committed and retry.receipt == first.receipt
+
+
+@pytest.mark.parametrize(("first_trailer", "retry_trailer"),
+                         [(True, True), (True, False), (False, True)])
+def test_identical_retries_get_the_same_receipt_wherever_the_digests_travel(
+        tmp_path, uploads, first_trailer, retry_trailer):
+    """Digests in the header or in the trailer: the same content has one receipt, a retry of
+    it is answered as already committed, and a different one is refused (after reading it,
+    when only its trailer can tell)."""
+    _, _, out = uploads
+    arrays = {"data": out[0][0].data, "anchor": out[0][0].anchor,
+              "labels": np.zeros(N, "<i8"), "tags": np.zeros(N, "|i1")}
+    fed = Federation(_config(tmp_path), Store(tmp_path / "store"))
+    first = _send(fed, "a", "upload", arrays, trailer=first_trailer)
+    assert first.receipt == bundle_spec("f", "aa-igdp", arrays).receipt("a")
+    retry = _send(fed, "a", "upload", arrays, trailer=retry_trailer)
+    assert retry.already_committed and retry.receipt == first.receipt
+    changed = arrays | {"data": arrays["data"] + 1.0}  # same shapes, other bytes
+    with pytest.raises(AlreadyExistsError, match="differs"):
+        _send(fed, "a", "upload", changed, trailer=retry_trailer)
+    wider = arrays | {"data": np.vstack([arrays["data"], arrays["data"][:1]]),
+                      "labels": np.zeros(N + 1, "<i8"), "tags": np.zeros(N + 1, "|i1")}
+    with pytest.raises(AlreadyExistsError, match="differs"):
+        _send(fed, "a", "upload", wider, trailer=retry_trailer)
+    assert Store(tmp_path / "store").committed(fed.store.uploads) == ["a"]
 
 
 def test_disclosures_need_the_federation_to_accept_collusion(tmp_path, rng):

@@ -7,8 +7,11 @@ from noisyanchor.common.errors import IntegrityError, InvalidInputError
 from noisyanchor.common.wire import (
     ArraySpec,
     BundleDigester,
+    BundleSender,
     BundleSpec,
+    BundleStream,
     bundle_spec,
+    drain,
     encode_chunk,
     iter_chunks,
     request_stream,
@@ -100,3 +103,98 @@ def test_hand_encoded_chunk_equals_the_protobuf_encoding(size):
     encoded = encode_chunk(memoryview(data))
     assert encoded == pb.UploadRequest(chunk=data).SerializeToString()
     assert pb.UploadRequest.FromString(encoded).chunk == data
+
+
+def _digests(arrays):
+    return [ArraySpec.of(name, a).sha256 for name, a in arrays.items()]
+
+
+def test_sender_without_digests_hashes_while_sending_and_ends_with_the_trailer(arrays):
+    sender = BundleSender(bundle_spec("f", "aa-igdp", arrays, digests=False), arrays,
+                          chunk_size=64)
+    msgs = [pb.UploadRequest.FromString(m) for m in sender.messages()]
+    assert msgs[0].WhichOneof("part") == "header"
+    assert all(not a.sha256 for a in msgs[0].header.arrays)  # the header carries none
+    assert all(m.WhichOneof("part") == "chunk" for m in msgs[1:-1])
+    assert b"".join(m.chunk for m in msgs[1:-1]) == b"".join(iter_chunks(arrays))
+    assert msgs[-1].WhichOneof("part") == "trailer"
+    assert list(msgs[-1].trailer.sha256) == _digests(arrays)
+    # After a complete pass the digests are known: a retry carries them in its header.
+    assert sender.spec == bundle_spec("f", "aa-igdp", arrays)
+    again = [pb.UploadRequest.FromString(m) for m in sender.messages()]
+    assert BundleSpec.from_proto(again[0].header) == sender.spec
+    assert again[-1].WhichOneof("part") == "chunk"
+
+
+def test_received_stream_gives_chunk_views_without_copies_and_the_trailer(arrays):
+    messages = list(request_stream(bundle_spec("f", "aa-igdp", arrays, digests=False), arrays,
+                                   chunk_size=100))
+    stream = BundleStream.from_messages(iter(messages))
+    chunks = list(stream.chunks())
+    assert all(isinstance(c, memoryview) and c.obj is m for c, m in zip(chunks, messages[1:],
+                                                                        strict=False))
+    assert b"".join(chunks) == b"".join(iter_chunks(arrays))
+    assert list(stream.digests()) == _digests(arrays)
+    assert drain(BundleStream.from_messages(iter(messages))) == bundle_spec("f", "aa-igdp",
+                                                                            arrays)
+
+
+def test_messages_the_protobuf_runtime_wrote_parse_the_same(arrays):
+    """Chunks serialized by the library, parsed messages, and a chunk field written twice (the
+    last one wins, as in protobuf) all reach the same payloads."""
+    spec = bundle_spec("f", "aa-igdp", arrays)
+    raw = b"".join(iter_chunks(arrays))
+    twice = encode_chunk(b"ignored") + encode_chunk(raw)
+    for messages in (
+        [pb.UploadRequest(header=spec.to_proto()).SerializeToString(),
+         pb.UploadRequest(chunk=raw).SerializeToString()],
+        [pb.UploadRequest(header=spec.to_proto()), pb.UploadRequest(chunk=raw)],
+        [pb.UploadRequest(header=spec.to_proto()).SerializeToString(), twice],
+    ):
+        stream = BundleStream.from_messages(messages)
+        assert b"".join(bytes(c) for c in stream.chunks()) == raw
+        assert stream.digests() == tuple(_digests(arrays))
+
+
+def test_malformed_streams_are_refused_with_the_reason(arrays):
+    spec = bundle_spec("f", "aa-igdp", arrays)
+    header = pb.UploadRequest(header=spec.without_digests().to_proto()).SerializeToString()
+    raw = b"".join(iter_chunks(arrays))
+    trailer = pb.UploadRequest(trailer=pb.BundleTrailer(sha256=_digests(arrays)))
+
+    def consume(messages):
+        stream = BundleStream.from_messages(messages)
+        for _ in stream.chunks():
+            pass
+        return stream.digests()
+
+    with pytest.raises(InvalidInputError, match="start with its header"):
+        consume([encode_chunk(raw)])
+    with pytest.raises(InvalidInputError, match="not an UploadRequest"):
+        consume([b"\xff\xff\xff"])
+    with pytest.raises(InvalidInputError, match="nothing may follow the trailer"):
+        consume([header, encode_chunk(raw), trailer.SerializeToString(), encode_chunk(b"")])
+    with pytest.raises(IntegrityError, match="without the trailer"):
+        consume([header, encode_chunk(raw)])
+    short = pb.UploadRequest(trailer=pb.BundleTrailer(sha256=_digests(arrays)[:-1]))
+    with pytest.raises(InvalidInputError, match="digests for the"):
+        consume([header, encode_chunk(raw), short.SerializeToString()])
+    full = pb.UploadRequest(header=spec.to_proto()).SerializeToString()
+    other = pb.UploadRequest(trailer=pb.BundleTrailer(sha256=[b"\0" * 32] * len(arrays)))
+    with pytest.raises(InvalidInputError, match="differ from the header"):
+        consume([full, encode_chunk(raw), other.SerializeToString()])
+    some = spec.to_proto()
+    some.arrays[0].sha256 = b""
+    with pytest.raises(InvalidInputError, match="some arrays only"):
+        BundleSpec.from_proto(some)
+    with pytest.raises(InvalidInputError, match="receipt needs"):
+        spec.without_digests().receipt("p0")
+
+
+def test_drain_refuses_a_trailer_that_does_not_match_the_bytes(arrays):
+    spec = bundle_spec("f", "aa-igdp", arrays)
+    wrong = _digests(arrays)
+    wrong[0] = bytes(32)
+    stream = BundleStream(spec.without_digests(), iter_chunks(arrays), wrong)
+    with pytest.raises(IntegrityError, match=r"'data'.*corrupt"):
+        drain(stream)

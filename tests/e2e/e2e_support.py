@@ -88,9 +88,12 @@ def random_upload(rng: np.random.Generator, n: int, d: int, r: int | None) -> di
     return arrays
 
 
-def send(client: AnalystClient, method: str, arrays: dict, federation_id: str = FEDERATION):
-    """Stream ``arrays`` as an upload; returns the receipt."""
-    return client.send_bundle("upload", bundle_spec(federation_id, method, arrays), arrays)
+def send(client: AnalystClient, method: str, arrays: dict, federation_id: str = FEDERATION,
+         *, digests: bool = False):
+    """Stream ``arrays`` as an upload, as a participant does (digests hashed while sending, in
+    the trailer; ``digests=True``: hashed first, in the header); returns the receipt."""
+    spec = bundle_spec(federation_id, method, arrays, digests=digests)
+    return client.send_bundle("upload", spec, arrays)
 
 
 def forge_certificate(pki: Pki, stem: str, *, common_names: Sequence[str] = (),

@@ -41,12 +41,14 @@ def _stored(fed) -> list[str]:
     return sorted(p.name for d in ("uploads", "disclosures") for p in (store / d).iterdir())
 
 
-def _raw_stream(client, header: pb.BundleHeader, chunks):
+def _raw_stream(client, header: pb.BundleHeader, chunks, trailer: pb.BundleTrailer | None = None):
     """Send a hand-made stream; returns the gRPC error (the call must fail)."""
     def messages():
         yield pb.UploadRequest(header=header)
         for c in chunks:
             yield pb.UploadRequest(chunk=c)
+        if trailer is not None:
+            yield pb.UploadRequest(trailer=trailer)
 
     with pytest.raises(grpc.RpcError) as err:
         client.stub.Upload(messages())
@@ -79,6 +81,34 @@ def test_truncated_and_corrupt_streams_commit_nothing(fed, rng):
         err = _raw_stream(c, spec.to_proto(), [raw, b"extra"])
         assert err.code() == grpc.StatusCode.DATA_LOSS
     assert _stored(fed) == []
+
+
+def test_trailer_streams_without_or_with_wrong_digests_commit_nothing(fed, rng):
+    """A header without digests announces a trailer: a stream that ends without it, or whose
+    trailer does not match the bytes, is refused (DATA_LOSS) and stores nothing."""
+    arrays = random_upload(rng, N, D, R)
+    header = bundle_spec(FEDERATION, "aa-igdp", arrays, digests=False).to_proto()
+    raw = b"".join(iter_chunks(arrays))
+    digests = [a.sha256 for a in bundle_spec(FEDERATION, "aa-igdp", arrays).arrays]
+    with fed.client("p1") as c:
+        err = _raw_stream(c, header, [raw])
+        assert err.code() == grpc.StatusCode.DATA_LOSS and "without the trailer" in err.details()
+        wrong = pb.BundleTrailer(sha256=[bytes(32), *digests[1:]])
+        err = _raw_stream(c, header, [raw], trailer=wrong)
+        assert err.code() == grpc.StatusCode.DATA_LOSS and "corrupt" in err.details()
+    assert _stored(fed) == []
+
+
+def test_digests_in_the_header_or_the_trailer_give_one_receipt(fed, rng):
+    """A sender that hashes first (digests in the header, the version-1 way) and one that hashes
+    while sending (trailer) commit the same content under the same receipt."""
+    arrays = random_upload(rng, N, D, R)
+    with fed.client("p2") as c:
+        first = send(c, "aa-igdp", arrays, digests=True)
+        again = send(c, "aa-igdp", arrays)  # trailer: read to its end, then answered
+    assert not first.already_committed and again.already_committed
+    assert first.receipt == again.receipt == bundle_spec(FEDERATION, "aa-igdp",
+                                                         arrays).receipt("p2")
 
 
 @pytest.mark.parametrize("change, match", [
