@@ -140,6 +140,26 @@ def release_federation(root: Path, ids: Sequence[str], records: Sequence[np.ndar
     ``records[i]`` as participant ``ids[i]`` (keeping the GDP keys for score queries) and wait
     for the alignment. ``before_upload(configs)`` runs against the not yet aligned analyst. The
     caller stops the processes with :func:`stop_federation`."""
+    fed = start_release_federation(root, ids, records, dim=dim, anchors=anchors, tables=tables,
+                                   timeout=timeout, extra=extra)
+    try:
+        if before_upload is not None:
+            before_upload(fed.configs)
+        for p in start_uploads(fed):
+            assert p.wait(timeout) == 0
+        wait_for_result(fed.analyst.files.store, fed.analyst.proc, timeout)
+    except BaseException:
+        stop_federation(fed)
+        raise
+    return fed
+
+
+def start_release_federation(root: Path, ids: Sequence[str], records: Sequence[np.ndarray], *,
+                             dim: int, anchors: int, tables: str, timeout: float = 60.0,
+                             extra: Mapping[str, Mapping[str, Any]] | None = None
+                             ) -> ReleaseFederation:
+    """The first half of :func:`release_federation`: the analyst started (on a port it keeps
+    across restarts) and every participant's config written; nothing uploaded yet."""
     data = {}
     for pid, x in zip(ids, records, strict=True):
         data[pid] = root / "data" / f"{pid}.npz"
@@ -161,18 +181,20 @@ def release_federation(root: Path, ids: Sequence[str], records: Sequence[np.ndar
             files, pid, federation_id=FEDERATION, address=f"127.0.0.1:{port}", method="aa-igdp",
             anchors=anchors, dim=None, projection_seed=None, sigma=0.0, v=0.0, seed=11 + k,
             keep_secrets=True, timeout=timeout) for k, pid in enumerate(ids)}
-        if before_upload is not None:
-            before_upload(fed.configs)
-        uploads = [start(["participant", "upload", "--config", fed.configs[pid]],
-                         root / f"{pid}.log") for pid in ids]
-        fed.analyst.procs.extend(uploads)
-        for p in uploads:
-            assert p.wait(timeout) == 0
-        wait_for_result(files.store, proc, timeout)
     except BaseException:
         stop_federation(fed)
         raise
     return fed
+
+
+def start_uploads(fed: ReleaseFederation) -> list:
+    """``participant upload`` processes (anchor agreement, then the upload), one per
+    participant, logging to ``<pid>.log`` beside the federation; stopped with the federation."""
+    root = fed.analyst.files.root
+    uploads = [start(["participant", "upload", "--config", cfg], root / f"{pid}.log")
+               for pid, cfg in fed.configs.items()]
+    fed.analyst.procs.extend(uploads)
+    return uploads
 
 
 def stop_federation(fed: ReleaseFederation) -> None:
