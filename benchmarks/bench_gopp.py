@@ -22,9 +22,12 @@ certificate), so it counts numpy's arrays (the baseline's dense ``G`` included) 
 threads' private buffers.
 
 Run: ``python -m benchmarks.bench_gopp [--quick] [--out PATH]`` (JSON, and a bar chart of (a) as
-PNG beside it; ``--replot`` redraws the chart of an existing JSON). BLAS threads are whatever the
-environment gives (the machine's default unless ``OPENBLAS_NUM_THREADS`` is set); they are
-recorded with the load average in the JSON.
+PNG beside it; ``--replot`` redraws the chart of an existing JSON). BLAS threads follow the
+project's policy (:mod:`common.blas`: one thread unless a size crossover and an idle CPU say
+otherwise; ``solve_gopp`` chooses its block workers so workers x BLAS threads fit the CPUs, and
+the baseline runs at the process default of one thread); the policy, each library's thread count
+and the load average at the start and the end are recorded in the JSON, and each solve's
+``blas_threads`` in its row.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import scipy
 
+from noisyanchor.common.blas import THREAD_VARIABLES, blas_settings, configure_blas
 from noisyanchor.common.gdp import make_anchor, sample_key
 from noisyanchor.common.gopp import solve_gopp
 from noisyanchor.common.theory import phase_transition_v
@@ -217,7 +221,8 @@ def to_tolerance(anchors: np.ndarray, max_iter: int, *, with_baseline: bool) -> 
                          rejected_extrapolations=res.rejected_extrapolations,
                          mixed_precision_steps=res.mixed_precision_steps,
                          certificate_min_eig=res.certificate_min_eig,
-                         certificate_tol=res.certificate_tol, certified=res.certified))
+                         certificate_tol=res.certificate_tol, certified=res.certified,
+                         blas_threads=res.blas_threads))
     if with_baseline:
         base = straightforward_gopp(anchors, max_iter=max_iter, tol=1e-7)
         rows.append(_row("baseline", base.seconds, base.init_seconds, base.iterations,
@@ -246,16 +251,6 @@ def peak_memory(anchors: np.ndarray) -> dict:
     }
 
 
-def blas_info() -> list[dict]:
-    """BLAS libraries and their thread counts (threadpoolctl, when installed)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return []
-    return [{key: info.get(key) for key in ("internal_api", "version", "num_threads")}
-            for info in threadpool_info()]
-
-
 def run(quick: bool) -> dict:
     sizes = QUICK_SIZES if quick else FULL_SIZES
     counts = (5, 20) if quick else (20, 100)
@@ -264,9 +259,8 @@ def run(quick: bool) -> dict:
         "meta": {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "loadavg_start": os.getloadavg(), "cpus": os.cpu_count(),
                  "python": platform.python_version(), "numpy": np.__version__,
-                 "scipy": scipy.__version__, "blas": blas_info(),
-                 "env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS",
-                                                        "OMP_NUM_THREADS")},
+                 "scipy": scipy.__version__, "blas": blas_settings(),
+                 "env": {k: os.environ.get(k) for k in THREAD_VARIABLES},
                  "quick": quick},
         "sizes": [],
     }
@@ -329,6 +323,10 @@ def table(report: dict) -> str:
                              f"{x['seconds']:7.2f} {cs:8s} | {x['iterations_per_second']:6.2f} | "
                              f"{x['objective']:.12g}{diff} | {x.get('stopped_by', '-')} | "
                              f"{cert}")
+            if key == "below_v_pt":
+                lines.append("      ours stops no later than the plain rule, at the old rule's "
+                             "objective (1e-10 relative) and certificate: "
+                             f"{e[key]['ours_stops_first_at_the_same_answer']}")
     return "\n".join(lines)
 
 
@@ -371,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out or RESULTS
         plot(json.loads(out.read_text()), out.with_suffix(".png"))
         return 0
+    configure_blas()
     report = run(args.quick)
     out = args.out if args.out is not None else (None if args.quick else RESULTS)
     if out is not None:
