@@ -13,13 +13,20 @@ Both servers are separate processes with the same TLS credentials and the same 1
 Peak memory is the analyst's ``VmHWM`` (peak resident set) from ``/proc/<pid>/status`` after the
 upload, next to its value just before. The upload must not be held in memory several times over.
 
-Run: ``python benchmarks/bench_upload.py`` (1 GiB, writes benchmarks/results/upload.json);
-``--size-mib 64`` for a quick check.
+On one host both ends share the cores, so the system's extra per-byte work (SHA-256 at both
+ends, the write and fsync) competes with the stream itself: the JSON records those costs measured
+alone (``per_byte_costs_alone``) and the best ratio they allow on this machine's cores
+(``cpu_bound``), next to every run's client and server CPU seconds, the load average at the start
+and the end, and the BLAS thread settings.
+
+Run: ``flock -x /work/cpu.lock python benchmarks/bench_upload.py`` (1 GiB, writes
+benchmarks/results/upload.json); ``--size-mib 64`` for a quick check.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -35,7 +42,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from noisyanchor.common.blas import available_cpus
+from noisyanchor.common.blas import available_cpus, blas_settings, configure_blas
 from noisyanchor.common.tomlconfig import TlsFiles
 from noisyanchor.common.wire import CHUNK_SIZE, bundle_spec
 from noisyanchor.deploy.demo import write_analyst
@@ -46,6 +53,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Fully qualified name of the baseline's one method.
 BASELINE_METHOD = "/baseline.Bytes/Stream"
+
+#: gRPC worker threads of the baseline server.
+BASELINE_WORKERS = 4
 
 #: Feature width of the benchmark array (rows follow from the size).
 WIDTH = 128
@@ -78,7 +88,7 @@ def serve_baseline(port_file: Path, cert: Path, key: Path, ca: Path) -> None:
 
     handler = grpc.method_handlers_generic_handler("baseline.Bytes", {
         "Stream": grpc.stream_unary_rpc_method_handler(stream)})
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=BASELINE_WORKERS))
     server.add_generic_rpc_handlers((handler,))
     creds = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())],
                                         root_certificates=ca.read_bytes(),
@@ -155,6 +165,50 @@ def run_system(files, tls: TlsFiles, arrays: dict) -> dict:
         stop(analyst)
 
 
+def component_costs(payload: memoryview, folder: Path) -> dict:
+    """CPU seconds this process spends, alone, on the two per-byte costs the system adds to the
+    plain stream: SHA-256 of the payload (done once by the participant and once by the analyst)
+    and writing it to a file in ``folder`` with fsync (the analyst's way: 1 MiB writes, the
+    written range handed to the disk every ``WRITEBACK_BYTES``)."""
+    from noisyanchor.analyst.storage import WRITEBACK_BYTES
+
+    cpu = own_cpu_seconds()
+    digest = hashlib.sha256()
+    for i in range(0, len(payload), CHUNK_SIZE):
+        digest.update(payload[i:i + CHUNK_SIZE])
+    sha = own_cpu_seconds() - cpu
+    path = folder / "component-write.bin"
+    cpu, began = own_cpu_seconds(), time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        flushed = 0
+        for i in range(0, len(payload), CHUNK_SIZE):
+            os.write(fd, payload[i:i + CHUNK_SIZE])
+            end = min(i + CHUNK_SIZE, len(payload))
+            if end - flushed >= WRITEBACK_BYTES:
+                os.posix_fadvise(fd, flushed, end - flushed, os.POSIX_FADV_DONTNEED)
+                flushed = end
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return {"sha256_cpu_seconds": sha, "write_fsync_cpu_seconds": own_cpu_seconds() - cpu,
+            "write_fsync_wall_seconds": time.perf_counter() - began}
+
+
+def cpu_bound(runs: list[dict], costs: dict, cpus: int) -> dict:
+    """The best throughput ratio the system could reach on ``cpus`` shared cores: the plain
+    stream's CPU (client and server) plus two SHA-256 passes and one write, spread perfectly over
+    the cores, against the plain stream's median wall time (an optimistic estimate)."""
+    base = [r["baseline_plain_grpc_bytes"] for r in runs]
+    base_cpu = float(np.median([b["server_cpu_seconds"] + b["client_cpu_seconds"] for b in base]))
+    needed = base_cpu + 2 * costs["sha256_cpu_seconds"] + costs["write_fsync_cpu_seconds"]
+    base_wall = float(np.median([b["seconds"] for b in base]))
+    return {"baseline_cpu_seconds": base_cpu, "system_cpu_seconds_at_least": needed,
+            "best_wall_seconds_on_these_cpus": needed / cpus,
+            "best_ratio_on_these_cpus": min(1.0, base_wall / (needed / cpus))}
+
+
 def main() -> None:
     """Command-line entry."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -167,6 +221,8 @@ def main() -> None:
     if args.serve_baseline:
         serve_baseline(*args.serve_baseline)
         return
+    configure_blas()
+    load_start = list(os.getloadavg())
     rows = args.size_mib * (1 << 20) // (8 * WIDTH)
     rng = np.random.default_rng(0)
     data = rng.standard_normal((rows, WIDTH))
@@ -182,6 +238,8 @@ def main() -> None:
             tls = TlsFiles(files.pki.ca, *files.pki.clients["p0"])
             runs.append({"baseline_plain_grpc_bytes": run_baseline(files, tls, payload),
                          "system": run_system(files, tls, arrays)})
+    with tempfile.TemporaryDirectory(prefix="bench-upload-") as tmp:
+        costs = component_costs(payload, Path(tmp))
     med = {k: float(np.median([r[k]["mb_per_s"] for r in runs]))
            for k in ("system", "baseline_plain_grpc_bytes")}
     growth = max(r["system"]["analyst_peak_rss_mib"] - r["system"]["analyst_idle_peak_rss_mib"]
@@ -191,12 +249,19 @@ def main() -> None:
         "size_mib": args.size_mib, "chunk_bytes": CHUNK_SIZE, "repeats": args.repeat,
         "median_mb_per_s": med,
         "system_over_baseline_throughput": med["system"] / med["baseline_plain_grpc_bytes"],
+        "per_byte_costs_alone": costs,
+        "cpu_bound": cpu_bound(runs, costs, available_cpus()),
         "analyst_peak_rss_mib": max(r["system"]["analyst_peak_rss_mib"] for r in runs),
         "analyst_peak_rss_growth_mib": growth,
         "analyst_peak_rss_growth_over_upload_size": growth / args.size_mib,
         "runs": runs,
         "machine": {"cpus": available_cpus(),
+                    "load_average_1_5_15_start": load_start,
                     "load_average_1_5_15": list(os.getloadavg()),
+                    "blas": blas_settings(),
+                    "thread_env": {k: os.environ.get(k) for k in (
+                        "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "GRPC_POLL_STRATEGY")},
+                    "baseline_server_workers": BASELINE_WORKERS,
                     "python": platform.python_version(), "grpcio": grpc.__version__,
                     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
     }
