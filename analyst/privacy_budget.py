@@ -342,7 +342,8 @@ class PrivacyLedger:
                 raise BudgetExceededError(
                     f"participant {participant!r}'s release quota on dataset {dataset!r} is "
                     f"exhausted: {mine.count} of {self.participant_max_releases} releases "
-                    "charged; left: none")
+                    "charged ([privacy] participant_max_releases); left: none; nothing was "
+                    "charged")
             refusals = []  # every budget this release would cross, the dataset's first
             if total.mu_sq + mu_sq > self._mu_budget ** 2:
                 after = epsilon_of_mu(math.sqrt(total.mu_sq + mu_sq), self.delta_budget)

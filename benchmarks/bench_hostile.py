@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
               "hostile_outcomes": runs["hostile"].hostile_outcomes, **summary,
               "runs": {k: v.to_json() for k, v in runs.items()}, "meta": meta}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    args.out.write_text(json.dumps(report, indent=1, separators=(",", ":")) + "\n")
     plot(runs, args.out.with_suffix(".png"))
     print(json.dumps({k: report[k] for k in ("hostile", "baseline",
                                               "ratio_hostile_over_baseline", "floors")},

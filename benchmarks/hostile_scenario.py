@@ -146,8 +146,10 @@ class ScenarioReport:
         return [s for phase in self.status_latency.values() for s in phase]
 
     def to_json(self) -> dict:
-        """The report with summary percentiles."""
+        """The report with summary percentiles (``status_latency``: calls per phase)."""
         out = asdict(self)
+        # Each latency is in status_samples already (with its time); only the counts here.
+        out["status_latency"] = {phase: len(v) for phase, v in self.status_latency.items()}
         out["rss_growth_mib"] = self.rss_growth_mib
         out["summary"] = {
             "status_p50_s": percentile(self.status_all(), 50),
@@ -324,7 +326,7 @@ class _Sampler:
                 self.report.status_errors.setdefault(phase, []).append(err.code().name)
             seconds = time.monotonic() - began
             self.report.status_latency.setdefault(phase, []).append(seconds)
-            self.report.status_samples.append((round(began - self.began, 2), seconds))
+            self.report.status_samples.append((round(began - self.began, 2), round(seconds, 5)))
 
     def _memory(self) -> None:
         while not self.stop.wait(RSS_PERIOD):
@@ -332,7 +334,8 @@ class _Sampler:
                 rss = memory_mib(self.pid)["VmRSS"]
             except (OSError, KeyError):
                 return
-            self.report.rss_samples.append((round(time.monotonic() - self.began, 2), rss))
+            self.report.rss_samples.append((round(time.monotonic() - self.began, 2),
+                                            round(rss, 2)))
             self.report.rss_peak_mib = max(self.report.rss_peak_mib, rss)
 
 

@@ -50,3 +50,20 @@ def test_certs_cli_reports_bad_names_and_unwritable_folders_without_a_traceback(
     assert main(["certs", "--out", "/proc/x", "--participants", "p0"]) == 1
     err = capsys.readouterr().err
     assert "cannot write certificates to /proc/x" in err and "Traceback" not in err
+
+
+@pytest.mark.e2e
+def test_certs_command_refuses_a_300_character_name_as_a_process_writing_nothing(tmp_path):
+    """``noisyanchor certs`` run as operators run it: exit status 1 and the reason on stderr,
+    no traceback, no folder (issue 9: the CA and server files used to be written first)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "pki"
+    done = subprocess.run([sys.executable, "-m", "noisyanchor", "certs", "--out", str(out),
+                           "--participants", "p0", "b" * 300], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1
+    assert "(300 characters)' must be 1-64 letters" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert not out.exists()
