@@ -18,6 +18,7 @@ import json
 import pytest
 
 from benchmarks.hostile_scenario import HostileMix, run_scenario
+from noisyanchor.analyst.edge import REFUSALS_LOGGED
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -47,6 +48,9 @@ def test_honest_participants_complete_a_federation_under_hostile_streams(tmp_pat
     assert "the limit ([server] max_streams_per_caller = 4)" in log
     assert f"the client took no message for {SEND_TIMEOUT:g} s: cancelled" in log
     assert "Traceback" not in log
+    # The outsiders' hundreds of refusals left a bounded log: a few lines per distinct refusal.
+    logged = log.count("is not a participant of federation")
+    assert logged <= 4 * REFUSALS_LOGGED * MIX.outsiders < uploads["silent:PERMISSION_DENIED"]
     # Nothing hostile was stored or charged: one bundle per participant, no partial stream
     # left, one charge per insider (its own paid release; the stopped reads cost nothing).
     store = tmp_path / "store"
