@@ -70,23 +70,24 @@ def available_cpus() -> int:
 
 
 def idle_cpus() -> int:
-    """CPUs of this process not taken by other runnable tasks right now.
+    """CPUs of this process not taken by other processes' runnable tasks right now.
 
-    From the kernel's count of runnable tasks in ``/proc/loadavg`` (this thread included), the
-    smallest of :data:`RUNNABLE_SAMPLES` reads 1 ms apart; where it cannot be read, every CPU
-    counts as idle.
+    The kernel's count of runnable tasks in ``/proc/loadavg`` less this process's own runnable
+    threads (this one, and BLAS workers of an operation that just ended, which busy-wait for
+    tens of milliseconds and would otherwise read as a neighbour's work: the next operation
+    then took one thread on an idle machine), the smallest of :data:`RUNNABLE_SAMPLES` reads
+    1 ms apart; where either cannot be read, every CPU counts as idle.
     """
     cpus = available_cpus()
-    counts = []
+    others = []
     for i in range(RUNNABLE_SAMPLES):
         if i:
             time.sleep(0.001)
-        count = _runnable_tasks()
-        if count is None:
+        total, own = _runnable_tasks(), _own_runnable_threads()
+        if total is None or own is None:
             return cpus
-        counts.append(count)
-    others = max(0, min(counts) - 1)
-    return max(1, cpus - others)
+        others.append(max(0, total - own))
+    return max(1, cpus - min(others))
 
 
 def _runnable_tasks() -> int | None:
@@ -96,6 +97,25 @@ def _runnable_tasks() -> int | None:
             return int(fh.read().split()[3].split("/")[0])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def _own_runnable_threads() -> int | None:
+    """Threads of this process in state R now (this one included; ``/proc/self/task/*/stat``),
+    or None where that cannot be read."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    count = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        # the state follows the command name, which is in parentheses and may contain any byte
+        count += stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] == b"R"
+    return max(count, 1)
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,10 @@ and nested blocks share without oversubscribing, and GOPP workers that fit besid
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -41,6 +43,7 @@ def four_cpus(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(blas, "available_cpus", lambda: 4)
     monkeypatch.setattr(blas, "_runnable_tasks", lambda: 1)  # only this thread runs
+    monkeypatch.setattr(blas, "_own_runnable_threads", lambda: 1)
     configure_blas(announce=False)
     yield
     monkeypatch.undo()
@@ -68,6 +71,41 @@ def test_busy_cpus_are_not_handed_to_blas(four_cpus, monkeypatch):
     assert idle_cpus() == 4
     monkeypatch.setattr(blas, "_runnable_tasks", lambda: None)  # unreadable: all CPUs
     assert idle_cpus() == 4
+
+
+def test_this_process_s_own_runnable_threads_are_not_a_neighbour(four_cpus, monkeypatch):
+    # BLAS workers of an operation that just ended still spin: 3 runnable, all of them ours
+    monkeypatch.setattr(blas, "_runnable_tasks", lambda: 3)
+    monkeypatch.setattr(blas, "_own_runnable_threads", lambda: 3)
+    assert idle_cpus() == 4 and eigh_threads(2 * EIGH_CROSSOVER) == 4
+    monkeypatch.setattr(blas, "_runnable_tasks", lambda: 5)  # and two of another process
+    assert idle_cpus() == 2
+    monkeypatch.setattr(blas, "_own_runnable_threads", lambda: None)  # unreadable: all CPUs
+    assert idle_cpus() == 4
+
+
+def test_own_runnable_threads_counts_a_thread_of_ours_that_computes():
+    assert blas._own_runnable_threads() in (None, *range(1, threading.active_count() + 8))
+    if blas._own_runnable_threads() is None:
+        pytest.skip("/proc/self/task cannot be read here")
+    stop = threading.Event()
+
+    def spin() -> None:  # hashing a large buffer releases the GIL: this thread stays runnable
+        data = bytes(1 << 24)
+        while not stop.is_set():
+            hashlib.sha256(data).digest()
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 5.0
+        seen = 1
+        while seen < 2 and time.monotonic() < deadline:
+            seen = max(seen, blas._own_runnable_threads() or 0)
+    finally:
+        stop.set()
+        worker.join(10.0)
+    assert seen >= 2
 
 
 def test_the_kernel_count_of_runnable_tasks_includes_this_thread():

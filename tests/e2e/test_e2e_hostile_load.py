@@ -2,13 +2,14 @@
 streams run against the same analyst, all over mutual TLS on 127.0.0.1 with real processes.
 
 The scenario (``benchmarks.hostile_scenario``, shared with ``benchmarks/bench_hostile.py``, which
-runs the issue's full size and records latencies and memory) at a small size: 5 honest
-participants; 4 hostile participants each holding 5 streams (one over the per-caller cap of 4):
-silent, zero-byte-chunk and slow uploads, then Gram readers that take one message and stop; and
-10 silent streams from two CA-signed certificates of non-participants. Asserted: the honest
-uploads commit, the federation aligns, every honest Status is answered, every hostile stream is
-refused or cut with its reason, and nothing hostile is stored or charged. Speed is the
-benchmark's business, not asserted here.
+records latencies and memory against a baseline) at the issue's size with short phases: 20
+honest participants; 32 hostile participants each holding 5 streams (one over the per-caller cap
+of 4): silent, zero-byte-chunk and slow uploads, then Gram readers that take one message and
+stop; and 40 silent streams from two CA-signed certificates of non-participants: 200 hostile
+streams at once. Asserted: the honest uploads commit, the federation aligns, every honest Status
+is answered, every hostile stream is refused or cut with its reason, and nothing hostile is
+stored or charged. Bounded: each phase lasts ``MIX.window`` seconds and every process is stopped
+at the end. Speed is the benchmark's business, not asserted here.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from noisyanchor.analyst.edge import REFUSALS_LOGGED
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-MIX = HostileMix(honest=5, insiders=4, streams_per_insider=5, outsiders=2, outsider_streams=10,
-                 rows=100, window=12.0)
+MIX = HostileMix(honest=20, insiders=32, streams_per_insider=5, outsiders=2, outsider_streams=40,
+                 rows=20, window=15.0)
 #: Release send timeout (seconds): short, so the stopped readers are cut within the window.
 SEND_TIMEOUT = 3.0
 
@@ -42,7 +43,8 @@ def test_honest_participants_complete_a_federation_under_hostile_streams(tmp_pat
     assert uploads["silent:PERMISSION_DENIED"] >= MIX.outsider_streams
     assert releases["silent:PERMISSION_DENIED"] >= MIX.outsider_streams
     # The fifth stream of each insider met the per-caller cap.
-    assert sum(v for k, v in uploads.items() if k.endswith("RESOURCE_EXHAUSTED")) >= 4
+    assert MIX.hostile_streams == 200
+    assert sum(v for k, v in uploads.items() if k.endswith("RESOURCE_EXHAUSTED")) >= MIX.insiders
     assert releases["stopped:HELD"] >= MIX.insiders * 4
     log = (tmp_path / "analyst.log").read_text()
     assert "the limit ([server] max_streams_per_caller = 4)" in log
