@@ -30,7 +30,15 @@ since other work may share the machine.
 
 Run from the repository root (under the benchmark lock on the shared development machine)::
 
-    flock /work/bench.lock python benchmarks/bench_projection.py
+    flock -x /work/cpu.lock python benchmarks/bench_projection.py
+
+or split into runs that each hold the lock for less time, merged into one JSON (each row
+records its own caps and load)::
+
+    flock -x /work/cpu.lock python benchmarks/bench_projection.py --n 1000,2000
+    flock -x /work/cpu.lock python benchmarks/bench_projection.py --n 4000 --merge
+
+A PNG of seconds against n per method is written beside the JSON.
 """
 
 from __future__ import annotations
@@ -192,6 +200,8 @@ def bench_row(n: int, epsilon: float, clean: np.ndarray, args: argparse.Namespac
     newton = measured(lambda: run_ours("newton", noisy, args.target, None))
     cap = min(max(args.cap_factor * newton["seconds"], args.min_cap), args.max_cap)
     row["baseline_cap_seconds"] = cap
+    row["baseline_cap"] = {"factor_of_newton_seconds": args.cap_factor,
+                           "min_seconds": args.min_cap, "max_seconds": args.max_cap}
     runs = {"newton": newton}
     for name in ("dykstra", "aap"):
         runs[name] = measured(lambda name=name: run_ours(name, noisy, args.target, cap))
@@ -228,12 +238,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="BLAS threads for every method; 0: the project's policy "
                         "(common.blas: per operation, by size and by the CPUs idle now)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "projection.json"))
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the rows of an existing --out for (n, epsilon) not run now "
+                        "(a full benchmark split into runs, e.g. one per n)")
     args = parser.parse_args(argv)
     configure_blas(args.threads or None)
     blas = blas_settings()
     sizes = [int(t) for t in args.n.split(",")]
     epsilons = [float(t) for t in args.epsilons.split(",")]
-    rows = []
+    rows: list = []
+    kept = _kept_rows(Path(args.out), sizes, epsilons) if args.merge else []
     t_all = time.perf_counter()
     for n in sizes:
         clean = digits_rows(n)
@@ -241,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         np.fill_diagonal(clean, 1.0)
         for eps in epsilons:
             rows.append(bench_row(n, eps, clean, args))
-            _write(args, rows, blas, t_all)  # a partial file survives an interruption
-    _write(args, rows, blas, t_all)
+            _write(args, kept + rows, blas, t_all)  # a partial file survives an interruption
+    rows = _write(args, kept + rows, blas, t_all)
     print("\n| n | epsilon | method | seconds | eigh (single) | gap | peak MiB | Newton faster |")
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
@@ -254,26 +268,67 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {row['n']} | {row['epsilon']:g} | {name} | {secs} | "
                   f"{r['eigendecompositions']} ({r['single_precision_eigendecompositions']}) | "
                   f"{r['relative_gap']:.1e} | {r['peak_memory_mib']:.0f} | {faster} |")
-    print(f"\nwritten {args.out} ({(time.perf_counter() - t_all) / 60:.1f} min)")
+    plot(rows, Path(args.out).with_suffix(".png"))
+    print(f"\nwritten {args.out} and its chart ({(time.perf_counter() - t_all) / 60:.1f} min)")
     return 0
 
 
-def _write(args: argparse.Namespace, rows: list, blas: list, t_all: float) -> None:
+def _kept_rows(out: Path, sizes: list[int], epsilons: list[float]) -> list[dict]:
+    """Rows of an existing result file for the (n, epsilon) pairs not run now (rows of an older
+    format, without epsilon, are dropped)."""
+    if not out.is_file():
+        return []
+    return [row for row in json.loads(out.read_text()).get("rows", [])
+            if "epsilon" in row and not (row["n"] in sizes and row["epsilon"] in epsilons)]
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Seconds against n per method, one panel per epsilon (log-log); a hollow marker is a
+    capped run, whose time is a lower bound."""
+    from noisyanchor.experiments.figures import pyplot, save_figure
+
+    plt = pyplot()
+    epsilons = sorted({row["epsilon"] for row in rows})
+    fig, axes = plt.subplots(1, len(epsilons), figsize=(5.5 * len(epsilons), 4.2),
+                             squeeze=False, sharey=True)
+    for ax, eps in zip(axes[0], epsilons, strict=True):
+        these = sorted((row for row in rows if row["epsilon"] == eps), key=lambda r: r["n"])
+        for k, name in enumerate(("newton", "dykstra", "aap", "statsmodels")):
+            ns = [row["n"] for row in these]
+            secs = [row["methods"][name]["seconds"] for row in these]
+            capped = [row["methods"][name]["capped"] for row in these]
+            ax.plot(ns, secs, color=f"C{k}", label=name)
+            for n, sec, cap in zip(ns, secs, capped, strict=True):
+                ax.plot(n, sec, "o", color=f"C{k}", markerfacecolor="none" if cap else f"C{k}")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks([row["n"] for row in these], [str(row["n"]) for row in these])
+        ax.set_xticks([], minor=True)
+        ax.set_xlabel("n (records)")
+        ax.set_title(f"epsilon = {eps:g}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("seconds (hollow: capped, a lower bound)")
+    axes[0][0].legend(fontsize=8)
+    save_figure(plt, fig, path)
+
+
+def _write(args: argparse.Namespace, rows: list, blas: list, t_all: float) -> list:
+    rows = sorted(rows, key=lambda row: (row["n"], row["epsilon"]))
     doc = {
         "benchmark": "nearest correlation matrix of DP-noised digits Grams: semismooth Newton "
                      "vs Dykstra, AAP and statsmodels corr_nearest",
         "target_relative_gap": args.target, "delta": DELTA, "seed": args.seed,
         "noise": "record-level: sigma calibrated to 2 sqrt(2 (n - 1)) (analytic Gaussian)",
         "records": "digits (1,797), then one-pixel shifts of them; rows unit-normalised",
-        "baseline_cap": {"factor_of_newton_seconds": args.cap_factor, "min_seconds":
-                         args.min_cap, "max_seconds": args.max_cap},
+        "baseline_cap": "per row (rows may come from separate runs merged with --merge)",
         "blas_threads_override": args.threads or None, "blas": blas, "cpus": os.cpu_count(),
         "python": platform.python_version(), "numpy": np.__version__,
         "scipy": scipy.__version__, "machine": f"{platform.machine()}, shared 2-core host",
-        "total_seconds": time.perf_counter() - t_all, "rows": rows,
+        "seconds_of_the_last_run": time.perf_counter() - t_all, "rows": rows,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    return rows
 
 
 if __name__ == "__main__":
