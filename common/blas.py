@@ -70,23 +70,25 @@ def available_cpus() -> int:
 
 
 def idle_cpus() -> int:
-    """CPUs of this process not taken by other processes' runnable tasks right now.
+    """CPUs of this process not taken by other runnable tasks right now.
 
-    The kernel's count of runnable tasks in ``/proc/loadavg`` less this process's own runnable
-    threads (this one, and BLAS workers of an operation that just ended, which busy-wait for
-    tens of milliseconds and would otherwise read as a neighbour's work: the next operation
-    then took one thread on an idle machine), the smallest of :data:`RUNNABLE_SAMPLES` reads
-    1 ms apart; where either cannot be read, every CPU counts as idle.
+    From the kernel's count of runnable tasks in ``/proc/loadavg``, less this thread and less
+    the runnable threads of this process that Python did not start (:func:`_native_runnable`):
+    the workers of a BLAS operation that just ended busy-wait for tens of milliseconds, and
+    counted as a neighbour's work they made the next operation take one thread on an idle
+    machine. Python threads of this process that compute (the analyst's other requests) still
+    count, as they compete for the same cores. The smallest of :data:`RUNNABLE_SAMPLES` reads
+    1 ms apart is kept; where the kernel's count cannot be read, every CPU counts as idle.
     """
     cpus = available_cpus()
     others = []
     for i in range(RUNNABLE_SAMPLES):
         if i:
             time.sleep(0.001)
-        total, own = _runnable_tasks(), _own_runnable_threads()
-        if total is None or own is None:
+        total = _runnable_tasks()
+        if total is None:
             return cpus
-        others.append(max(0, total - own))
+        others.append(max(0, total - 1 - _native_runnable()))
     return max(1, cpus - min(others))
 
 
@@ -99,23 +101,32 @@ def _runnable_tasks() -> int | None:
         return None
 
 
-def _own_runnable_threads() -> int | None:
-    """Threads of this process in state R now (this one included; ``/proc/self/task/*/stat``),
-    or None where that cannot be read."""
+def _native_runnable() -> int:
+    """Threads of this process in state R now that Python did not start (BLAS workers, for
+    one); 0 where that cannot be read."""
+    python_threads = {t.native_id for t in threading.enumerate()}
+    return len(_runnable_threads() - python_threads)
+
+
+def _runnable_threads() -> set[int]:
+    """Ids of this process's threads in state R now (``/proc/self/task/*/stat``); empty where
+    that cannot be read."""
     try:
         tids = os.listdir("/proc/self/task")
     except OSError:
-        return None
-    count = 0
+        return set()
+    running = set()
     for tid in tids:
         try:
             with open(f"/proc/self/task/{tid}/stat", "rb") as fh:
                 stat = fh.read()
         except OSError:  # the thread ended meanwhile
             continue
-        # the state follows the command name, which is in parentheses and may contain any byte
-        count += stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] == b"R"
-    return max(count, 1)
+        # the state follows the command name, which is in parentheses and may hold any byte
+        end = stat.rfind(b")")
+        if stat[end + 2:end + 3] == b"R":
+            running.add(int(tid))
+    return running
 
 
 @dataclass(frozen=True)

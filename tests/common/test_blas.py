@@ -4,14 +4,13 @@ and nested blocks share without oversubscribing, and GOPP workers that fit besid
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_info
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from noisyanchor.common import blas
 from noisyanchor.common import gopp as gopp_module
@@ -43,7 +42,7 @@ def four_cpus(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(blas, "available_cpus", lambda: 4)
     monkeypatch.setattr(blas, "_runnable_tasks", lambda: 1)  # only this thread runs
-    monkeypatch.setattr(blas, "_own_runnable_threads", lambda: 1)
+    monkeypatch.setattr(blas, "_native_runnable", lambda: 0)
     configure_blas(announce=False)
     yield
     monkeypatch.undo()
@@ -73,39 +72,51 @@ def test_busy_cpus_are_not_handed_to_blas(four_cpus, monkeypatch):
     assert idle_cpus() == 4
 
 
-def test_this_process_s_own_runnable_threads_are_not_a_neighbour(four_cpus, monkeypatch):
-    # BLAS workers of an operation that just ended still spin: 3 runnable, all of them ours
+def test_this_process_s_spinning_blas_workers_are_not_a_neighbour(four_cpus, monkeypatch):
+    # BLAS workers of an operation that just ended still spin: 3 runnable, this thread and two
+    # threads Python did not start
     monkeypatch.setattr(blas, "_runnable_tasks", lambda: 3)
-    monkeypatch.setattr(blas, "_own_runnable_threads", lambda: 3)
+    monkeypatch.setattr(blas, "_native_runnable", lambda: 2)
     assert idle_cpus() == 4 and eigh_threads(2 * EIGH_CROSSOVER) == 4
     monkeypatch.setattr(blas, "_runnable_tasks", lambda: 5)  # and two of another process
     assert idle_cpus() == 2
-    monkeypatch.setattr(blas, "_own_runnable_threads", lambda: None)  # unreadable: all CPUs
-    assert idle_cpus() == 4
 
 
-def test_own_runnable_threads_counts_a_thread_of_ours_that_computes():
-    assert blas._own_runnable_threads() in (None, *range(1, threading.active_count() + 8))
-    if blas._own_runnable_threads() is None:
-        pytest.skip("/proc/self/task cannot be read here")
+def test_python_threads_that_compute_still_count_as_competition(monkeypatch):
+    ours = threading.get_native_id()
+    # this thread, a Python thread of ours that computes, and a native (BLAS) worker
+    monkeypatch.setattr(blas, "_runnable_threads", lambda: {ours, -1, 10**9})
+    monkeypatch.setattr(threading, "enumerate", lambda: [_Native(ours), _Native(-1)])
+    assert blas._native_runnable() == 1
+
+
+class _Native:
+    def __init__(self, native_id: int) -> None:
+        self.native_id = native_id
+
+
+def test_runnable_threads_sees_a_blas_worker_that_python_did_not_start():
+    if not blas._runnable_threads() or blas.available_cpus() < 2:
+        pytest.skip("needs /proc/self/task and two CPUs")
+    assert threading.get_native_id() in blas._runnable_threads()  # this one, reading
     stop = threading.Event()
+    a = np.random.default_rng(0).standard_normal((600, 600))
 
-    def spin() -> None:  # hashing a large buffer releases the GIL: this thread stays runnable
-        data = bytes(1 << 24)
-        while not stop.is_set():
-            hashlib.sha256(data).digest()
+    def multiply() -> None:  # two BLAS threads: the pool's worker is not a Python thread
+        with threadpool_limits(2):
+            while not stop.is_set():
+                a @ a
 
-    worker = threading.Thread(target=spin)
+    worker = threading.Thread(target=multiply)
     worker.start()
     try:
-        deadline = time.monotonic() + 5.0
-        seen = 1
-        while seen < 2 and time.monotonic() < deadline:
-            seen = max(seen, blas._own_runnable_threads() or 0)
+        deadline, seen = time.monotonic() + 10.0, 0
+        while seen == 0 and time.monotonic() < deadline:
+            seen = blas._native_runnable()
     finally:
         stop.set()
         worker.join(10.0)
-    assert seen >= 2
+    assert seen >= 1
 
 
 def test_the_kernel_count_of_runnable_tasks_includes_this_thread():
