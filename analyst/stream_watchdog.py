@@ -47,6 +47,12 @@ _HANDOFF_POLL = 0.5
 _END = object()
 
 
+def past_deadline(what: str, deadline: float) -> str:
+    """Why a stream that outlived ``[server] stream_deadline`` ends (both sides)."""
+    return (f"{what} is still open after {deadline:g} s, the limit for one stream "
+            "([server] stream_deadline)")
+
+
 @dataclass(frozen=True)
 class PaceRule:
     """How fast a stream's peer must keep up.
@@ -100,6 +106,7 @@ class PacedRequests(Iterator[Any]):
         self._closed = threading.Event()
         self._waited = 0.0  # seconds spent waiting for the client so far
         self._arrivals: deque[tuple[float, int]] = deque()  # (wait clock, bytes) in the window
+        self._window_bytes = 0  # their sum, kept as they come and go (checked per message)
         self._reader = threading.Thread(target=self._read, args=(messages,), daemon=True,
                                         name="stream-reader")
         self._reader.start()
@@ -131,22 +138,24 @@ class PacedRequests(Iterator[Any]):
     def _in_window(self) -> int:
         """Drop arrivals older than the window; the bytes of the rest."""
         while self._arrivals and self._arrivals[0][0] <= self._waited - self._rule.window:
-            self._arrivals.popleft()
-        return sum(n for _, n in self._arrivals)
+            self._window_bytes -= self._arrivals.popleft()[1]
+        return self._window_bytes
 
     def _allowance(self) -> float:
         """Seconds the server may still wait before the pace rule breaks if nothing arrives.
 
         The rule holds at wait clock ``w >= window`` when the arrivals in ``(w - window, w]``
-        bring ``min_bytes``; waiting longer only lets the oldest arrivals fall out.
+        bring ``min_bytes``; waiting longer only lets the oldest arrivals fall out, so it breaks
+        when the newest arrival whose suffix of arrivals still brings ``min_bytes`` falls out
+        (found from the newest end: usually one chunk, whatever the window holds).
         """
         window, need = self._rule.window, self._rule.min_bytes
-        total = self._in_window()
         breaks_at = max(self._waited, window)  # before one whole window nothing is judged
-        if total >= need:
-            for at, n in self._arrivals:
-                total -= n
-                if total < need:
+        if self._in_window() >= need:
+            newest = 0
+            for at, n in reversed(self._arrivals):
+                newest += n
+                if newest >= need:
                     breaks_at = max(breaks_at, at + window)
                     break
         return breaks_at - self._waited
@@ -162,8 +171,7 @@ class PacedRequests(Iterator[Any]):
                                "bytes/s, [server] stream_min_rate); nothing of it was kept")
 
     def _past_deadline(self) -> StreamIdleError:
-        return StreamIdleError(f"{self._what} is still open after {self._rule.deadline:g} s, "
-                               "the limit for one stream ([server] stream_deadline); nothing of "
+        return StreamIdleError(f"{past_deadline(self._what, self._rule.deadline)}; nothing of "
                                "it was kept")
 
     def __next__(self) -> Any:
@@ -183,7 +191,9 @@ class PacedRequests(Iterator[Any]):
             if error is not None:
                 raise error
             raise StopIteration
-        self._arrivals.append((self._waited, message_bytes(message)))
+        size = message_bytes(message)
+        self._arrivals.append((self._waited, size))
+        self._window_bytes += size
         return message
 
 
@@ -215,8 +225,7 @@ class SendWatch:
             return (f"{self.what} stopped reading: a message waited {now - since:.0f} s to be "
                     f"sent ([server] stream_idle_timeout = {self.rule.window:g})")
         if now >= self.deadline:
-            return (f"{self.what} is still open after {self.rule.deadline:g} s, the limit for "
-                    "one stream ([server] stream_deadline)")
+            return past_deadline(self.what, self.rule.deadline)
         return None
 
     def cancel(self, reason: str) -> None:

@@ -4,13 +4,16 @@ an aligned federation that serves DP releases."""
 from __future__ import annotations
 
 import socket
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from forged_certs import forge
@@ -94,6 +97,21 @@ def send(client: AnalystClient, method: str, arrays: dict, federation_id: str = 
     the trailer; ``digests=True``: hashed first, in the header); returns the receipt."""
     spec = bundle_spec(federation_id, method, arrays, digests=digests)
     return client.send_bundle("upload", spec, arrays)
+
+
+def refused_upload(fed: RunningAnalyst, pid: str,
+                   messages: Callable[[threading.Event], Iterator[Any]], *,
+                   timeout: float) -> grpc.RpcError:
+    """The error that ends one Upload stream from ``pid`` carrying ``messages(stop)`` (it must
+    end the call: the test fails otherwise); ``stop`` is set once the call is over, so a
+    generator that waits on it, and gRPC's sending thread with it, always ends."""
+    stop = threading.Event()
+    try:
+        with fed.client(pid) as c, pytest.raises(grpc.RpcError) as err:
+            c.stub.Upload(messages(stop), timeout=timeout)
+    finally:
+        stop.set()
+    return err.value
 
 
 def forge_certificate(pki: Pki, stem: str, *, common_names: Sequence[str] = (),

@@ -4,12 +4,11 @@ an identical retry is idempotent and a different second upload is refused."""
 from __future__ import annotations
 
 import re
-import threading
 
 import grpc
 import numpy as np
 import pytest
-from e2e_support import FEDERATION, random_upload, send, wait_until
+from e2e_support import FEDERATION, random_upload, refused_upload, send, wait_until
 
 from noisyanchor.common.errors import (
     AlreadyExistsError,
@@ -230,26 +229,21 @@ def test_a_stalled_stream_is_cancelled_and_frees_the_participants_slot(analyst, 
     raw = b"".join(iter_chunks(arrays))
     messages = [pb.UploadRequest(header=spec.to_proto()),
                 pb.UploadRequest(chunk=raw[: len(raw) // 2])][:sent_before_stalling]
-    release = threading.Event()
 
-    def stalled():
+    def stalled(stop):
         yield from messages
-        release.wait(30.0)  # silent but connected; bounded so the sending thread always ends
+        stop.wait(30.0)  # silent but connected; bounded so the sending thread always ends
 
-    try:
-        with fed.client("p1") as c, pytest.raises(grpc.RpcError) as err:
-            c.stub.Upload(stalled(), timeout=25.0)
-    finally:
-        release.set()
+    err = refused_upload(fed, "p1", stalled, timeout=25.0)
     # The analyst's refusal, with its reason (not the client's own 25 s deadline). A header
     # alone may still count in the window that ends the stream: then the rate is named.
-    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert re.fullmatch(r"Upload stream of 'p1' sent (nothing for 1 s \(\[server\] "
                         r"stream_idle_timeout\)|\d+ bytes in the last 1 s, below the minimum of "
                         r"1024 \(1024 bytes/s, \[server\] stream_min_rate\)); nothing of it was "
-                        r"kept", err.value.details())
+                        r"kept", err.details())
     assert wait_until(lambda: _stored(fed) == [])  # the handler removes its partial file
-    assert err.value.details() in fed.log.read_text()
+    assert err.details() in fed.log.read_text()
     with fed.client("p1") as c:
         assert not send(c, "aa-igdp", arrays).already_committed
     assert _stored(fed) == ["p1.bundle"]

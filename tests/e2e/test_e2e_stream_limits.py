@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import grpc
 import numpy as np
 import pytest
-from e2e_support import FEDERATION, random_upload, send, wait_until
+from e2e_support import FEDERATION, random_upload, refused_upload, send, wait_until
 
 from noisyanchor.common.wire import bundle_spec, iter_chunks
 from noisyanchor.protos.v1 import analyst_pb2 as pb
@@ -110,21 +110,16 @@ def test_zero_byte_chunks_do_not_keep_a_stream_alive(analyst, rng):
     window is 1 s; the stream is refused on the minimum rate and keeps nothing."""
     fed = analyst(["p0", "p1"], "aa-igdp", dim=D, anchors=R, stream_idle_timeout=1.0)
     spec = bundle_spec(FEDERATION, "aa-igdp", random_upload(rng, N, D, R))
-    stop = threading.Event()
 
-    def trickle():
+    def trickle(stop):
         yield pb.UploadRequest(header=spec.to_proto())
         while not stop.wait(0.2):
             yield pb.UploadRequest(chunk=b"")
 
-    try:
-        with fed.client("p1") as c, pytest.raises(grpc.RpcError) as err:
-            c.stub.Upload(trickle(), timeout=30)
-    finally:
-        stop.set()
-    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert err.value.details().startswith("Upload stream of 'p1' sent ")
-    assert err.value.details().endswith(" bytes in the last 1 s, below the minimum of 1024 "
+    err = refused_upload(fed, "p1", trickle, timeout=30)
+    assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert err.details().startswith("Upload stream of 'p1' sent ")
+    assert err.details().endswith(" bytes in the last 1 s, below the minimum of 1024 "
                                         "(1024 bytes/s, [server] stream_min_rate); nothing of "
                                         "it was kept")
     assert wait_until(lambda: _stored(fed) == [])
@@ -137,22 +132,17 @@ def test_a_stream_past_its_absolute_deadline_is_ended(analyst, rng):
                   extra={"server": {"stream_min_rate": 10.0, "stream_deadline": 2.0}})
     arrays = random_upload(rng, N, D, R)
     raw = b"".join(iter_chunks(arrays))
-    stop = threading.Event()
 
-    def byte_by_byte():
+    def byte_by_byte(stop):
         yield pb.UploadRequest(header=bundle_spec(FEDERATION, "aa-igdp", arrays).to_proto())
         for k in range(len(raw)):
             if stop.wait(0.05):
                 return
             yield pb.UploadRequest(chunk=raw[k:k + 1])
 
-    try:
-        with fed.client("p1") as c, pytest.raises(grpc.RpcError) as err:
-            c.stub.Upload(byte_by_byte(), timeout=30)
-    finally:
-        stop.set()
-    assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert err.value.details() == ("Upload stream of 'p1' is still open after 2 s, the limit "
+    err = refused_upload(fed, "p1", byte_by_byte, timeout=30)
+    assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert err.details() == ("Upload stream of 'p1' is still open after 2 s, the limit "
                                    "for one stream ([server] stream_deadline); nothing of it "
                                    "was kept")
     assert wait_until(lambda: _stored(fed) == [])
