@@ -80,13 +80,30 @@ def _provision(args: argparse.Namespace) -> int:
         done = provision(args.project, args.out, add_sites=tuple(args.add_site or ()),
                          renew=tuple(args.renew or ()))
     kits = {name: str(path) for name, path in sorted(done.kits.items())}
+    project = done.project
+    deadline = project.federation.get("deadline") if project else None
     if args.json:
-        print(json.dumps({"out": str(done.out), "ca": str(done.out / "ca"), "kits": kits},
-                         indent=2))
+        print(json.dumps({"out": str(done.out), "ca": str(done.out / "ca"), "kits": kits,
+                          "port": project.port if project else None,
+                          "health_port": project.health_port if project else None,
+                          "deadline": deadline.isoformat() if deadline else None}, indent=2))
     else:
         print(f"startup kits in {done.out}: {', '.join(kits)}; the CA key stays in "
               f"{done.out / 'ca'} (never ship it)")
+        if project is not None:
+            print(_federation_line(project))
     return 0
+
+
+def _federation_line(project) -> str:
+    """What the sites were told: where the analyst listens, and until when they wait."""
+    from noisyanchor.common.durations import human_time
+
+    deadline = project.federation.get("deadline")
+    health = f", health checks on 127.0.0.1:{project.health_port}" if project.health_port else ""
+    until = f"deadline {human_time(deadline)}" if deadline else "no deadline (sites wait 1 h)"
+    return (f"federation {project.name}: the analyst listens on {project.bind}:{project.port}"
+            f"{health}; {until}")
 
 
 def _certs(args: argparse.Namespace) -> int:

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import shutil
+import socket
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from noisyanchor.common.durations import human_duration, is_relative, parse_deadline
 from noisyanchor.common.errors import (
     AlreadyExistsError,
     ConfigError,
@@ -49,6 +52,8 @@ from noisyanchor.deploy.certs import (
 )
 from noisyanchor.deploy.launch import toml_text
 
+log = logging.getLogger(__name__)
+
 #: Keys of the project's ``[federation]`` table copied into the analyst's and the sites' configs.
 PROTOCOL_KEYS = ("method", "anchors", "dim", "projection_seed", "sigma", "v",
                  "translation_scale", "dealer")
@@ -58,6 +63,13 @@ ANALYST_ONLY_KEYS = ("reference", "deadline", "accept_collusion")
 
 #: Default certificate validity (days) when the project sets none.
 DEFAULT_VALIDITY_DAYS = 365
+
+#: Folder (under the kits folder) of the CA the operator keeps; never a site's name.
+CA_FOLDER = "ca"
+
+#: Where provisioning looks for free ports when the project asks for one (``port = 0``): the
+#: first free ones from here, so that a one-host pilot gets gRPC's usual 50051 when it is free.
+FREE_PORT_START, FREE_PORT_TRIES = 50051, 500
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,8 @@ class Project:
     schema: dict[str, Any] | None
     model: dict[str, Any] | None
     sites: tuple[Site, ...]
+    #: Whether the project's deadline was given relative to provisioning ("in 7 days").
+    relative_deadline: bool = False
 
     @property
     def site_names(self) -> tuple[str, ...]:
@@ -117,17 +131,24 @@ def load_project(path: Path) -> Project:
     except InvalidInputError as err:
         raise an.error("names", str(err)) from None
     bind = an.str("bind", "0.0.0.0")
-    port = an.int("port", 50051, minimum=1)
-    health = an.int("health_port", None, minimum=1)
+    port = an.int("port", 50051, minimum=0)
+    health = an.int("health_port", None, minimum=0)
     an.done()
     if port > 65535 or (health is not None and health > 65535):
-        raise ConfigError(f"{path}: [analyst] port and health_port must be 1..65535")
+        raise ConfigError(f"{path}: [analyst] port and health_port must be 0..65535 (0: a port "
+                          "free on this host, chosen when provisioning)")
     fed = dict(doc.get("federation", {}))
     bad = sorted(set(fed) - set(PROTOCOL_KEYS) - set(ANALYST_ONLY_KEYS))
     if bad:
         raise ConfigError(f"{path}: [federation] has unknown key(s) {', '.join(bad)}")
     if "method" not in fed:
         raise ConfigError(f"{path}: [federation] method is required")
+    relative = is_relative(fed.get("deadline"))
+    if "deadline" in fed:
+        try:
+            fed["deadline"] = parse_deadline(fed["deadline"])
+        except InvalidInputError as err:
+            raise ConfigError(f"{path}: [federation] deadline: {err}") from None
     raw_sites = doc.get("site", [])
     if not isinstance(raw_sites, list) or len(raw_sites) < 2:
         raise ConfigError(f"{path}: at least two [[site]] tables are needed")
@@ -142,9 +163,96 @@ def load_project(path: Path) -> Project:
         check_names([s.name for s in sites])
     except InvalidInputError as err:
         raise ConfigError(f"{path}: [[site]] name: {err}") from None
+    if CA_FOLDER in {s.name for s in sites}:
+        raise ConfigError(f"{path}: [[site]] name {CA_FOLDER!r} is the folder of the kept CA "
+                          "(kits/ca/); choose another name")
     fed.setdefault("dealer", sites[0].name)
     return Project(path, name, datetime.timedelta(days=days), names, addresses, bind, port,
-                   health, fed, doc.get("schema"), doc.get("model"), tuple(sites))
+                   health, fed, doc.get("schema"), doc.get("model"), tuple(sites), relative)
+
+
+# -- values chosen once, at the first provisioning -------------------------------------------
+def free_port(host: str, exclude: set[int] | frozenset[int] = frozenset(),
+              start: int = FREE_PORT_START, tries: int = FREE_PORT_TRIES) -> int:
+    """The first TCP port from ``start``, not in ``exclude``, that nothing listens on at
+    ``host`` now.
+
+    Probed by binding it as gRPC will: with ``SO_REUSEADDR`` (a port left in TIME_WAIT is free)
+    but not ``SO_REUSEPORT`` (a port a running server holds is not).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for port in range(start, min(start + tries, 65536)):
+        if port in exclude:
+            continue
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+        return port
+    raise InvalidInputError(f"no free TCP port on {host} among {start}..{start + tries - 1}: "
+                            "set [analyst] port (and health_port) in the project")
+
+
+def check_deadline_ahead(project: Project, now: datetime.datetime | None = None) -> None:
+    """Refuse a project whose deadline has passed: every site would be refused at once."""
+    deadline = project.federation.get("deadline")
+    now = now or datetime.datetime.now(datetime.UTC)
+    if deadline is not None and deadline <= now:
+        raise ConfigError(
+            f"{project.path}: [federation] deadline {deadline.isoformat()} is in the past "
+            f"({human_duration((now - deadline).total_seconds())} ago): the analyst would refuse "
+            "every site ('closed at its deadline'); set a later date-time or a time from now "
+            "such as deadline = \"in 7 days\"")
+
+
+def _kit_settings(out: Path) -> dict[str, Any]:
+    """The port, health port and deadline the analyst's kit under ``out`` already names."""
+    config = out / "analyst" / "analyst.toml"
+    if not config.is_file():
+        raise NotFoundError(f"no analyst kit under {out} (its {config} names the federation's "
+                            "port and deadline)")
+    doc = read_toml(config)
+    server, fed = doc.get("server", {}), doc.get("federation", {})
+    return {"port": server.get("port"), "health_port": server.get("health_port"),
+            "deadline": fed.get("deadline")}
+
+
+def settle(project: Project, out: Path, *, first: bool) -> Project:
+    """The project with the values provisioning decides once filled in.
+
+    At the first provisioning a deadline in the past is refused and ``port = 0`` /
+    ``health_port = 0`` become free ports of this host (:func:`free_ports`). Afterwards
+    (``--add-site``, ``--renew``, ``--sign``) every kit keeps naming what the analyst's kit
+    names: its ports where the project says 0, and always its deadline, so a relative deadline
+    ("in 7 days") is not moved by a later run and one extended with ``noisyanchor analyst
+    deadline`` is not put back.
+    """
+    if first:
+        check_deadline_ahead(project)
+        hosts = {"port": project.bind, "health_port": "127.0.0.1"}  # health: 127.0.0.1 only
+        taken = {p for p in (project.port, project.health_port) if p}
+        chosen: dict[str, int] = {}
+        for name, host in hosts.items():
+            if getattr(project, name) == 0:
+                chosen[name] = free_port(host, taken)
+                taken.add(chosen[name])
+        return replace(project, **chosen)
+    kit = _kit_settings(out)
+    fed = dict(project.federation)
+    if kit["deadline"] is None:
+        fed.pop("deadline", None)
+    else:
+        if fed.get("deadline") not in (None, kit["deadline"]) and not project.relative_deadline:
+            log.warning("the analyst's kit keeps its deadline %s; the project's %s is used only "
+                        "when provisioning a new federation (move the deadline with "
+                        "'noisyanchor analyst deadline')", kit["deadline"].isoformat(),
+                        fed["deadline"].isoformat())
+        fed["deadline"] = kit["deadline"]
+    ports = {name: kit[name] for name in ("port", "health_port")
+             if getattr(project, name) == 0 and kit[name] is not None}
+    return replace(project, federation=fed, **ports)
 
 
 # -- configs ---------------------------------------------------------------------------------
@@ -307,10 +415,12 @@ def _commit(staging: Path, out: Path) -> list[Path]:
 
 @dataclass(frozen=True)
 class Provisioned:
-    """What a provisioning run wrote: the output folder and the kits (by name)."""
+    """What a provisioning run wrote: the output folder, the kits (by name) and the project
+    as provisioned (ports and deadline settled, :func:`settle`)."""
 
     out: Path
     kits: dict[str, Path]
+    project: Project | None = None
 
 
 def provision(project_path: Path, out: Path | None = None, *, add_sites: tuple[str, ...] = (),
@@ -343,6 +453,7 @@ def provision(project_path: Path, out: Path | None = None, *, add_sites: tuple[s
     if not first and not (add_sites or renew):
         raise AlreadyExistsError(f"{out} is already provisioned (CA in {out / 'ca'}): use "
                                  "--add-site SITE, --renew SITE, or another --out")
+    project = settle(project, out, first=first)
     try:
         staging_parent = out.parent if out.parent.exists() else Path(tempfile.gettempdir())
         staging = Path(tempfile.mkdtemp(prefix=".provision-", dir=staging_parent))
@@ -377,7 +488,7 @@ def provision(project_path: Path, out: Path | None = None, *, add_sites: tuple[s
         moved = _commit(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return Provisioned(out, {p.name: p for p in moved if p.name != "ca"})
+    return Provisioned(out, {p.name: p for p in moved if p.name != "ca"}, project)
 
 
 def _renew(staging: Path, out: Path, project: Project, ca: KeptCa, name: str) -> None:
@@ -416,6 +527,7 @@ def sign_request(project_path: Path, csr_path: Path, out: Path | None = None) ->
     name = participant_id(csr)  # type: ignore[arg-type]
     site = project.site(name)
     ca = KeptCa.load(out)
+    project = settle(project, out, first=False)
     staging = Path(tempfile.mkdtemp(prefix=".provision-", dir=out))
     try:
         with_csr = Site(site.name, site.data, Path(csr_path))
@@ -428,4 +540,4 @@ def sign_request(project_path: Path, csr_path: Path, out: Path | None = None) ->
         (out / name / "pki" / f"{name}.key").unlink(missing_ok=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return Provisioned(out, {p.name: p for p in moved if p.name != "ca"})
+    return Provisioned(out, {p.name: p for p in moved if p.name != "ca"}, project)
