@@ -120,10 +120,13 @@ def _builder(subject: str, issuer: x509.Name, public_key,
 
 
 def make_ca(common_name: str = "noisyanchor demo CA",
-            validity: datetime.timedelta = VALIDITY) -> tuple[ec.EllipticCurvePrivateKey,
-                                                               x509.Certificate]:
-    """A self-signed CA key and certificate."""
-    key = ec.generate_private_key(ec.SECP256R1())
+            validity: datetime.timedelta = VALIDITY,
+            key: ec.EllipticCurvePrivateKey | None = None) -> tuple[ec.EllipticCurvePrivateKey,
+                                                                     x509.Certificate]:
+    """A self-signed CA key and certificate; with ``key``, a new certificate for that key
+    (renewal: certificates the key signed before verify against the new one as well, because
+    their issuer name and signature are the same)."""
+    key = key or ec.generate_private_key(ec.SECP256R1())
     cert = (_builder(common_name, _name(common_name), key.public_key(), validity)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,

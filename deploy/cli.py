@@ -37,11 +37,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     action.add_argument("--add-site", nargs="+", default=None, metavar="SITE",
                         help="make kits for sites added to the project, with the kept CA")
     action.add_argument("--renew", nargs="+", default=None, metavar="SITE",
-                        help="issue these certificates again (a site, or analyst) for their "
-                        "existing keys, valid validity_days from now")
+                        help="issue these certificates again (a site, analyst, or ca: the CA's "
+                        "own, same key and name) for their existing keys, valid "
+                        "validity_days from now")
     action.add_argument("--sign", type=Path, default=None, metavar="CSR",
                         help="make the kit of the site this CSR names (participant keygen); "
                         "the kit holds no key")
+    action.add_argument("--expiry", action="store_true",
+                        help="list when the CA's and every kit's certificates expire, and what "
+                        "to renew or re-ship (--renew ca renews the CA for its same key)")
     prov.add_argument("--json", action="store_true", help="print the kits as JSON")
     prov.set_defaults(handler=_provision)
 
@@ -74,6 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _provision(args: argparse.Namespace) -> int:
     from noisyanchor.deploy.provision import provision, sign_request
 
+    if args.expiry:
+        return _expiry(args)
     if args.sign is not None:
         done = sign_request(args.project, args.sign, args.out)
     else:
@@ -82,16 +88,50 @@ def _provision(args: argparse.Namespace) -> int:
     kits = {name: str(path) for name, path in sorted(done.kits.items())}
     project = done.project
     deadline = project.federation.get("deadline") if project else None
+    changed = {name: list(files) for name, files in (done.changed or {}).items()}
     if args.json:
         print(json.dumps({"out": str(done.out), "ca": str(done.out / "ca"), "kits": kits,
                           "port": project.port if project else None,
                           "health_port": project.health_port if project else None,
-                          "deadline": deadline.isoformat() if deadline else None}, indent=2))
+                          "deadline": deadline.isoformat() if deadline else None,
+                          "ship": changed}, indent=2))
+        return 0
+    print(f"startup kits in {done.out}: {', '.join(kits)}; the CA key stays in "
+          f"{done.out / 'ca'} (never ship it)")
+    if project is not None:
+        print(_federation_line(project))
+    if args.add_site or args.renew or args.sign:
+        for name, files in changed.items():
+            print(f"  ship again to {name}: {', '.join(files)} (from {done.out / name})")
+    if args.renew and "ca" in args.renew:
+        print(_ca_renewed(done.out))
+    return 0
+
+
+def _ca_renewed(out: Path) -> str:
+    """What a CA renewal means for the kits already shipped."""
+    from noisyanchor.deploy.expiry import expiry_report
+
+    ca = expiry_report(out)[0]
+    return (f"CA certificate renewed for its same key and name, valid until "
+            f"{ca.not_after:%Y-%m-%d %H:%M} UTC: every certificate it issued still verifies, "
+            "so sites and the analyst keep connecting; " + "; ".join(ca.notes))
+
+
+def _expiry(args: argparse.Namespace) -> int:
+    from noisyanchor.deploy.expiry import expiry_report, expiry_table
+    from noisyanchor.deploy.provision import load_project
+
+    out = args.out if args.out is not None else load_project(args.project).path.parent / "kits"
+    rows = expiry_report(out)
+    if args.json:
+        import datetime
+
+        now = datetime.datetime.now(datetime.UTC)
+        print(json.dumps({"out": str(out), "certificates": [r.as_dict(now) for r in rows]},
+                         indent=2))
     else:
-        print(f"startup kits in {done.out}: {', '.join(kits)}; the CA key stays in "
-              f"{done.out / 'ca'} (never ship it)")
-        if project is not None:
-            print(_federation_line(project))
+        print(expiry_table(rows))
     return 0
 
 

@@ -380,24 +380,24 @@ def _analyst_kit(root: Path, project: Project, ca: KeptCa,
                       ca.issue("analyst", key.public_key(), project, server=True), key)
 
 
-def _check_configs(root: Path, project: Project, names: list[str]) -> None:
+def _check_configs(root: Path, names: list[str]) -> None:
     """Load the written configs with the roles' own readers (every key checked)."""
     from noisyanchor.analyst.config import load_analyst_config
     from noisyanchor.participant.config import load_participant_config
 
     for name in names:
         config = root / name / f"{name}.toml"
-        if name == "analyst":
-            load_analyst_config(config)
-            continue
-        if not (root / name / "pki" / f"{name}.key").exists():  # CSR site: its key is elsewhere
-            (root / name / "pki" / f"{name}.key").write_bytes(b"")
-            try:
-                load_participant_config(config)
-            finally:
-                (root / name / "pki" / f"{name}.key").unlink()
-        else:
-            load_participant_config(config)
+        key = root / name / "pki" / f"{name}.key"
+        # A CSR site has no key in its kit, and a renewal stages none (the kit keeps its own):
+        # an empty stand-in lets the readers check that the config names the file.
+        stand_in = not key.exists()
+        if stand_in:
+            key.write_bytes(b"")
+        try:
+            (load_analyst_config if name == "analyst" else load_participant_config)(config)
+        finally:
+            if stand_in:
+                key.unlink()
 
 
 def _commit(staging: Path, out: Path) -> list[Path]:
@@ -421,6 +421,8 @@ class Provisioned:
     out: Path
     kits: dict[str, Path]
     project: Project | None = None
+    #: ``{kit: files (relative to the kit) this run wrote}``: what must reach each site again.
+    changed: dict[str, tuple[str, ...]] | None = None
 
 
 def provision(project_path: Path, out: Path | None = None, *, add_sites: tuple[str, ...] = (),
@@ -438,12 +440,13 @@ def provision(project_path: Path, out: Path | None = None, *, add_sites: tuple[s
         again, naming every site); the first run makes every kit.
     renew : tuple of str
         Sites (or ``analyst``) whose certificates are issued again for their existing key,
-        valid for the project's ``validity_days`` from now.
+        valid for the project's ``validity_days`` from now; ``ca``: the CA's own certificate,
+        for the same key and name (:func:`_renew_ca`).
     """
     project = load_project(project_path)
     out = Path(out) if out is not None else project.path.parent / "kits"
     first = not (out / "ca" / "ca.key").exists()
-    for name in (*add_sites, *(r for r in renew if r != "analyst")):
+    for name in (*add_sites, *(r for r in renew if r not in ("analyst", CA_FOLDER))):
         project.site(name)
     if first and (add_sites or renew):
         raise NotFoundError(f"no CA under {out / 'ca'}: run 'noisyanchor provision --project "
@@ -477,18 +480,62 @@ def provision(project_path: Path, out: Path | None = None, *, add_sites: tuple[s
                                              f"{site_name} to issue its certificate again")
                 _site_kit(staging, project, project.site(site_name), ca)
                 names.append(site_name)
-            for name in renew:
+            if CA_FOLDER in renew:  # first: certificates renewed with it name its new term
+                _renew_ca(staging, out, project, ca)
+            for name in (r for r in renew if r != CA_FOLDER):
                 _renew(staging, out, project, ca, name)
                 names.append(name)
             if add_sites and "analyst" not in names:  # the analyst must expect the new sites
                 _reconfigure_analyst(staging, out, project)
                 names.append("analyst")
-        _check_configs(staging, project, names)
+        _check_configs(staging, names)
         ca.write(staging)
+        changed = _changed_files(staging, out)
         moved = _commit(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return Provisioned(out, {p.name: p for p in moved if p.name != "ca"}, project)
+    return Provisioned(out, {p.name: p for p in moved if p.name != "ca"}, project, changed)
+
+
+def _changed_files(staging: Path, out: Path) -> dict[str, tuple[str, ...]]:
+    """``{kit: files (relative to the kit)}`` that a run writes new or different from those
+    under ``out``: what must reach each kit's holder again."""
+    changed = {}
+    for kit in sorted(p for p in staging.iterdir() if p.is_dir() and p.name != CA_FOLDER):
+        files = tuple(str(f.relative_to(kit)) for f in sorted(kit.rglob("*")) if f.is_file()
+                      and not _same_file(f, out / kit.name / f.relative_to(kit)))
+        if files:
+            changed[kit.name] = files
+    return changed
+
+
+def _same_file(new: Path, old: Path) -> bool:
+    try:
+        return old.read_bytes() == new.read_bytes()
+    except OSError:  # absent (a new file), or not ours to read
+        return False
+
+
+def _renew_ca(staging: Path, out: Path, project: Project, ca: KeptCa) -> None:
+    """Issue the CA's certificate again for its key and name, valid ``validity_days`` from now,
+    and put it in every kit under ``out`` (``pki/ca.pem``).
+
+    Every certificate the CA issued still verifies against the new one (same issuer name, same
+    key), so nothing is re-issued. Kits shipped before keep trusting the old CA certificate
+    until it expires: their ``pki/ca.pem`` must be shipped again by then (the run lists them).
+    """
+    previous = ca.cert
+    name = previous.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value
+    _, ca.cert = make_ca(str(name), project.validity, key=ca.key)
+    ca.issued.append({"name": CA_FOLDER, "serial": format(ca.cert.serial_number, "x"),
+                      "not_after": ca.cert.not_valid_after_utc.isoformat(),
+                      "renewed": datetime.datetime.now(datetime.UTC).isoformat(),
+                      "previous_not_after": previous.not_valid_after_utc.isoformat()})
+    pem = ca.cert.public_bytes(serialization.Encoding.PEM)
+    for kit in sorted(out.iterdir()):
+        if kit.name != CA_FOLDER and (kit / "pki" / "ca.pem").is_file():
+            (staging / kit.name / "pki").mkdir(parents=True, exist_ok=True)
+            write_file(staging / kit.name / "pki" / "ca.pem", pem)
 
 
 def _renew(staging: Path, out: Path, project: Project, ca: KeptCa, name: str) -> None:
@@ -497,7 +544,7 @@ def _renew(staging: Path, out: Path, project: Project, ca: KeptCa, name: str) ->
     cert_path = kit / "pki" / f"{name}.pem"
     if not cert_path.is_file():
         raise NotFoundError(f"no kit for {name!r} under {out}")
-    shutil.copytree(kit / "pki", staging / name / "pki")
+    _stage_certificates(staging, out, name)
     public = x509.load_pem_x509_certificate(cert_path.read_bytes()).public_key()
     cert = ca.issue(name, public, project, server=name == "analyst")
     write_file(staging / name / "pki" / f"{name}.pem",
@@ -511,8 +558,18 @@ def _reconfigure_analyst(staging: Path, out: Path, project: Project) -> None:
     kit = out / "analyst"
     if not kit.is_dir():
         raise NotFoundError(f"no analyst kit under {out}")
-    shutil.copytree(kit / "pki", staging / "analyst" / "pki")
+    _stage_certificates(staging, out, "analyst")
     _write_config(staging / "analyst" / "analyst.toml", "analyst", analyst_tables(project))
+
+
+def _stage_certificates(staging: Path, out: Path, name: str) -> None:
+    """Copy kit ``name``'s certificates into its staged copy (unless staged already), so that
+    its new config can be checked; never its key, which stays where it is, whoever owns it
+    (a kit given to a container's user)."""
+    (staging / name / "pki").mkdir(parents=True, exist_ok=True)
+    for file in ("ca.pem", f"{name}.pem"):
+        if not (staging / name / "pki" / file).exists():
+            shutil.copy2(out / name / "pki" / file, staging / name / "pki" / file)
 
 
 def sign_request(project_path: Path, csr_path: Path, out: Path | None = None) -> Provisioned:
@@ -532,12 +589,13 @@ def sign_request(project_path: Path, csr_path: Path, out: Path | None = None) ->
     try:
         with_csr = Site(site.name, site.data, Path(csr_path))
         _site_kit(staging, project, with_csr, ca)
-        _check_configs(staging, project, [name])
+        _check_configs(staging, [name])
         ca.write(staging)
+        changed = _changed_files(staging, out)
         moved = _commit(staging, out)
         # A key made for the site earlier is superseded: the site's own key now belongs to the
         # certificate, and a stale one beside it would only mislead.
         (out / name / "pki" / f"{name}.key").unlink(missing_ok=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return Provisioned(out, {p.name: p for p in moved if p.name != "ca"}, project)
+    return Provisioned(out, {p.name: p for p in moved if p.name != "ca"}, project, changed)
