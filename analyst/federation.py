@@ -15,13 +15,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
 from noisyanchor.analyst.config import AnalystConfig
+from noisyanchor.analyst.site_models import digest, downstream_result
 from noisyanchor.analyst.storage import (
     FEDERATION_FILE,
     Store,
@@ -34,6 +35,7 @@ from noisyanchor.common.alignment import align
 from noisyanchor.common.errors import (
     AlreadyExistsError,
     FederationFailedError,
+    IntegrityError,
     InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
@@ -41,6 +43,7 @@ from noisyanchor.common.errors import (
     UnauthenticatedError,
 )
 from noisyanchor.common.files import atomic_write, sweep_stale_writes
+from noisyanchor.common.models import load_site_model
 from noisyanchor.common.sealing import share_statement, verify_exchange_key, verify_statement
 from noisyanchor.common.splits import SPLIT_NAMES
 from noisyanchor.common.theory import phase_transition_v
@@ -447,6 +450,56 @@ class Federation:
                 "deadline_unix": self.config.deadline.timestamp() if self.config.deadline
                 else 0.0}
 
+    def site_model(self, pid: str, asked: str = "") -> bytes:
+        """The site model file of participant ``pid`` (its map ``N_i``, the model, the
+        federation's held-out metrics and its own; :mod:`analyst.site_models`): the same bytes
+        on every call, checked against the digest ``result.json`` recorded.
+
+        Raises
+        ------
+        PermissionDeniedError
+            ``asked`` names another participant than the caller (only one's own part is served).
+        PreconditionError
+            The federation is not done; the message says what it is still waiting for.
+        IntegrityError
+            The stored file does not match its digest or is not a valid site model.
+        """
+        self.check_member(pid)
+        if asked and asked != pid:
+            raise PermissionDeniedError(f"{pid!r} may fetch only its own site model, not "
+                                        f"{asked!r}'s: each site receives its own map N_i")
+        fid, state = self.config.federation_id, self._state
+        if state == "collecting":
+            missing = self.missing_uploads()
+            withdrawn = self.withdrawals()
+            raise PreconditionError(
+                f"federation {fid!r} is not done: waiting for the upload(s) of "
+                f"{', '.join(missing)} ({len(self.config.participants) - len(missing)} of "
+                f"{len(self.config.participants)} committed)"
+                + "".join(f"; {w} withdrew: {r}" for w, r in withdrawn.items())
+                + "; the site models exist once the alignment is done")
+        if state == "aligning":
+            raise PreconditionError(f"federation {fid!r} is not done: every upload is in and "
+                                    "the alignment is running; ask again shortly")
+        if state == "failed":
+            raise FederationFailedError(f"federation {fid!r} failed, so there is no site model: "
+                                        f"{self._error}")
+        summary = json.loads((self.store.result / "result.json").read_text())
+        entry = (summary.get("site_models") or {}).get(pid)
+        if entry is None:
+            raise PreconditionError(f"the result of federation {fid!r} was computed by an "
+                                    "analyst that did not keep site models; it has none to send")
+        path = self.store.result / entry["file"]
+        raw = path.read_bytes()
+        if digest(raw) != entry["sha256"]:
+            raise IntegrityError(f"{path} does not match the SHA-256 result.json records for it: "
+                                 "the store is altered or corrupt; it is not sent")
+        try:
+            load_site_model(raw, what=str(path))
+        except InvalidInputError as err:
+            raise IntegrityError(f"the stored site model is refused: {err}") from None
+        return raw
+
     def maybe_align(self) -> None:
         """Start the alignment in the background once every expected upload is committed."""
         with self._lock:
@@ -504,7 +557,10 @@ class Federation:
         }
         labels = np.concatenate([b["labels"] for b in bundles])
         tags = np.concatenate([b["tags"] for b in bundles])
-        summary["model"] = self._fit_model(alignment.z, labels, tags, alignment.row_ranges)
+        summary["model"], summary["site_models"], model_files = downstream_result(
+            federation_id=cfg.federation_id, method=self.method,
+            participants=list(cfg.participants), model_name=cfg.model, alignment=alignment,
+            labels=labels, tags=tags)
         return {
             "z.npy": npy_bytes(alignment.z),
             "labels.npy": npy_bytes(labels),
@@ -512,29 +568,9 @@ class Federation:
             "rotations.npy": npy_bytes(alignment.rotations),
             "means.npy": npy_bytes(alignment.means),
             "shift.npy": npy_bytes(alignment.shift),
+            **model_files,
             "result.json": json.dumps(summary, indent=2).encode(),
         }
-
-    def _fit_model(self, z: np.ndarray, labels: np.ndarray, tags: np.ndarray,
-                   row_ranges) -> dict[str, Any] | None:
-        """The configured downstream model fitted on the training rows of ``Z``, its held-out
-        metrics (:func:`common.downstream.evaluate_utility`); an ``error`` instead when the
-        split cannot be scored (no training or test rows), None when the model is off."""
-        name = self.config.model
-        if name == "none":
-            return None
-        from noisyanchor.common.downstream import evaluate_utility
-
-        owner = np.concatenate([np.full(b - a, i) for i, (a, b) in enumerate(row_ranges)])
-        start = time.perf_counter()
-        try:
-            utility = evaluate_utility(z, labels, tags, model=name, participants=owner)
-        except InvalidInputError as err:
-            log.warning("downstream model %s not fitted: %s", name, err)
-            return {"name": name, "error": str(err)}
-        log.info("downstream model %s: held-out balanced accuracy %.4f (%d train, %d test rows)",
-                 name, utility.balanced_accuracy, utility.n_train, utility.n_test)
-        return {"name": name, **asdict(utility), "seconds": time.perf_counter() - start}
 
 
 def _parse(message_type: type[T], raw: bytes) -> T:

@@ -5,8 +5,9 @@ to gRPC status codes are in :mod:`analyst.edge`; the server itself in :mod:`anal
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import grpc
 
@@ -17,6 +18,10 @@ from noisyanchor.protos.v1 import analyst_pb2 as pb
 from noisyanchor.protos.v1 import analyst_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
+
+#: Bytes per message of a fetched site model: small, so a client that stops reading leaves little
+#: in the analyst's transport buffers (as release_service.FETCH_CHUNK).
+SITE_MODEL_CHUNK = 64 << 10
 
 #: Connections remembered for the "connected" log line (then forgotten, bounding memory).
 MAX_PEERS_REMEMBERED = 4096
@@ -137,6 +142,26 @@ class AnalystServicer(pb_grpc.AnalystServicer):
     def Describe(self, request, context):
         self._caller(context, request.federation_id)
         return self.fed.describe()
+
+    @grpc_edge
+    def FetchSiteModel(self, request, context):
+        """The caller's site model: checked and read before the first message (refusals come
+        as a status, not mid-stream); the caller gate watches the stream's pace."""
+        pid, _ = self._caller(context, request.federation_id)
+        raw = self.fed.site_model(pid, request.participant_id)
+        return self._site_model_parts(pid, raw)
+
+    @staticmethod
+    def _site_model_parts(pid: str, raw: bytes) -> Iterator[pb.SiteModelPart]:
+        from noisyanchor.common.models.site_model import SITE_MODEL_FORMAT
+
+        yield pb.SiteModelPart(header=pb.SiteModelHeader(
+            participant_id=pid, format=SITE_MODEL_FORMAT, nbytes=len(raw),
+            sha256=hashlib.sha256(raw).digest()))
+        view = memoryview(raw)
+        for start in range(0, len(raw), SITE_MODEL_CHUNK):
+            yield pb.SiteModelPart(chunk=bytes(view[start:start + SITE_MODEL_CHUNK]))
+        log.info("sent %s its site model (%d bytes)", pid, len(raw))
 
     @grpc_edge
     def Withdraw(self, request, context):

@@ -18,7 +18,7 @@ neighbours (Euclidean, so also rotation invariant; ``k`` chosen on validation).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -110,11 +110,116 @@ def _select(x_tr, y_tr, x_va, y_va, grid: tuple[float, ...], model: Callable[[fl
     return best
 
 
+@dataclass(frozen=True)
+class FittedDownstream:
+    """A downstream model fitted by :func:`fit_downstream`, with what it needs to predict.
+
+    Attributes
+    ----------
+    utility : Utility
+        Its held-out metrics (without the participant-only baseline).
+    estimator
+        The fitted scikit-learn classifier, on the preprocessed rows ``u = (z - mu) / s``.
+    center : (d,) ndarray
+        ``mu``, the mean of the training rows.
+    scale : float
+        ``s``, the root mean square of the centred training rows (1 when they are all equal).
+    """
+
+    utility: Utility
+    estimator: Any
+    center: np.ndarray
+    scale: float
+
+
+def _model_and_grid(model: str | Callable[[float], Any]
+                    ) -> tuple[Callable[[float], Any], tuple[float, ...]]:
+    if not isinstance(model, str):
+        return model, C_GRID
+    if model not in MODELS:
+        raise InvalidInputError(f"unknown downstream model {model!r}; expected one of "
+                                f"{', '.join(MODELS)}")
+    return MODELS[model], GRIDS.get(model, C_GRID)
+
+
+def _balanced_accuracy() -> Callable[[np.ndarray, np.ndarray], float]:
+    try:
+        from sklearn.metrics import balanced_accuracy_score
+    except ImportError as err:  # pragma: no cover - depends on the install
+        raise InvalidInputError("utility needs scikit-learn: pip install 'noisyanchor[eval]'") \
+            from err
+    return balanced_accuracy_score
+
+
+def fit_downstream(
+    z: np.ndarray, labels: np.ndarray, tags: np.ndarray, *,
+    model: str | Callable[[float], Any] = "logistic",
+) -> FittedDownstream:
+    """Train on TRAIN rows, select ``C`` on VALIDATION rows (if any), score on TEST rows, and
+    keep the fitted model with its preprocessing ``u = (z - mu) / s``.
+
+    Parameters
+    ----------
+    z : (n, d) ndarray
+        Collaboration matrix ``Z`` (or any records in one frame).
+    labels : (n,) ndarray
+    tags : (n,) ndarray of {0: train, 1: validation, 2: test}
+    model : str or callable
+        A name from :data:`MODELS` or ``c -> unfitted estimator`` (searched over
+        :data:`C_GRID`).
+    """
+    model, grid = _model_and_grid(model)
+    score = _balanced_accuracy()
+    z = np.asarray(z, dtype=float)
+    labels = np.asarray(labels)
+    tags = np.asarray(tags)
+    if not (len(z) == len(labels) == len(tags)):
+        raise InvalidInputError(f"Z ({len(z)} rows), labels ({len(labels)}) and tags "
+                                f"({len(tags)}) must have the same length")
+    tr, va, te = (tags == TRAIN), (tags == VALIDATION), (tags == TEST)
+    if not tr.any() or not te.any():
+        raise InvalidInputError("utility needs both training and test rows")
+    if len(np.unique(labels[tr])) < 2:
+        raise InvalidInputError("the training rows hold a single class; a classifier needs at "
+                                "least two")
+    mean = z[tr].mean(axis=0)
+    scale = float(np.sqrt(((z[tr] - mean) ** 2).mean())) or 1.0
+    x = (z - mean) / scale
+    if va.any():
+        best_c, val, fitted = _select(x[tr], labels[tr], x[va], labels[va], grid, model, score)
+        val_score: float | None = val
+    else:
+        best_c, val_score = grid[len(grid) // 2], None
+        fitted = model(best_c).fit(x[tr], labels[tr])
+    utility = Utility(float(score(labels[te], fitted.predict(x[te]))), val_score, best_c,
+                      int(tr.sum()), int(te.sum()))
+    return FittedDownstream(utility, fitted, mean, scale)
+
+
+def held_out_metrics(labels: np.ndarray, predicted: np.ndarray) -> dict[str, Any]:
+    """Balanced accuracy (mean recall over the classes present in ``labels``), accuracy and
+    the row count of ``predicted`` against ``labels``; None for both without rows.
+
+    One site's test rows may lack classes the model predicts: that is expected, not warned.
+    """
+    labels, predicted = np.asarray(labels), np.asarray(predicted)
+    if not len(labels):
+        return {"balanced_accuracy": None, "accuracy": None, "n_test": 0}
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        balanced = float(_balanced_accuracy()(labels, predicted))
+    return {"balanced_accuracy": balanced, "accuracy": float(np.mean(labels == predicted)),
+            "n_test": len(labels)}
+
+
 def evaluate_utility(
     z: np.ndarray, labels: np.ndarray, tags: np.ndarray, *,
     model: str | Callable[[float], Any] = "logistic", participants: np.ndarray | None = None,
 ) -> Utility:
-    """Train on TRAIN rows, select ``C`` on VALIDATION rows (if any), score on TEST rows.
+    """Held-out metrics of :func:`fit_downstream` (train on TRAIN rows, select ``C`` on
+    VALIDATION rows if any, score on TEST rows).
 
     Parameters
     ----------
@@ -128,46 +233,18 @@ def evaluate_utility(
     participants : (n,) ndarray of int, optional
         Participant index of every row; adds ``participant_only_balanced_accuracy``.
     """
-    grid: tuple[float, ...] = C_GRID
-    if isinstance(model, str):
-        if model not in MODELS:
-            raise InvalidInputError(f"unknown downstream model {model!r}; expected one of "
-                                    f"{', '.join(MODELS)}")
-        grid = GRIDS.get(model, C_GRID)
-        model = MODELS[model]
-    try:
-        from sklearn.metrics import balanced_accuracy_score
-    except ImportError as err:  # pragma: no cover - depends on the install
-        raise InvalidInputError("utility needs scikit-learn: pip install 'noisyanchor[eval]'") \
-            from err
-    z = np.asarray(z, dtype=float)
-    labels = np.asarray(labels)
-    tags = np.asarray(tags)
-    if not (len(z) == len(labels) == len(tags)):
-        raise InvalidInputError(f"Z ({len(z)} rows), labels ({len(labels)}) and tags "
-                                f"({len(tags)}) must have the same length")
-    tr, va, te = (tags == TRAIN), (tags == VALIDATION), (tags == TEST)
-    if not tr.any() or not te.any():
-        raise InvalidInputError("utility needs both training and test rows")
-    mean = z[tr].mean(axis=0)
-    scale = float(np.sqrt(((z[tr] - mean) ** 2).mean())) or 1.0
-    x = (z - mean) / scale
-    if va.any():
-        best_c, score, fitted = _select(x[tr], labels[tr], x[va], labels[va], grid, model,
-                                        balanced_accuracy_score)
-        val_score: float | None = score
-    else:
-        best_c, val_score = grid[len(grid) // 2], None
-        fitted = model(best_c).fit(x[tr], labels[tr])
-    pred = fitted.predict(x[te])
-    participant_only = None
-    if participants is not None:
-        participants = np.asarray(participants)
-        if participants.shape != labels.shape:
-            raise InvalidInputError(f"participants must give one index per row ({len(labels)}), "
-                                    f"got shape {participants.shape}")
-        onehot = (participants[:, None] == np.unique(participants)[None, :]).astype(float)
-        participant_only = float(balanced_accuracy_score(
-            labels[te], _fit_predict(onehot[tr], labels[tr], onehot[te], best_c, model)))
-    return Utility(float(balanced_accuracy_score(labels[te], pred)), val_score, best_c,
-                   int(tr.sum()), int(te.sum()), participant_only)
+    fitted = fit_downstream(z, labels, tags, model=model)
+    if participants is None:
+        return fitted.utility
+    labels, tags = np.asarray(labels), np.asarray(tags)
+    participants = np.asarray(participants)
+    if participants.shape != labels.shape:
+        raise InvalidInputError(f"participants must give one index per row ({len(labels)}), "
+                                f"got shape {participants.shape}")
+    tr, te = (tags == TRAIN), (tags == TEST)
+    onehot = (participants[:, None] == np.unique(participants)[None, :]).astype(float)
+    estimator, _ = _model_and_grid(model)
+    participant_only = float(_balanced_accuracy()(
+        labels[te], _fit_predict(onehot[tr], labels[tr], onehot[te], fitted.utility.c,
+                                 estimator)))
+    return replace(fitted.utility, participant_only_balanced_accuracy=participant_only)

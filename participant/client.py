@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import time
@@ -29,6 +30,8 @@ from noisyanchor.common import errors
 from noisyanchor.common.errors import (
     AnalystUnavailableError,
     FederationFailedError,
+    IntegrityError,
+    InvalidInputError,
     NoisyAnchorError,
 )
 from noisyanchor.common.tomlconfig import TlsFiles
@@ -53,6 +56,9 @@ RPC_DEADLINE = 30.0
 #: A bundle stream may take this long plus one second per :data:`STREAM_MIN_RATE` bytes.
 STREAM_DEADLINE_BASE, STREAM_MIN_RATE = 60.0, 1 << 20
 
+#: Seconds a site model fetch may take, and the largest site model accepted (bytes).
+SITE_MODEL_DEADLINE, MAX_SITE_MODEL_BYTES = 300.0, 1 << 30
+
 #: Seconds between polls of the relay while waiting for other participants (first, largest).
 POLL_SECONDS, MAX_POLL_SECONDS = 0.1, 1.0
 
@@ -71,6 +77,31 @@ def as_project_error(err: grpc.RpcError, what: str) -> NoisyAnchorError:
     code = err.code()
     cls = _ERRORS_BY_CODE.get(code.name, NoisyAnchorError)
     return cls(f"{what} refused by the analyst: {code.name}: {err.details()}")
+
+
+def _receive_site_model(parts, max_bytes: int) -> bytes:
+    """The bytes of a ``FetchSiteModel`` stream: a header, then chunks adding up to exactly its
+    byte count and SHA-256."""
+    first = next(iter(parts), None)
+    if first is None or first.WhichOneof("part") != "header":
+        raise IntegrityError("the site model stream does not start with its header")
+    header = first.header
+    if header.nbytes > max_bytes:
+        raise InvalidInputError(f"the analyst announces a {header.nbytes}-byte site model, more "
+                                f"than the limit of {max_bytes}")
+    buf, digest = bytearray(), hashlib.sha256()
+    for part in parts:
+        if part.WhichOneof("part") != "chunk":
+            raise IntegrityError("only chunks may follow the header of a site model stream")
+        if len(buf) + len(part.chunk) > header.nbytes:
+            raise IntegrityError(f"the site model stream carries more than the "
+                                 f"{header.nbytes} bytes its header announces")
+        buf += part.chunk
+        digest.update(part.chunk)
+    if len(buf) != header.nbytes or digest.digest() != header.sha256:
+        raise IntegrityError(f"the site model stream ended after {len(buf)} of {header.nbytes} "
+                             "bytes or does not match its SHA-256 (truncated or corrupt)")
+    return bytes(buf)
 
 
 class _DefaultDeadline(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
@@ -270,6 +301,17 @@ class AnalystClient:
         """The federation's declaration (schema, method parameters, deadline)."""
         return self.call("describe the federation", lambda: self.stub.Describe(
             pb.DescribeRequest(federation_id=self.federation_id)))
+
+    def fetch_site_model(self, participant_id: str,
+                         max_bytes: int = MAX_SITE_MODEL_BYTES) -> bytes:
+        """This participant's site model file from the analyst (``FetchSiteModel``), checked by
+        its size and SHA-256 as it arrives; retried (from its start) while the analyst is
+        unavailable. A federation that is not done is a refusal (FAILED_PRECONDITION) naming
+        what it waits for."""
+        request = pb.SiteModelRequest(federation_id=self.federation_id,
+                                      participant_id=participant_id)
+        return self.call("fetch the site model", lambda: _receive_site_model(
+            self.stub.FetchSiteModel(request, timeout=SITE_MODEL_DEADLINE), max_bytes))
 
     def withdraw(self, reason: str) -> None:
         """Tell the analyst (and through it the others) that this participant cannot take

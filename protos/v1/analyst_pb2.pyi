@@ -282,3 +282,31 @@ class ListCommitmentsReply(_message.Message):
     expected: _containers.RepeatedScalarFieldContainer[str]
     commitments: _containers.RepeatedCompositeFieldContainer[Commitment]
     def __init__(self, expected: _Optional[_Iterable[str]] = ..., commitments: _Optional[_Iterable[_Union[Commitment, _Mapping]]] = ...) -> None: ...
+
+class SiteModelRequest(_message.Message):
+    __slots__ = ("federation_id", "participant_id")
+    FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTICIPANT_ID_FIELD_NUMBER: _ClassVar[int]
+    federation_id: str
+    participant_id: str
+    def __init__(self, federation_id: _Optional[str] = ..., participant_id: _Optional[str] = ...) -> None: ...
+
+class SiteModelHeader(_message.Message):
+    __slots__ = ("participant_id", "format", "nbytes", "sha256")
+    PARTICIPANT_ID_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    NBYTES_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    participant_id: str
+    format: str
+    nbytes: int
+    sha256: bytes
+    def __init__(self, participant_id: _Optional[str] = ..., format: _Optional[str] = ..., nbytes: _Optional[int] = ..., sha256: _Optional[bytes] = ...) -> None: ...
+
+class SiteModelPart(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: SiteModelHeader
+    chunk: bytes
+    def __init__(self, header: _Optional[_Union[SiteModelHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...

@@ -89,6 +89,11 @@ class AnalystStub:
                 request_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.WithdrawRequest.SerializeToString,
                 response_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.WithdrawReply.FromString,
                 _registered_method=True)
+        self.FetchSiteModel = channel.unary_stream(
+                '/noisyanchor.v1.Analyst/FetchSiteModel',
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.SiteModelRequest.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.SiteModelPart.FromString,
+                _registered_method=True)
 
 
 class AnalystServicer:
@@ -165,6 +170,17 @@ class AnalystServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FetchSiteModel(self, request, context):
+        """Once the federation is done, the caller's own part of the result: its alignment map N_i
+        (R_i, b_i, c), the federation's downstream model, the model's held-out metrics over every
+        site's test rows and over the caller's own; a header, then the file in chunks of at most
+        64 KiB, the same bytes on every call. Another site's part is refused (PERMISSION_DENIED),
+        and so is a federation not done yet (FAILED_PRECONDITION, naming what it waits for).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AnalystServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -222,6 +238,11 @@ def add_AnalystServicer_to_server(servicer, server):
                     servicer.Withdraw,
                     request_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.WithdrawRequest.FromString,
                     response_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.WithdrawReply.SerializeToString,
+            ),
+            'FetchSiteModel': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchSiteModel,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.SiteModelRequest.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.SiteModelPart.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -521,6 +542,33 @@ class Analyst:
             '/noisyanchor.v1.Analyst/Withdraw',
             noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.WithdrawRequest.SerializeToString,
             noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.WithdrawReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchSiteModel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/noisyanchor.v1.Analyst/FetchSiteModel',
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.SiteModelRequest.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_analyst__pb2.SiteModelPart.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,134 @@
+"""The downstream model the analyst keeps, and every site's part of the result.
+
+After the alignment the analyst fits the configured model on the training rows of ``Z``
+(:func:`common.downstream.fit_downstream`), exports it to plain arrays
+(:mod:`common.models`; loading it can never run code), scores it on the test rows of the whole
+federation and of each site (with the exported numpy model, the one the sites run), and writes
+into the result folder:
+
+* ``downstream.model``: the model file;
+* ``site-<participant>.model``: what that site fetches (``FetchSiteModel``): its map ``N_i``
+  (``R_i``, ``b_i``, ``c``), the model, the federation's held-out metrics and its own.
+
+A k-NN model is kept but never returned to a site: it holds the training rows of ``Z``, and a
+site that knows its own key and map can map every row of ``Z`` back into its own working space,
+which would hand it every other site's records. The site's part then says so instead.
+
+References: SPEC.md section 2; issue 20.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from noisyanchor.common.alignment import Alignment, solver_for
+from noisyanchor.common.downstream import held_out_metrics
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.methods import Method
+from noisyanchor.common.models import Classifier, SiteModel, export_estimator
+from noisyanchor.common.splits import TEST
+
+log = logging.getLogger(__name__)
+
+#: The federation's model in the result folder.
+MODEL_FILE = "downstream.model"
+
+#: Why a k-NN model is not returned to the sites.
+KNN_WITHHELD = ("the federation's model is k-NN, which holds the training rows of Z: with its own "
+                "key and map a site could map every other site's records back into its own "
+                "space, so k-NN is never returned to sites (the operator can set [model] name = "
+                "\"logistic\" or \"mlp\")")
+
+
+def site_model_file(pid: str) -> str:
+    """Name of participant ``pid``'s site model in the result folder."""
+    return f"site-{pid}.model"
+
+
+def digest(data: bytes) -> str:
+    """SHA-256 of ``data`` in hex (how ``result.json`` records each file)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fit(name: str, z: np.ndarray, labels: np.ndarray, tags: np.ndarray,
+         owners: np.ndarray) -> tuple[dict[str, Any], Classifier | None, str]:
+    """The model's summary for ``result.json``, the exported model (None when there is none)
+    and why it is not returned to the sites (empty when it is)."""
+    if name == "none":
+        return {"name": "none"}, None, ("the federation fits no downstream model ([model] name "
+                                        "= \"none\" in the analyst's config)")
+    from noisyanchor.common.downstream import evaluate_utility, fit_downstream
+
+    start = time.perf_counter()
+    try:
+        fitted = fit_downstream(z, labels, tags, model=name)
+        utility = evaluate_utility(z, labels, tags, model=name, participants=owners)
+    except InvalidInputError as err:
+        log.warning("downstream model %s not fitted: %s", name, err)
+        return {"name": name, "error": str(err)}, None, f"the {name} model was not fitted: {err}"
+    summary: dict[str, Any] = {"name": name, **asdict(utility)}
+    model = None
+    try:
+        model = export_estimator(fitted.estimator, fitted.center, fitted.scale, z[tags == TEST])
+    except InvalidInputError as err:
+        log.warning("downstream model %s not exported: %s", name, err)
+        summary["error"] = f"not exported: {err}"
+    summary["seconds"] = time.perf_counter() - start
+    log.info("downstream model %s: held-out balanced accuracy %.4f (%d train, %d test rows)",
+             name, utility.balanced_accuracy, utility.n_train, utility.n_test)
+    if model is None:
+        return summary, None, f"the {name} model could not be exported: {summary['error']}"
+    return summary, model, KNN_WITHHELD if model.name == "knn" else ""
+
+
+def downstream_result(*, federation_id: str, method: Method, participants: list[str],
+                      model_name: str, alignment: Alignment, labels: np.ndarray,
+                      tags: np.ndarray) -> tuple[dict[str, Any], dict[str, Any], dict[str, bytes]]:
+    """Fit, export and score the downstream model and package every site's part.
+
+    Returns
+    -------
+    model : dict
+        ``result.json``'s ``model``: its held-out metrics, ``sites`` (the metrics on each
+        site's test rows), and the model file's name and SHA-256 when there is one.
+    site_models : dict
+        ``result.json``'s ``site_models``: ``{participant: {"file", "sha256"}}``.
+    files : dict of str to bytes
+        The files to add to the result folder.
+    """
+    z = alignment.z
+    owners = np.concatenate([np.full(b - a, i) for i, (a, b) in enumerate(alignment.row_ranges)])
+    summary, model, withheld = _fit(model_name, z, labels, tags, owners)
+    files: dict[str, bytes] = {}
+    per_site: dict[str, dict[str, Any]] = {}
+    if model is not None:
+        files[MODEL_FILE] = model.to_bytes()
+        summary |= {"file": MODEL_FILE, "sha256": digest(files[MODEL_FILE])}
+        predicted = model.predict(z)
+        for pid, (a, b) in zip(participants, alignment.row_ranges, strict=True):
+            test = tags[a:b] == TEST
+            per_site[pid] = held_out_metrics(labels[a:b][test], predicted[a:b][test])
+        summary["sites"] = per_site
+    if withheld:
+        summary["returned_to_sites"] = False
+        summary["withheld"] = withheld
+    sites: dict[str, Any] = {}
+    federation_metrics = {k: v for k, v in summary.items() if k not in ("sites", "file",
+                                                                       "sha256")}
+    for i, pid in enumerate(participants):
+        part = SiteModel(federation_id, pid, method.value, solver_for(method),
+                         np.asarray(alignment.rotations[i], dtype=np.float64),
+                         np.asarray(alignment.means[i], dtype=np.float64),
+                         np.asarray(alignment.shift, dtype=np.float64),
+                         None if withheld else model, withheld, federation_metrics,
+                         per_site.get(pid, {}))
+        name = site_model_file(pid)
+        files[name] = part.to_bytes()
+        sites[pid] = {"file": name, "sha256": digest(files[name])}
+    return summary, sites, files

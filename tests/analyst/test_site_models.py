@@ -1,0 +1,137 @@
+"""The analyst keeps the fitted model as arrays and packages every site's part: its own map
+N_i, the model and the metrics (the federation's and its own test rows'); the part is served
+only to its site, only once the federation is done, and never when the store was altered."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from noisyanchor.analyst.config import AnalystConfig
+from noisyanchor.analyst.federation import Federation
+from noisyanchor.analyst.site_models import KNN_WITHHELD, MODEL_FILE, site_model_file
+from noisyanchor.analyst.storage import Store
+from noisyanchor.common.errors import IntegrityError, PermissionDeniedError, PreconditionError
+from noisyanchor.common.models import load_model, load_site_model
+from noisyanchor.common.splits import TEST, TRAIN
+from noisyanchor.common.tomlconfig import TlsFiles
+from noisyanchor.common.wire import BundleStream, bundle_spec, iter_chunks
+from noisyanchor.participant.compute import compute_upload
+
+IDS, N, D, R = ("a", "b", "c"), 60, 5, 16
+
+
+def _config(tmp_path, **changes) -> AnalystConfig:
+    tls = TlsFiles(tmp_path / "ca.pem", tmp_path / "a.pem", tmp_path / "a.key")
+    base = dict(federation_id="f", participants=IDS, method="aa-igdp-an", anchors=R, dim=D,
+                sigma=0.0, v=0.01, reference="a", max_iter=200, tol=1e-9,
+                output_dir=tmp_path / "store", tls=tls)
+    return AnalystConfig(**(base | changes))
+
+
+def _records(rng, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    y = np.arange(n) % 3
+    x = 2.0 * np.eye(D)[y] + 0.5 * rng.standard_normal((n, D))
+    tags = np.where(np.arange(n) % 4 == 0, TEST, TRAIN).astype("|i1")
+    return x, y.astype("<i8"), tags
+
+
+def _upload(fed: Federation, pid: str, arrays: dict) -> None:
+    spec = bundle_spec("f", fed.method.value, arrays)
+    fed.upload(pid, BundleStream(spec, iter_chunks(arrays, chunk_size=512)))
+
+
+def _federation(tmp_path, rng, model="logistic", upload=IDS):
+    fed = Federation(_config(tmp_path, model=model), Store(tmp_path / "store"))
+    keys, data = {}, {}
+    for k, pid in enumerate(upload):
+        x, y, tags = _records(rng, N)
+        up, state = compute_upload("aa-igdp-an", x, np.random.default_rng(k),
+                                   shared_seed=b"s" * 32, anchors=R, v=0.01)
+        _upload(fed, pid, {"data": up.data, "anchor": up.anchor, "labels": y, "tags": tags})
+        keys[pid], data[pid] = state.key, (x, y, tags)
+    fed.wait(60)
+    return fed, keys, data
+
+
+def test_every_site_gets_its_map_and_the_model_that_predicts_its_rows_of_z(tmp_path, rng):
+    fed, keys, data = _federation(tmp_path, rng)
+    assert fed.state == "done"
+    result = json.loads((fed.store.result / "result.json").read_text())
+    model = load_model((fed.store.result / MODEL_FILE).read_bytes())
+    z = np.load(fed.store.result / "z.npy")
+    labels = np.load(fed.store.result / "labels.npy")
+    for pid in IDS:
+        part = load_site_model(fed.site_model(pid))
+        assert part.participant == pid and part.solver == "gopp"
+        x, _, tags = data[pid]
+        a, b = result["row_ranges"][pid]
+        # The site's own path: x -> M_i (its key) -> N_i -> model gives its rows of Z.
+        t = x @ keys[pid].rotation + keys[pid].translation
+        np.testing.assert_allclose(part.map_rows(t), z[a:b], rtol=0, atol=1e-9)
+        np.testing.assert_allclose(part.model.predict_proba(part.map_rows(t)),
+                                   model.predict_proba(z[a:b]), rtol=0, atol=1e-9)
+        test = tags == TEST
+        site = result["model"]["sites"][pid]
+        assert site == part.site_metrics and site["n_test"] == int(test.sum())
+        assert site["accuracy"] == pytest.approx(
+            float(np.mean(model.predict(z[a:b][test]) == labels[a:b][test])), abs=1e-12)
+        assert part.federation_metrics["balanced_accuracy"] == \
+            result["model"]["balanced_accuracy"]
+        assert fed.site_model(pid) == fed.site_model(pid, pid)  # the same bytes every time
+
+
+def test_another_sites_part_is_refused(tmp_path, rng):
+    fed, _, _ = _federation(tmp_path, rng)
+    with pytest.raises(PermissionDeniedError, match="'a' may fetch only its own site model, not "
+                                                    "'b'"):
+        fed.site_model("a", "b")
+    with pytest.raises(PermissionDeniedError, match="not a participant"):
+        fed.site_model("zed")
+
+
+def test_before_the_federation_is_done_the_refusal_names_whom_it_waits_for(tmp_path, rng):
+    fed, _, _ = _federation(tmp_path, rng, upload=("a",))
+    fed.withdraw("c", "no data this week")
+    with pytest.raises(PreconditionError, match=r"waiting for the upload\(s\) of b, c \(1 of 3 "
+                                                r"committed\); c withdrew: no data this week"):
+        fed.site_model("a")
+
+
+def test_an_altered_site_model_is_not_sent(tmp_path, rng):
+    fed, _, _ = _federation(tmp_path, rng)
+    path = fed.store.result / site_model_file("b")
+    raw = bytearray(path.read_bytes())
+    raw[-3] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(IntegrityError, match=r"does not match the SHA-256 result\.json records"):
+        fed.site_model("b")
+
+
+def test_a_knn_model_is_kept_but_not_returned_to_sites(tmp_path, rng):
+    fed, _, _ = _federation(tmp_path, rng, model="knn")
+    result = json.loads((fed.store.result / "result.json").read_text())
+    assert result["model"]["returned_to_sites"] is False
+    assert load_model((fed.store.result / MODEL_FILE).read_bytes()).name == "knn"
+    part = load_site_model(fed.site_model("a"))
+    assert part.model is None and part.model_withheld == KNN_WITHHELD
+    assert part.site_metrics["n_test"] == N // 4  # the metrics still come back
+
+
+def test_without_a_model_every_site_still_gets_its_map(tmp_path, rng):
+    fed, _, _ = _federation(tmp_path, rng, model="none")
+    part = load_site_model(fed.site_model("c"))
+    assert part.model is None and "fits no downstream model" in part.model_withheld
+    assert part.rotation.shape == (D, D)
+
+
+def test_a_large_site_model_streams_in_bounded_chunks():
+    from noisyanchor.analyst.service import SITE_MODEL_CHUNK, AnalystServicer
+
+    raw = bytes(range(256)) * 1000  # 256 kB: 4 chunks
+    parts = list(AnalystServicer._site_model_parts("p0", raw))
+    assert parts[0].header.nbytes == len(raw) and len(parts) == 1 + 4
+    assert [len(p.chunk) for p in parts[1:]] == [SITE_MODEL_CHUNK] * 3 + [len(raw) - 3 *
+                                                                          SITE_MODEL_CHUNK]
