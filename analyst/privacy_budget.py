@@ -54,9 +54,9 @@ from noisyanchor.common.errors import BudgetExceededError, InvalidInputError, Le
 from noisyanchor.common.files import atomic_write
 from noisyanchor.common.scoreshield.calibration import (
     Calibration,
-    analytic_sigma,
     check_epsilon_delta,
-    gaussian_epsilon,
+    epsilon_of_mu,
+    mu_of_epsilon,
 )
 
 log = logging.getLogger(__name__)
@@ -69,16 +69,36 @@ LEDGER_VERSION = 2
 _LEFT_MARGIN = 1e-9
 
 
-def epsilon_of_mu(mu: float, delta: float) -> float:
-    """Epsilon at ``delta`` of ``mu``-GDP (a Gaussian mechanism with ``Delta / sigma = mu``)."""
-    if mu <= 0.0:
-        return 0.0
-    return gaussian_epsilon(1.0 / mu, delta, 1.0)
+def charged_mu(calibration: Calibration) -> float:
+    """The ``mu`` a release is charged: never less than its noise delivers, nor than it states.
 
+    ``max(mu(epsilon, delta), Delta_rec / sigma)``: the GDP parameter of the guarantee the
+    release states (a :class:`Calibration` cannot state more than its noise delivers at its own
+    sensitivity, so this covers ``Delta / sigma``, and a sensitivity made small on purpose is
+    still charged the epsilon the release reports), and the record-level cost of the noise when
+    the calibration names its regime (``Delta_rec`` derived from the regime's formula and ``n``,
+    e.g. the record-level cost of an output-space Gram release). Identity-level releases are
+    charged their identity-level cost, which exceeds the record-level one.
 
-def mu_of_epsilon(epsilon: float, delta: float) -> float:
-    """The ``mu`` whose ``mu``-GDP is ``(epsilon, delta)``-DP exactly (analytic calibration)."""
-    return 1.0 / analytic_sigma(epsilon, delta, 1.0)
+    Raises
+    ------
+    InvalidInputError
+        Not a Calibration, or one whose fields do not validate (a non-positive or non-finite
+        sensitivity or sigma, or a sigma below what its guarantee needs), however it was made.
+    """
+    if not isinstance(calibration, Calibration):
+        raise InvalidInputError("calibration must be a common.scoreshield.Calibration")
+    for name in ("sensitivity", "sigma"):
+        value = getattr(calibration, name)
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise InvalidInputError(f"cannot charge a release whose {name} is {value!r}: it "
+                                    "must be a finite number > 0")
+    # re-validate every field: a frozen dataclass can still be altered with object.__setattr__
+    cal = Calibration(**{f.name: getattr(calibration, f.name) for f in fields(Calibration)})
+    mu = mu_of_epsilon(cal.epsilon, cal.delta)
+    if cal.regime is not None:
+        mu = max(mu, cal.regime.record_sensitivity / cal.sigma)
+    return max(mu, cal.sensitivity / cal.sigma)
 
 
 @dataclass(frozen=True)
@@ -98,7 +118,8 @@ class Charge:
     sigma : float
         Noise standard deviation of the Gaussian mechanism.
     sensitivity : float
-        L2 / Frobenius sensitivity it was calibrated to.
+        Sensitivity charged: ``mu * sigma`` (:func:`charged_mu`), the release's own sensitivity
+        unless its stated guarantee or its record-level cost is higher.
     epsilon : float
         Epsilon of this release alone at ``delta_budget``.
     spent_epsilon : float
@@ -303,8 +324,9 @@ class PrivacyLedger:
         participant : str
             One of the ledger's participants.
         calibration : Calibration
-            The noise the release will apply (its sensitivity must be of the budget's
-            adjacency: record-level sensitivities for a record-level budget).
+            The noise the release will apply. It is charged :func:`charged_mu`: the epsilon it
+            states, and at least the record-level cost of its noise when it names its regime;
+            the row records ``sigma`` and the sensitivity that ``mu`` corresponds to.
         request_id : str
             The caller's id of this release; a second charge with the same
             ``(dataset, participant, request_id)`` is refused (ask :meth:`charged` first).
@@ -321,15 +343,16 @@ class PrivacyLedger:
         BudgetExceededError
             The participant's count quota, its epsilon quota or the dataset budget would be
             exceeded (the message names which and what is left); nothing is recorded.
+        InvalidInputError
+            A calibration that does not validate (:func:`charged_mu`); nothing is recorded.
         """
         dataset = _check_name(dataset, "dataset")
         label = _check_name(label, "label")
         request_id = _check_name(request_id, "request_id")
         if participant not in self.participants:
             raise InvalidInputError(f"{participant!r} is not a participant of this ledger")
-        if not isinstance(calibration, Calibration):
-            raise InvalidInputError("calibration must be a common.scoreshield.Calibration")
-        mu_sq = calibration.sensitivity ** 2 / calibration.sigma ** 2
+        mu = charged_mu(calibration)
+        mu_sq = mu * mu
         with self._lock:
             key = (dataset, participant, request_id)
             if key in self._by_request:
@@ -362,7 +385,7 @@ class PrivacyLedger:
                     "nothing was charged")
             charge = Charge(
                 dataset=dataset, participant=participant, request_id=request_id, label=label,
-                sigma=calibration.sigma, sensitivity=calibration.sensitivity, epsilon=alone,
+                sigma=calibration.sigma, sensitivity=mu * calibration.sigma, epsilon=alone,
                 spent_epsilon=epsilon_of_mu(math.sqrt(total.mu_sq + mu_sq), self.delta_budget),
                 participant_spent_epsilon=epsilon_of_mu(math.sqrt(mine.mu_sq + mu_sq),
                                                         self.delta_budget),

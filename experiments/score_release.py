@@ -38,6 +38,7 @@ import numpy as np
 
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.scoreshield import (
+    Regime,
     auc,
     calibrate,
     calibrate_sigma,
@@ -218,14 +219,18 @@ def regime_ii(config: ScoresConfig, enc, y, gal, rng, progress) -> dict:
            # reference errors: a release that says nothing (the identity, feasible) and ||S||_F^2
            "identity_frobenius_sq_error": float(np.linalg.norm(clean - np.eye(config.n)) ** 2),
            "clean_frobenius_sq": float(np.linalg.norm(clean) ** 2)}
-    sens = {"record": gram_record_sensitivity(config.n), "per_entry": per_entry_sensitivity()}
-    jobs = [(c, eps) for c in sens for eps in config.epsilons]
-    for cal in sens:
-        out["calibrations"][cal] = {"sensitivity": sens[cal], "guarantee": GUARANTEES[cal],
-                                    "epsilons": []}
+    regimes = {"record": Regime("gram", config.n),
+               "per_entry": Regime("gram", config.n, adjacency="output",
+                                   radius=per_entry_sensitivity())}
+    jobs = [(c, eps) for c in regimes for eps in config.epsilons]
+    for cal in regimes:
+        out["calibrations"][cal] = {"sensitivity": regimes[cal].sensitivity,
+                                    "guarantee": GUARANTEES[cal], "epsilons": []}
     for cal, eps in progress(jobs, desc="regime (ii) Gram releases"):
-        rel = release_gram(clean, calibrate(eps, config.delta, sens[cal]), rng=rng,
-                           projector="aap", tol=config.tol, max_iter=config.aap_iter)
+        reg = regimes[cal]
+        rel = release_gram(clean, calibrate(eps, config.delta, reg), rng=rng,
+                           projector="aap", tol=config.tol, max_iter=config.aap_iter,
+                           adjacency=reg.adjacency, radius=reg.radius, risk_estimate=False)
         sigma, noisy, aap = rel.sigma, rel.noisy, rel.projection
         dyk = project_correlation(noisy, method="dykstra", tol=config.tol,
                                   max_iter=config.dykstra_iter)

@@ -17,6 +17,7 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
 from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.scoreshield.regimes import Regime
 from noisyanchor.common.validation import check_positive
 
 #: Calibration methods accepted by :func:`calibrate_sigma`.
@@ -217,8 +218,16 @@ class Calibration:
     """The noise of one Gaussian release, fixed once: what a ledger charges is what is applied.
 
     Build it with :func:`calibrate`, charge it, and hand the same object to the release
-    (:func:`common.scoreshield.release_gram`, :func:`common.scoreshield.release_score_vector`),
-    so the charged ``sigma`` and the sampled one are the same number by construction.
+    (:func:`common.scoreshield.release_gram`, :func:`common.scoreshield.release_score_vector`,
+    :func:`common.scoreshield.release_record_row`), so the charged ``sigma`` and the sampled one
+    are the same number by construction.
+
+    A Calibration cannot promise more than its noise delivers: construction (directly, or via
+    :func:`dataclasses.replace`) checks that ``sigma`` is at least the analytic Gaussian sigma
+    of ``(epsilon, delta)`` at ``sensitivity`` (the smallest noise meeting them exactly, Balle
+    and Wang), so a hand-made ``sigma = 1e-3`` or ``sigma = 0`` is refused; and that a
+    ``regime``'s derived sensitivity is the one stated. The releases then check the
+    sensitivity against their own regime (derived from their input's ``n``).
 
     Attributes
     ----------
@@ -230,6 +239,16 @@ class Calibration:
         Noise standard deviation meeting ``(epsilon, delta)`` at ``Delta``.
     method : str
         ``"analytic"`` or ``"classic"`` (:func:`calibrate_sigma`).
+    regime : Regime or None
+        The release this noise is for (:class:`common.scoreshield.regimes.Regime`), when it was
+        calibrated for one; None for a bare sensitivity (the release then checks the number).
+
+    Raises
+    ------
+    InvalidInputError
+        (at construction) bad parameters, ``sigma`` below what ``(epsilon, delta)`` needs at
+        ``sensitivity`` (the message states the epsilon the noise really delivers), or a
+        sensitivity other than its regime's.
     """
 
     epsilon: float
@@ -237,16 +256,63 @@ class Calibration:
     sensitivity: float
     sigma: float
     method: str
+    regime: Regime | None = None
+
+    def __post_init__(self) -> None:
+        eps, dlt = check_epsilon_delta(self.epsilon, self.delta)
+        sens = check_positive(self.sensitivity, "sensitivity")
+        sig = check_positive(self.sigma, "sigma")
+        if self.method not in CALIBRATION_METHODS:
+            raise InvalidInputError(f"method must be one of {CALIBRATION_METHODS}, got "
+                                    f"{self.method!r}")
+        if self.regime is not None:
+            if not isinstance(self.regime, Regime):
+                raise InvalidInputError(f"regime must be a Regime, got "
+                                        f"{type(self.regime).__name__}")
+            if not math.isclose(sens, self.regime.sensitivity, rel_tol=SENSITIVITY_RTOL):
+                raise InvalidInputError(
+                    f"sensitivity {sens:.6g} is not that of regime {self.regime.name} "
+                    f"({self.regime.formula} = {self.regime.sensitivity:.6g})")
+        need = analytic_sigma(eps, dlt, sens)
+        if sig < need * (1.0 - SIGMA_RTOL):
+            delivered = gaussian_epsilon(sig, dlt, sens)
+            raise InvalidInputError(
+                f"sigma={sig:.6g} is below the {need:.6g} that epsilon={eps:g}, delta={dlt:g} "
+                f"need at sensitivity {sens:.6g}: this noise delivers epsilon={delivered:.6g}, "
+                "not the epsilon stated; build calibrations with common.scoreshield.calibrate")
 
     @property
     def noise_multiplier(self) -> float:
         """``z = sigma / Delta``: all that the privacy loss of the release depends on."""
         return self.sigma / self.sensitivity
 
+    def epsilon_under(self, sensitivity: float, delta: float | None = None) -> float:
+        """The epsilon (at ``delta``, default this calibration's) that this noise delivers for
+        a statistic of sensitivity ``sensitivity``: e.g. the record-level epsilon of a Gram
+        released under output-space adjacency."""
+        return gaussian_epsilon(self.sigma, self.delta if delta is None else delta, sensitivity)
 
-def calibrate(epsilon: float, delta: float, sensitivity: float,
+
+#: Relative tolerance of a sensitivity comparison (a regime's formula evaluated twice).
+SENSITIVITY_RTOL = 1e-12
+
+#: Relative slack of the sigma check: ``analytic_sigma`` is deterministic, so a calibration from
+#: :func:`calibrate`, or rebuilt from its charged row, has exactly that sigma.
+SIGMA_RTOL = 1e-12
+
+
+def calibrate(epsilon: float, delta: float, sensitivity: float | Regime,
               method: str = "analytic") -> Calibration:
     """:class:`Calibration` of a Gaussian release: :func:`calibrate_sigma` with its inputs.
+
+    Parameters
+    ----------
+    epsilon, delta : float
+        The guarantee.
+    sensitivity : float or Regime
+        A :class:`common.scoreshield.regimes.Regime` (preferred: the sensitivity is derived
+        from it, and the release and the ledger can check it), or a bare ``Delta > 0``.
+    method : {"analytic", "classic"}
 
     Raises
     ------
@@ -255,5 +321,52 @@ def calibrate(epsilon: float, delta: float, sensitivity: float,
         that no meaningful noise meets it.
     """
     eps, dlt = check_epsilon_delta(epsilon, delta)
-    sens = check_positive(sensitivity, "sensitivity")
-    return Calibration(eps, dlt, sens, calibrate_sigma(eps, dlt, sens, method=method), method)
+    regime = sensitivity if isinstance(sensitivity, Regime) else None
+    sens = check_positive(regime.sensitivity if regime else sensitivity, "sensitivity")
+    return Calibration(eps, dlt, sens, calibrate_sigma(eps, dlt, sens, method=method), method,
+                       regime)
+
+
+# ---- composition ----------------------------------------------------------------------------
+
+def epsilon_of_mu(mu: float, delta: float) -> float:
+    """Epsilon at ``delta`` of ``mu``-GDP (a Gaussian mechanism with ``Delta / sigma = mu``)."""
+    if mu <= 0.0:
+        return 0.0
+    return gaussian_epsilon(1.0 / mu, delta, 1.0)
+
+
+def mu_of_epsilon(epsilon: float, delta: float) -> float:
+    """The ``mu`` whose ``mu``-GDP is ``(epsilon, delta)``-DP exactly (analytic calibration)."""
+    return 1.0 / analytic_sigma(epsilon, delta, 1.0)
+
+
+def composed_epsilon(epsilons: object, deltas: object, delta: float) -> float:
+    """Epsilon at ``delta`` of a set of Gaussian releases, each ``(epsilon_i, delta_i)``-DP
+    with the analytic calibration, composed exactly.
+
+    Each release is ``mu_i``-GDP with ``mu_i`` the inverse of the analytic calibration of
+    ``(epsilon_i, delta_i)``; ``k`` of them compose to ``sqrt(sum mu_i^2)``-GDP (Dong, Roth and
+    Su 2022, Corollary 3.3), converted back at ``delta``. This is what the analyst's ledger
+    does; e.g. 400 score-vector releases at epsilon = 1, delta = 1e-5 compose to epsilon = 36.5
+    at delta = 1e-5, not 400 and not 1. Releases calibrated with the classic formula have more
+    noise than this assumes, so the result is an upper bound for them.
+
+    Parameters
+    ----------
+    epsilons : sequence of float
+        Per-release epsilons.
+    deltas : float or sequence of float
+        Per-release deltas (one number: all the same).
+    delta : float
+        Delta at which the composition is stated (a ledger's ``delta_budget``).
+    """
+    import numpy as np
+
+    eps = np.atleast_1d(np.asarray(epsilons, dtype=np.float64))
+    dls = np.broadcast_to(np.asarray(deltas, dtype=np.float64), eps.shape)
+    _, target = check_epsilon_delta(1.0, delta)
+    mu_sq = 0.0
+    for e, d in zip(eps.tolist(), dls.tolist(), strict=True):
+        mu_sq += mu_of_epsilon(e, d) ** 2
+    return epsilon_of_mu(math.sqrt(mu_sq), target)

@@ -8,13 +8,16 @@ References
 ----------
 SPEC.md section 5; ScoreShield paper Section 3.1 ("Sensitivity", regime (i)), Section 3.2 and
 Appendix J.1 (regime (ii)), Definition 2.3 (output-space adjacency), Appendix C.3
-("Identity-Adjacency", eqs. (28)-(32)) and Appendix K.1 ("Privacy parameters").
+("Identity-Adjacency", eqs. (28)-(32)), Appendix D (regime (iii), one record's row), Appendix H.1
+(public margin) and Appendix K.1 ("Privacy parameters"). :class:`common.scoreshield.regimes.
+Regime` picks the right one for a release.
 """
 
 from __future__ import annotations
 
 import math
 
+from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.validation import check_count, check_positive
 
 
@@ -106,22 +109,69 @@ def identity_rows_sensitivity(max_images_per_identity: int) -> float:
 
 
 def gram_identity_sensitivity(n: int, max_images_per_identity: int) -> float:
-    """``Delta_F = 2 sqrt(m (2 n - m - 1))`` for the per-image Gram under identity adjacency.
+    """``Delta_F = 2 sqrt(2 m (n - m) + min(m (m - 1), m^2 / 2))``: per-image Gram, identity
+    adjacency.
 
-    Not in the paper; derived here the same way as Appendix J.1. When the ``m`` rows of one
-    identity change, the changed off-diagonal entries are the ``2 m (n - m)`` cross entries and the
-    ``m (m - 1)`` entries inside the identity block, each by at most 2, and the diagonal stays 1:
-    ``||S - S'||_F^2 <= 4 (2 m (n - m) + m (m - 1)) = 4 m (2 n - m - 1)``. For ``m = 1`` this is
-    :func:`gram_record_sensitivity`.
+    Not in the paper; derived here as in Appendix J.1. When the ``m`` rows of one identity
+    change, the diagonal stays 1 and the change splits into the cross block (``2 m (n - m)``
+    entries, each moving by at most 2: ``8 m (n - m)``) and the identity's own ``m x m`` block
+    ``B -> B'``. Entrywise that block moves by at most ``4 m (m - 1)``; as both blocks are
+    correlation matrices, also ``||B - B'||_F^2 = ||B||_F^2 + ||B'||_F^2 - 2 <B, B'> <= 2 m^2``
+    (``<B, B'> >= 0`` for PSD matrices, ``||B||_F^2 <= m^2``). So ``||S - S'||_F^2 <= 8 m (n - m)
+    + min(4 m (m - 1), 2 m^2)``. The cross part alone is attained (all rows equal to ``u``, the
+    identity's turned to ``-u``), so the bound is tight to a factor ``1 + m / (4 (n - m))``.
+    For ``m = 1`` it is :func:`gram_record_sensitivity`.
 
     Parameters
     ----------
     n : int
         Number of images ``n >= 2``.
     max_images_per_identity : int
-        Public bound ``1 <= m <= n``.
+        Public bound ``1 <= m`` (values above ``n`` count as ``n``).
     """
     n = check_count(n, "n", minimum=2)
     m = check_count(max_images_per_identity, "max_images_per_identity", minimum=1)
     m = min(m, n)
-    return 2.0 * math.sqrt(m * (2 * n - m - 1))
+    return 2.0 * math.sqrt(2 * m * (n - m) + min(m * (m - 1), m * m / 2.0))
+
+
+def record_row_sensitivity(n: int) -> float:
+    """``Delta_2 = 2 sqrt(n - 1)`` for one record's row ``(<e_k, e_j>)_j`` of the Gram.
+
+    Regime (iii) of the paper (Appendix D, eqs. (91)-(95)): the reference record ``k`` is a
+    private record, so replacing it moves all ``n - 1`` off-diagonal entries of its row, each by
+    at most 2 (the diagonal stays 1); replacing another record moves one entry. Tight. The same
+    bound holds under identity adjacency (the row has only ``n - 1`` entries that can move).
+    Releasing such a row through the score-vector release (sensitivity 2) would under-noise it
+    by ``sqrt(n - 1)``.
+
+    Parameters
+    ----------
+    n : int
+        Records ``n >= 2``.
+    """
+    n = check_count(n, "n", minimum=2)
+    return 2.0 * math.sqrt(n - 1)
+
+
+def margin_entry_range(margin: float) -> float:
+    """``1 - a``: how far one score can move when it is clipped to a public margin ``[a, 1]``.
+
+    ScoreShield paper Appendix H.1, eqs. (339)-(340): if every released score lies in ``[a, 1]``
+    the score-vector sensitivity is ``1 - a`` instead of 2. The paper uses it as a utility model
+    only, "unless the margin restriction is enforced as a public precondition"; the releases
+    here enforce it by clipping the clean scores to ``[a, 1]`` before the noise, which is a
+    fixed, data-independent map of each score, so the bound holds for every collection.
+
+    Parameters
+    ----------
+    margin : float
+        ``a`` in ``[-1, 1)``.
+    """
+    try:
+        a = float(margin)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"margin must be a number in [-1, 1), got {margin!r}") from None
+    if not (math.isfinite(a) and -1.0 <= a < 1.0):
+        raise InvalidInputError(f"margin must be a number in [-1, 1), got {margin!r}")
+    return 1.0 - a

@@ -20,7 +20,15 @@ from noisyanchor.analyst.privacy_budget import (
     mu_of_epsilon,
 )
 from noisyanchor.common.errors import BudgetExceededError, InvalidInputError, LedgerError
-from noisyanchor.common.scoreshield import calibrate, gaussian_delta, score_vector_sensitivity
+from noisyanchor.common.scoreshield import (
+    Calibration,
+    Regime,
+    calibrate,
+    gaussian_delta,
+    gaussian_epsilon,
+    gram_record_sensitivity,
+    score_vector_sensitivity,
+)
 
 DELTA = 1e-5
 PIDS = ("a", "b")
@@ -245,7 +253,7 @@ def test_reopening_a_long_ledger_does_no_accounting_per_row(tmp_path: Path, monk
     (every row re-composed under the lock). Rows are now bounded by the count quota, and a
     reopened ledger only sums mu^2 over them: the epsilon conversions it makes do not grow with
     the rows."""
-    import noisyanchor.analyst.privacy_budget as pbmod
+    import noisyanchor.common.scoreshield.calibration as pbmod  # epsilon_of_mu lives there
 
     path = tmp_path / "l.json"
     ledger = _ledger(path, 5.0, participant_max_releases=200)
@@ -263,3 +271,49 @@ def test_reopening_a_long_ledger_does_no_accounting_per_row(tmp_path: Path, monk
     assert calls["n"] <= 1  # at most the fair-share quota, whatever the number of rows
     assert again.account("d").releases == 400
     assert again.spent("d")[0] == pytest.approx(ledger.spent("d")[0], rel=1e-12)
+
+
+# --- what may be charged (issue 26) -----------------------------------------------------------
+
+def test_a_tiny_stated_sensitivity_is_charged_the_epsilon_the_release_states(
+        tmp_path: Path) -> None:
+    # the issue: sensitivity 1e-12 with sigma 1e-3 was charged 0.0; the release reports epsilon 1
+    ledger = _ledger(tmp_path / "l.json", 5.0)
+    cal = Calibration(epsilon=1.0, delta=DELTA, sensitivity=1e-12, sigma=1e-3, method="analytic")
+    charge = ledger.charge("d", "a", cal, request_id="r", label="tiny")
+    assert charge.epsilon == pytest.approx(1.0, rel=1e-9)
+    assert ledger.spent("d")[0] == pytest.approx(1.0, rel=1e-9)
+    # and after a restart the same mu is summed from the row
+    again = _ledger(tmp_path / "l.json", 5.0)
+    assert again.spent("d")[0] == pytest.approx(1.0, rel=1e-9)
+
+
+@pytest.mark.parametrize("field", ["sensitivity", "sigma"])
+@pytest.mark.parametrize("value", [0.0, -2.0, math.inf, math.nan])
+def test_forged_calibrations_are_refused_and_nothing_is_charged(
+        tmp_path: Path, field: str, value: float) -> None:
+    ledger = _ledger(tmp_path / "l.json", 5.0)
+    cal = _cal(1.0)
+    object.__setattr__(cal, field, value)  # past the frozen dataclass's validation
+    with pytest.raises(InvalidInputError, match=field):
+        ledger.charge("d", "a", cal, request_id="r", label="forged")
+    assert ledger.charges() == [] and not (tmp_path / "l.json").exists()
+
+
+def test_a_calibration_altered_after_construction_is_refused(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path / "l.json", 5.0)
+    cal = _cal(1.0)
+    object.__setattr__(cal, "sigma", 1e-3)  # promises epsilon 1, delivers ~2e6
+    with pytest.raises(InvalidInputError, match="below"):
+        ledger.charge("d", "a", cal, request_id="r", label="forged")
+    assert ledger.charges() == []
+
+
+def test_an_output_space_gram_is_charged_its_record_level_cost(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path / "l.json", 1e6)
+    regime = Regime("gram", 100, adjacency="output", radius=2.0)
+    cal = calibrate(10.0, DELTA, regime)
+    charge = ledger.charge("d", "a", cal, request_id="r", label="gram/output")
+    record_eps = gaussian_epsilon(cal.sigma, DELTA, gram_record_sensitivity(100))
+    assert charge.epsilon == pytest.approx(record_eps, rel=1e-6) and record_eps > 100
+    assert charge.sensitivity == pytest.approx(gram_record_sensitivity(100))

@@ -246,11 +246,21 @@ def test_release_gram_at_record_level_sensitivity(
         assert rel.projection is not None and rel.projection.method == projector
 
 
-def test_release_gram_accepts_per_entry_sensitivity(rng: np.random.Generator) -> None:
+def test_release_gram_states_per_entry_calibration_as_output_space_adjacency(
+        rng: np.random.Generator) -> None:
+    # the paper's App. K calibration (one entry, Delta = 2) is output-space adjacency at radius 2;
+    # the release states it under that name and its record-level epsilon beside it
     e = _unit_rows(rng, 20, 4)
-    rel = release_gram(e @ e.T, calibrate(10.0, 1e-5, per_entry_sensitivity()), rng=rng)
+    cal = calibrate(10.0, 1e-5, per_entry_sensitivity())
+    rel = release_gram(e @ e.T, cal, rng=rng, adjacency="output", radius=2.0)
     assert rel.sigma == pytest.approx(analytic_sigma(10.0, 1e-5, 2.0))
     assert rel.projector == "newton"  # the default
+    assert rel.regime.adjacency == "output" and rel.epsilon == 10.0
+    assert rel.record_epsilon == pytest.approx(
+        gaussian_epsilon(rel.sigma, 1e-5, gram_record_sensitivity(20)), rel=1e-9)
+    assert rel.record_epsilon > 10 * rel.epsilon
+    with pytest.raises(InvalidInputError, match=r"deliver epsilon=12\d\.\d+ here, not 10"):
+        release_gram(e @ e.T, cal, rng=rng)  # the same noise is no record-level release
 
 
 @pytest.mark.parametrize("bad", [
