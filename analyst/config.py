@@ -15,6 +15,7 @@ from noisyanchor.common.errors import ConfigError, InvalidInputError
 from noisyanchor.common.gopp import check_precision, check_stopping
 from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.schema import SCHEMA_DTYPES, RecordSchema
+from noisyanchor.common.tabular import TabularSchema
 from noisyanchor.common.tomlconfig import Table, TlsFiles, check_id, read_toml
 from noisyanchor.common.validation import check_anchor_rows, check_nonnegative, check_positive
 
@@ -359,9 +360,12 @@ def _release(doc: dict, path: Path) -> ReleaseLimits:
 
 
 def _schema(doc: dict, path: Path) -> RecordSchema | None:
-    """The optional ``[schema]`` table: ``features``, ``dtype``, ``feature_names``."""
+    """The optional ``[schema]`` table: ``features``, ``dtype``, ``feature_names``, or typed
+    columns (``[[schema.column]]``, :meth:`common.tabular.TabularSchema.from_toml`)."""
     if "schema" not in doc:
         return None
+    if isinstance(doc["schema"], dict) and "column" in doc["schema"]:
+        return RecordSchema.typed(TabularSchema.from_toml(doc["schema"], path))
     table = Table(doc, "schema", path)
     features = table.int("features", minimum=1)
     dtype = table.str("dtype", "float64", check=_schema_dtype)

@@ -104,7 +104,10 @@ class Federation:
                   "deadline": config.deadline.isoformat() if config.deadline else None,
                   "schema": None if config.schema is None else {
                       "features": config.schema.features, "dtype": config.schema.dtype,
-                      "feature_names": list(config.schema.feature_names)}}
+                      "feature_names": list(config.schema.feature_names)} | (
+                      {} if config.schema.tabular is None else {
+                          "typed": config.schema.tabular.canonical(),
+                          "preprocessing_sha256": config.schema.preprocessing_sha256.hex()})}
         atomic_write(self.store.root / FEDERATION_FILE, json.dumps(public, indent=2).encode())
         self._withdrawn_dir = self.store.root / WITHDRAWN_DIR
         self._withdrawn_dir.mkdir(exist_ok=True)
@@ -144,9 +147,7 @@ class Federation:
             if getattr(cfg, name) is not None:
                 setattr(info, name, getattr(cfg, name))
         if cfg.schema is not None:
-            info.schema.CopyFrom(pb.RecordSchema(features=cfg.schema.features,
-                                                 dtype=cfg.schema.dtype,
-                                                 feature_names=cfg.schema.feature_names))
+            info.schema.CopyFrom(cfg.schema.to_proto())
         return info
 
     def withdraw(self, pid: str, reason: str) -> None:
@@ -212,8 +213,24 @@ class Federation:
                                     f"{anchor.shape}")
         return d
 
+    def check_preprocessing(self, spec: BundleSpec) -> None:
+        """Refuse a bundle whose declared preprocessing differs from the federation's (its
+        digest, :mod:`common.tabular.schema`): a site that encoded its table differently
+        would spoil the collaboration matrix unnoticed. Without typed columns no digest is
+        declared, and a bundle naming one is refused as well."""
+        declared = self.config.schema.preprocessing_sha256 if self.config.schema else b""
+        if spec.preprocessing_sha256 != declared:
+            shown = _short_digest
+            raise InvalidInputError(
+                f"the bundle's records were preprocessed differently from federation "
+                f"{self.config.federation_id!r}'s [schema] (preprocessing digest "
+                f"{shown(spec.preprocessing_sha256)}, the federation's {shown(declared)}): "
+                "encode the table with the schema the analyst serves "
+                "(a stale startup kit or another noisyanchor version?); nothing was stored")
+
     def check_upload_header(self, spec: BundleSpec) -> None:
-        """Header checks of an upload: arrays, dtypes, shapes, method, size."""
+        """Header checks of an upload: arrays, dtypes, shapes, method, size, preprocessing."""
+        self.check_preprocessing(spec)
         required = {"data", "labels", "tags"} | ({"anchor"} if self.method.uses_anchor else set())
         self._check_shapes(spec, {k: UPLOAD_DTYPES[k] for k in required}, required)
         n = spec.array("data").shape[0]
@@ -228,6 +245,7 @@ class Federation:
             {"anchor"} if self.method.uses_anchor else set())
         dtypes = {k: v for k, v in DISCLOSURE_DTYPES.items()
                   if k in required or k.endswith("_noise")}
+        self.check_preprocessing(spec)
         d = self._check_shapes(spec, dtypes, required)
         expected = {"rotation": (d, d), "translation": (d,)}
         for name, shape in expected.items():
@@ -571,6 +589,11 @@ class Federation:
             **model_files,
             "result.json": json.dumps(summary, indent=2).encode(),
         }
+
+
+def _short_digest(digest: bytes) -> str:
+    """The first 16 hex digits of ``digest`` (``none`` when empty), for messages."""
+    return digest.hex()[:16] + "..." if digest else "none"
 
 
 def _parse(message_type: type[T], raw: bytes) -> T:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.tabular.schema import TabularSchema
+from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 #: Value types a schema may declare, as numpy dtypes.
 SCHEMA_DTYPES = {"float64": np.float64, "float32": np.float32, "int64": np.int64}
@@ -22,24 +24,63 @@ SCHEMA_DTYPES = {"float64": np.float64, "float32": np.float32, "int64": np.int64
 
 @dataclass(frozen=True)
 class RecordSchema:
-    """What one record is: ``features`` columns ``d_in`` of type ``dtype``, optionally named.
+    """What one record is: ``features`` columns ``d_in`` of type ``dtype``, optionally named,
+    optionally typed.
 
     Attributes
     ----------
     features : int
-        ``d_in``, columns of ``X_i`` before the public projection ``F`` (SPEC.md section 1).
+        ``d_in``, columns of ``X_i`` before the public projection ``F`` (SPEC.md section 1);
+        with typed columns, their encoded width.
     dtype : str
         A key of :data:`SCHEMA_DTYPES`; ``int64`` requires integral values, ``float32`` values
         a float32 holds without overflow.
     feature_names : tuple of str
-        Column names in order (empty: not declared).
+        Column names in order (empty: not declared); with typed columns the encoded names.
+    tabular : TabularSchema or None
+        Typed columns and their public preprocessing (issue 21; :meth:`typed` builds the rest
+        from it); None: the plain ``features = N`` schema.
     """
 
     features: int
     dtype: str = "float64"
     feature_names: tuple[str, ...] = ()
+    tabular: TabularSchema | None = None
+
+    @classmethod
+    def typed(cls, tabular: TabularSchema) -> RecordSchema:
+        """The schema of typed columns: ``d_in`` and names are the encoded ones."""
+        return cls(tabular.width, "float64", tabular.encoded_names, tabular)
+
+    @property
+    def preprocessing_sha256(self) -> bytes:
+        """Digest of the declared preprocessing (empty: none declared, a plain schema)."""
+        return self.tabular.digest() if self.tabular is not None else b""
+
+    def to_proto(self) -> pb.RecordSchema:
+        """The ``RecordSchema`` message ``Describe`` serves."""
+        if self.tabular is not None:
+            return self.tabular.to_proto()
+        return pb.RecordSchema(features=self.features, dtype=self.dtype,
+                               feature_names=self.feature_names)
+
+    @classmethod
+    def from_proto(cls, msg: pb.RecordSchema) -> RecordSchema:
+        """The schema a ``RecordSchema`` message declares (typed when it has columns)."""
+        tabular = TabularSchema.from_proto(msg)
+        if tabular is not None:
+            schema = cls.typed(tabular)
+            if msg.features != schema.features:
+                raise InvalidInputError(f"the analyst declares {msg.features} features but its "
+                                        f"typed columns encode to {schema.features}")
+            return schema
+        return cls(msg.features, msg.dtype, tuple(msg.feature_names))
 
     def __post_init__(self) -> None:
+        if self.tabular is not None and (self.features != self.tabular.width
+                                         or self.feature_names != self.tabular.encoded_names):
+            raise InvalidInputError(f"typed columns encode to {self.tabular.width} features "
+                                    f"named by them; the schema says {self.features}")
         if self.features < 1:
             raise InvalidInputError(f"a schema needs at least 1 feature, got {self.features}")
         if self.dtype not in SCHEMA_DTYPES:
@@ -52,7 +93,10 @@ class RecordSchema:
             raise InvalidInputError("the schema's feature names must be distinct")
 
     def describe(self) -> str:
-        """``64 float64 features`` (and the first names, when declared)."""
+        """``64 float64 features`` (and the first names, when declared); the typed columns'
+        description when typed."""
+        if self.tabular is not None:
+            return self.tabular.describe()
         names = ""
         if self.feature_names:
             shown = ", ".join(self.feature_names[:4])

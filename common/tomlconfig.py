@@ -76,6 +76,11 @@ class Table:
             raise ConfigError(f"{self._where(key)} must be {what}, got {value!r}")
         return value
 
+    def value(self, key: builtins.str, default: Any, kinds: tuple[type, ...],
+              what: builtins.str) -> Any:
+        """A value of one of ``kinds`` (``what`` describes them in the error)."""
+        return self._get(key, default, kinds, what)
+
     def checked(self, key: str, value: Any, check: Callable[[Any], Any] | None) -> Any:
         """``check(value)`` (an engine validator; its result is the value) with an
         :class:`InvalidInputError` turned into a ConfigError naming this table's ``key``.

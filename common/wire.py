@@ -136,11 +136,13 @@ def _check_digest(digest: bytes, name: str, *, allow_empty: bool = False) -> Non
 
 @dataclass(frozen=True)
 class BundleSpec:
-    """A whole stream header: federation, method and the arrays in stream order."""
+    """A whole stream header: federation, method, the arrays in stream order, and the digest
+    of the preprocessing the sender applied to its records (empty: none declared)."""
 
     federation_id: str
     method: str
     arrays: tuple[ArraySpec, ...]
+    preprocessing_sha256: bytes = b""
 
     @property
     def nbytes(self) -> int:
@@ -181,12 +183,17 @@ class BundleSpec:
         if len({bool(a.sha256) for a in arrays}) > 1:
             raise InvalidInputError("the header carries the digests of some arrays only: give "
                                     "all of them, or none and send them in the trailer")
-        return cls(msg.federation_id, msg.method, arrays)
+        if len(msg.preprocessing_sha256) not in (0, DIGEST_SIZE):
+            raise InvalidInputError(f"the header's preprocessing digest has "
+                                    f"{len(msg.preprocessing_sha256)} bytes; SHA-256 has "
+                                    f"{DIGEST_SIZE}")
+        return cls(msg.federation_id, msg.method, arrays, bytes(msg.preprocessing_sha256))
 
     def to_proto(self) -> pb.BundleHeader:
         """Header message of this spec."""
         return pb.BundleHeader(federation_id=self.federation_id, method=self.method,
-                               arrays=[a.to_proto() for a in self.arrays])
+                               arrays=[a.to_proto() for a in self.arrays],
+                               preprocessing_sha256=self.preprocessing_sha256)
 
     def receipt(self, participant_id: str) -> bytes:
         """SHA-256 over a domain label, the sender and the canonical header with every digest.
@@ -204,11 +211,13 @@ class BundleSpec:
 
 
 def bundle_spec(federation_id: str, method: str, arrays: Mapping[str, np.ndarray], *,
-                digests: bool = True) -> BundleSpec:
+                digests: bool = True, preprocessing_sha256: bytes = b"") -> BundleSpec:
     """Spec of ``arrays`` (stream order = mapping order); ``digests=False`` leaves the digests
-    to be computed while sending (:class:`BundleSender`)."""
+    to be computed while sending (:class:`BundleSender`); ``preprocessing_sha256`` names the
+    preprocessing the records went through (:mod:`common.tabular.schema`)."""
     return BundleSpec(federation_id, method, tuple(ArraySpec.of(name, arr, digest=digests)
-                                                   for name, arr in arrays.items()))
+                                                   for name, arr in arrays.items()),
+                      preprocessing_sha256)
 
 
 def _pieces(arrays: Mapping[str, np.ndarray],

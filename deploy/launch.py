@@ -20,8 +20,22 @@ from typing import Any
 from noisyanchor.common.errors import PreconditionError
 
 
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime.datetime):  # TOML offset date-time
+        return value.isoformat()
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) if isinstance(v, bool | int | float)
+                               else json.dumps(str(v)) for v in value) + "]"
+    return json.dumps(str(value))
+
+
 def toml_text(tables: Mapping[str, Mapping[str, Any]]) -> str:
-    """TOML for flat tables of strings, numbers, booleans, date-times, paths and string lists.
+    """TOML for tables of strings, numbers, booleans, date-times, paths and lists of them; a
+    list of tables (``column = [{...}, ...]`` under ``schema``) becomes ``[[schema.column]]``.
 
     Hand-written because the standard library reads TOML but does not write it; JSON string
     escapes are valid TOML basic strings. ``None`` values are left out.
@@ -29,21 +43,17 @@ def toml_text(tables: Mapping[str, Mapping[str, Any]]) -> str:
     lines: list[str] = []
     for name, table in tables.items():
         lines.append(f"[{name}]")
+        nested = {k: v for k, v in table.items()
+                  if isinstance(v, list) and v and all(isinstance(t, Mapping) for t in v)}
         for key, value in table.items():
-            if value is None:
-                continue
-            if isinstance(value, bool):
-                text = "true" if value else "false"
-            elif isinstance(value, datetime.datetime):  # TOML offset date-time
-                text = value.isoformat()
-            elif isinstance(value, int | float):
-                text = repr(value)
-            elif isinstance(value, list | tuple):
-                text = json.dumps([str(v) for v in value])
-            else:
-                text = json.dumps(str(value))
-            lines.append(f"{key} = {text}")
+            if value is not None and key not in nested:
+                lines.append(f"{key} = {_toml_value(value)}")
         lines.append("")
+        for key, entries in nested.items():
+            for entry in entries:
+                lines.append(f"[[{name}.{key}]]")
+                lines += [f"{k} = {_toml_value(v)}" for k, v in entry.items() if v is not None]
+                lines.append("")
     return "\n".join(lines)
 
 

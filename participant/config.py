@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from noisyanchor.common.errors import ConfigError
+from noisyanchor.common.errors import ConfigError, InvalidInputError
 from noisyanchor.common.gdp import DEFAULT_TRANSLATION_SCALE
 from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.sealing import SEED_BYTES
@@ -37,7 +37,10 @@ class ParticipantConfig:
         Local records: ``.npz`` (``x``, ``labels``, optional ``tags``), ``.csv`` with a header
         and a label column, or ``.npy`` (2-D, labels in column ``label_index``).
     label_column, tag_column : str
-        CSV column names of the labels and (optional) split tags.
+        CSV column names of the labels (unless the federation's schema names it) and
+        (optional) split tags.
+    delimiter : str
+        Between the values of a CSV file (default ``,``).
     label_index : int
         Label column of a ``.npy`` file.
     state_dir : Path
@@ -52,6 +55,9 @@ class ParticipantConfig:
     method, anchors, dim, projection_seed, sigma, v, translation_scale
         The protocol: method, ``r`` (default ``4 d``), ``h`` of the public Gaussian projection
         ``F`` drawn from ``projection_seed`` (none when ``dim`` is unset), noise levels, ``s``.
+    preprocessing_sha256 : str or None
+        Hex digest of the preprocessing this site agreed to (``provision`` writes it from the
+        project's typed ``[schema]``): the site refuses an analyst serving another one.
     dealer : str
         Participant who draws and seals the anchor seed.
     anchor_seed : bytes or None
@@ -81,6 +87,8 @@ class ParticipantConfig:
     dealer: str
     anchor_seed: bytes | None
     tls: TlsFiles
+    delimiter: str = ","
+    preprocessing_sha256: str | None = None
 
     @property
     def method_enum(self) -> Method:
@@ -145,9 +153,28 @@ def load_participant_config(path: Path) -> ParticipantConfig:
         translation_scale=proto.float("translation_scale", DEFAULT_TRANSLATION_SCALE,
                                       check=lambda x: check_positive(x, "translation_scale")),
         dealer=check_id(proto.str("dealer"), f"{path}: [protocol] dealer"),
-        anchor_seed=anchor_seed, tls=TlsFiles.read(Table(doc, "tls", path)))
+        anchor_seed=anchor_seed, tls=TlsFiles.read(Table(doc, "tls", path)),
+        delimiter=part.str("delimiter", ",", check=_delimiter),
+        preprocessing_sha256=proto.str("preprocessing_sha256", None, check=_sha256_hex))
     if anchor_seed is not None and cfg.dealer != pid:
         raise proto.error("anchor_seed", "only the dealer holds the anchor seed")
     part.done()
     proto.done()
     return cfg
+
+
+def _delimiter(value: str) -> str:
+    if len(value) != 1 or value in "\r\n\"":
+        raise InvalidInputError(f"must be one character other than a quote or a line break, "
+                                f"got {value!r}")
+    return value
+
+
+def _sha256_hex(value: str) -> str:
+    try:
+        ok = len(bytes.fromhex(value)) == 32
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InvalidInputError(f"must be a SHA-256 digest in hex (64 digits), got {value!r}")
+    return value.lower()

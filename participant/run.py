@@ -13,11 +13,17 @@ from pathlib import Path
 
 import numpy as np
 
-from noisyanchor.common.errors import AlreadyExistsError, InvalidInputError, NotFoundError
+from noisyanchor.common.errors import (
+    AlreadyExistsError,
+    InvalidInputError,
+    NoisyAnchorError,
+    NotFoundError,
+)
 from noisyanchor.common.files import atomic_write
 from noisyanchor.common.gdp import anchor_from_seed, gaussian_projection, secret_rng
 from noisyanchor.common.schema import RecordSchema, check_declared
 from noisyanchor.common.splits import split_tags
+from noisyanchor.common.tabular import TableError
 from noisyanchor.common.wire import bundle_spec
 from noisyanchor.participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
 from noisyanchor.participant.client import AnalystClient
@@ -53,10 +59,70 @@ def working_data(cfg: ParticipantConfig, x: np.ndarray) -> np.ndarray:
     return x @ f
 
 
-def local_data(cfg: ParticipantConfig) -> LocalData:
-    """This participant's records, labels and (optional) tags, as its config describes them."""
-    return load_local_data(cfg.data, label_column=cfg.label_column, tag_column=cfg.tag_column,
-                           label_index=cfg.label_index)
+def schema_path(cfg: ParticipantConfig) -> Path:
+    """Where the federation's schema is kept once this site joined (``state_dir``)."""
+    return cfg.state_dir / f"schema-{cfg.federation_id}.pb"
+
+
+def keep_schema(cfg: ParticipantConfig, info: pb.FederationInfo) -> None:
+    """Keep the schema the analyst served, so that later uses of this site's records
+    (disclosure, release queries, prediction) preprocess them exactly as the upload did."""
+    if info.HasField("schema"):
+        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(schema_path(cfg), info.schema.SerializeToString(deterministic=True))
+
+
+def kept_schema(cfg: ParticipantConfig) -> RecordSchema | None:
+    """The schema kept by :func:`keep_schema` (None: this site has not joined yet, or its
+    federation declares none)."""
+    path = schema_path(cfg)
+    if not path.is_file():
+        return None
+    msg = pb.RecordSchema()
+    msg.ParseFromString(path.read_bytes())
+    return RecordSchema.from_proto(msg)
+
+
+def served_schema(cfg: ParticipantConfig, info: pb.FederationInfo) -> RecordSchema | None:
+    """The schema the analyst declares, checked against the preprocessing digest this site's
+    kit pins (``[protocol] preprocessing_sha256``), if any."""
+    schema = RecordSchema.from_proto(info.schema) if info.HasField("schema") else None
+    digest = schema.preprocessing_sha256.hex() if schema is not None else ""
+    if cfg.preprocessing_sha256 is not None and digest != cfg.preprocessing_sha256:
+        raise InvalidInputError(
+            f"the analyst serves a preprocessing (digest {digest[:16] or 'none'}) other than "
+            f"the one {cfg.id}'s config agreed to ([protocol] preprocessing_sha256 = "
+            f"{cfg.preprocessing_sha256[:16]}...): the federation's [schema] changed after "
+            "this kit was provisioned; ask the operator for the current kit")
+    return schema
+
+
+def local_data(cfg: ParticipantConfig, schema: RecordSchema | None = None, *,
+               require_labels: bool = True) -> LocalData:
+    """This participant's records after the federation's public preprocessing, with labels
+    and (optional) tags: the one loader every use of the records goes through (upload,
+    disclosure, release query, prediction).
+
+    ``schema`` None: the schema kept when this site joined (:func:`kept_schema`).
+    ``require_labels=False`` reads a table without labels too (prediction input).
+    """
+    return load_local_data(cfg.data, schema=schema if schema is not None else kept_schema(cfg),
+                           label_column=cfg.label_column, tag_column=cfg.tag_column,
+                           label_index=cfg.label_index, require_labels=require_labels,
+                           delimiter=cfg.delimiter)
+
+
+def withdrawal_reason(cfg: ParticipantConfig, err: Exception) -> str:
+    """What the other sites are told when this site's data or config is refused: the line
+    and column of a bad cell but never its value (a private record's), no local path, one
+    line of printable text."""
+    text = err.public() if isinstance(err, TableError) else str(err)
+    local = [cfg.data, cfg.state_dir, cfg.tls.ca, cfg.tls.cert, cfg.tls.key]
+    # Longest first: a file's own path before the folder it is in.
+    for path in sorted({p for q in local for p in (q, *q.parents) if len(p.parts) > 1},
+                       key=lambda p: len(str(p)), reverse=True):
+        text = text.replace(str(path), path.name)
+    return "".join(ch if ch.isprintable() else " " for ch in " ".join(text.split()))
 
 
 def _tags(cfg: ParticipantConfig, data: LocalData) -> np.ndarray:
@@ -88,6 +154,13 @@ def _declared(info: pb.FederationInfo) -> dict:
     return declared
 
 
+def check_member(cfg: ParticipantConfig, info: pb.FederationInfo) -> None:
+    """Refuse a participant the federation does not name."""
+    if cfg.id not in info.participants:
+        raise InvalidInputError(f"participant {cfg.id!r} is not one of federation "
+                                f"{info.federation_id!r}'s participants {list(info.participants)}")
+
+
 def check_fits_federation(cfg: ParticipantConfig, info: pb.FederationInfo, data: LocalData,
                           x: np.ndarray) -> None:
     """Refuse locally, naming both sides, when this participant's config or data do not fit
@@ -96,9 +169,7 @@ def check_fits_federation(cfg: ParticipantConfig, info: pb.FederationInfo, data:
     The working width ``d`` is compared with a declared ``dim``: it is ``h`` with a public
     projection and the data's own width without one.
     """
-    if cfg.id not in info.participants:
-        raise InvalidInputError(f"participant {cfg.id!r} is not one of federation "
-                                f"{info.federation_id!r}'s participants {list(info.participants)}")
+    check_member(cfg, info)
     d = x.shape[1]
     own = {"federation_id": cfg.federation_id, "method": cfg.method, "sigma": cfg.sigma,
            "v": cfg.v, "anchors": cfg.anchors or 4 * d, "dim": d, "dealer": cfg.dealer,
@@ -108,30 +179,52 @@ def check_fits_federation(cfg: ParticipantConfig, info: pb.FederationInfo, data:
     if declared["anchors"] is None and declared["dim"] is not None:
         declared["anchors"] = 4 * declared["dim"]
     if info.HasField("schema"):
-        schema = RecordSchema(info.schema.features, info.schema.dtype,
-                              tuple(info.schema.feature_names))
-        schema.check(data.x, data.feature_names, who=f"{cfg.id}'s data {cfg.data}",
-                     federation=info.federation_id)
+        RecordSchema.from_proto(info.schema).check(
+            data.x, data.feature_names, who=f"{cfg.id}'s data {cfg.data.name}",
+            federation=info.federation_id)
     check_declared(declared, own, who=f"{cfg.id}'s config", analyst="the analyst")
 
 
-def _join(client: AnalystClient, cfg: ParticipantConfig, data: LocalData,
-          x: np.ndarray) -> pb.FederationInfo:
-    """Read the federation's declaration, check this participant against it (withdrawing
-    with the reason when it does not fit), and wait until the federation's deadline."""
+@dataclass(frozen=True)
+class Joined:
+    """A participant that joined: the declaration, its records as the federation's schema
+    encodes them, the working data ``X_i F`` and the preprocessing digest."""
+
+    info: pb.FederationInfo
+    data: LocalData
+    x: np.ndarray
+    preprocessing_sha256: bytes
+
+
+def _join(client: AnalystClient, cfg: ParticipantConfig) -> Joined:
+    """Read the federation's declaration, load and preprocess this site's records with its
+    schema and check both against it, and wait until the federation's deadline.
+
+    Anything refused (unreadable data, a bad cell, a schema or config that does not fit) is
+    reported to the analyst as this site's withdrawal, so the other sites stop waiting and
+    learn which site failed and why (:func:`withdrawal_reason`), before it is raised here.
+    """
     info = client.describe()
     try:
+        check_member(cfg, info)
+        schema = served_schema(cfg, info)
+        data = local_data(cfg, schema)
+        x = working_data(cfg, data.x)
         check_fits_federation(cfg, info, data, x)
     except InvalidInputError as err:
-        client.withdraw(str(err))
+        try:
+            client.withdraw(withdrawal_reason(cfg, err))
+        except NoisyAnchorError as failed:  # the local reason matters more than this one
+            log.warning("could not tell the analyst that %s withdraws: %s", cfg.id, failed)
         raise
+    keep_schema(cfg, info)
     if info.deadline_unix and (cfg.timeout is None
                                or info.deadline_unix < time.time() + cfg.timeout):
         client.wait_until(time.monotonic() + max(0.0, info.deadline_unix - time.time()))
     log.info("%s joined federation %s (%d participants, %s); waiting at most %.0f s for the "
              "others", cfg.id, info.federation_id, len(info.participants), info.method,
              client.timeout)
-    return info
+    return Joined(info, data, x, schema.preprocessing_sha256 if schema is not None else b"")
 
 
 def _write_secrets(cfg: ParticipantConfig, arrays: dict[str, np.ndarray]) -> Path:
@@ -145,18 +238,18 @@ def _write_secrets(cfg: ParticipantConfig, arrays: dict[str, np.ndarray]) -> Pat
 
 
 def run_upload(cfg: ParticipantConfig) -> Sent:
-    """Load the data, agree on the anchor, compute the upload with the engine, stream it once."""
-    data = local_data(cfg)
-    x = working_data(cfg, data.x)
-    tags = _tags(cfg, data)
+    """Join (load and preprocess the data with the federation's schema), agree on the anchor,
+    compute the upload with the engine, stream it once."""
     rng = secret_rng(cfg.seed)
-    d = x.shape[1]
-    r = cfg.anchors or 4 * d
     # Kept until an upload is committed (by this run or an earlier one): after that the
     # agreement cannot be resumed any more, so the key need not stay on disk.
     key_file = exchange_key_path(cfg.state_dir, cfg.federation_id)
     with analyst_client(cfg) as client:
-        _join(client, cfg, data, x)
+        joined = _join(client, cfg)
+        data, x = joined.data, joined.x
+        tags = _tags(cfg, data)
+        d = x.shape[1]
+        r = cfg.anchors or 4 * d
         seed = None
         if cfg.needs_shared_seed:
             seed = agree_on_seed(
@@ -172,7 +265,8 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
         if upload.anchor is not None:
             arrays["anchor"] = upload.anchor
         arrays |= {"labels": data.labels.astype("<i8"), "tags": tags.astype("|i1")}
-        spec = bundle_spec(cfg.federation_id, cfg.method, arrays, digests=False)
+        spec = bundle_spec(cfg.federation_id, cfg.method, arrays, digests=False,
+                           preprocessing_sha256=joined.preprocessing_sha256)
         try:
             receipt = client.send_bundle("upload", spec, arrays)
         except AlreadyExistsError:
@@ -205,8 +299,10 @@ def run_collude(cfg: ParticipantConfig) -> Sent:
                             "keep_secrets = true first")
     with np.load(path, allow_pickle=False) as kept:
         secrets_ = {k: kept[k] for k in kept.files}
-    arrays = {"data": working_data(cfg, local_data(cfg).x)} | secrets_
-    spec = bundle_spec(cfg.federation_id, cfg.method, arrays, digests=False)
+    schema = kept_schema(cfg)
+    arrays = {"data": working_data(cfg, local_data(cfg, schema).x)} | secrets_
+    spec = bundle_spec(cfg.federation_id, cfg.method, arrays, digests=False,
+                       preprocessing_sha256=schema.preprocessing_sha256 if schema else b"")
     with analyst_client(cfg) as client:
         receipt = client.send_bundle("disclosure", spec, arrays)
     return Sent(cfg.id, "disclosure", receipt.receipt.hex(), receipt.already_committed,

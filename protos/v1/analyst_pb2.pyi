@@ -21,14 +21,16 @@ class ArrayHeader(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., sha256: _Optional[bytes] = ...) -> None: ...
 
 class BundleHeader(_message.Message):
-    __slots__ = ("federation_id", "method", "arrays")
+    __slots__ = ("federation_id", "method", "arrays", "preprocessing_sha256")
     FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     ARRAYS_FIELD_NUMBER: _ClassVar[int]
+    PREPROCESSING_SHA256_FIELD_NUMBER: _ClassVar[int]
     federation_id: str
     method: str
     arrays: _containers.RepeatedCompositeFieldContainer[ArrayHeader]
-    def __init__(self, federation_id: _Optional[str] = ..., method: _Optional[str] = ..., arrays: _Optional[_Iterable[_Union[ArrayHeader, _Mapping]]] = ...) -> None: ...
+    preprocessing_sha256: bytes
+    def __init__(self, federation_id: _Optional[str] = ..., method: _Optional[str] = ..., arrays: _Optional[_Iterable[_Union[ArrayHeader, _Mapping]]] = ..., preprocessing_sha256: _Optional[bytes] = ...) -> None: ...
 
 class BundleTrailer(_message.Message):
     __slots__ = ("sha256",)
@@ -105,14 +107,54 @@ class WithdrawReply(_message.Message):
     def __init__(self) -> None: ...
 
 class RecordSchema(_message.Message):
-    __slots__ = ("features", "dtype", "feature_names")
+    __slots__ = ("features", "dtype", "feature_names", "columns", "label", "label_classes", "missing_tokens", "preprocessing_sha256")
     FEATURES_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     FEATURE_NAMES_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    LABEL_CLASSES_FIELD_NUMBER: _ClassVar[int]
+    MISSING_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREPROCESSING_SHA256_FIELD_NUMBER: _ClassVar[int]
     features: int
     dtype: str
     feature_names: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, features: _Optional[int] = ..., dtype: _Optional[str] = ..., feature_names: _Optional[_Iterable[str]] = ...) -> None: ...
+    columns: _containers.RepeatedCompositeFieldContainer[ColumnSpec]
+    label: str
+    label_classes: _containers.RepeatedScalarFieldContainer[str]
+    missing_tokens: _containers.RepeatedScalarFieldContainer[str]
+    preprocessing_sha256: bytes
+    def __init__(self, features: _Optional[int] = ..., dtype: _Optional[str] = ..., feature_names: _Optional[_Iterable[str]] = ..., columns: _Optional[_Iterable[_Union[ColumnSpec, _Mapping]]] = ..., label: _Optional[str] = ..., label_classes: _Optional[_Iterable[str]] = ..., missing_tokens: _Optional[_Iterable[str]] = ..., preprocessing_sha256: _Optional[bytes] = ...) -> None: ...
+
+class ColumnSpec(_message.Message):
+    __slots__ = ("name", "type", "center", "scale", "min", "max", "categories", "unknown", "missing", "fill", "unit", "true_tokens", "false_tokens")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    CENTER_FIELD_NUMBER: _ClassVar[int]
+    SCALE_FIELD_NUMBER: _ClassVar[int]
+    MIN_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    CATEGORIES_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
+    FILL_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    TRUE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FALSE_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: str
+    center: float
+    scale: float
+    min: float
+    max: float
+    categories: _containers.RepeatedScalarFieldContainer[str]
+    unknown: str
+    missing: str
+    fill: str
+    unit: str
+    true_tokens: _containers.RepeatedScalarFieldContainer[str]
+    false_tokens: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ..., center: _Optional[float] = ..., scale: _Optional[float] = ..., min: _Optional[float] = ..., max: _Optional[float] = ..., categories: _Optional[_Iterable[str]] = ..., unknown: _Optional[str] = ..., missing: _Optional[str] = ..., fill: _Optional[str] = ..., unit: _Optional[str] = ..., true_tokens: _Optional[_Iterable[str]] = ..., false_tokens: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DescribeRequest(_message.Message):
     __slots__ = ("federation_id",)

@@ -138,3 +138,21 @@ def test_the_template_declares_schema_deadline_and_protocol(workdir):
     assert (a.dealer, a.projection_seed, a.translation_scale, a.model) == (
         "org-a", 20261129, 100.0, "logistic")
     assert a.health_port is None and a.log_json is None
+
+
+def test_typed_columns_declare_the_schema_and_its_digest(workdir):
+    path = workdir / "analyst.toml"
+    typed = ('[schema]\nlabel = "diagnosis"\nlabel_classes = ["benign", "malignant"]\n'
+             '[[schema.column]]\nname = "area"\nunit = "mm2"\nmin = 100.0\nmax = 2500.0\n'
+             '[[schema.column]]\nname = "site"\ntype = "categorical"\n'
+             'categories = ["urban", "rural"]\n')
+    text = path.read_text()
+    start, end = text.index("[schema]"), text.index("[model]")
+    path.write_text(text[:start] + typed + text[end:])
+    a = load_analyst_config(path)
+    assert a.schema.features == 3 and a.schema.feature_names == ("area", "site=urban",
+                                                                   "site=rural")
+    assert a.schema.preprocessing_sha256 == a.schema.tabular.digest()
+    path.write_text(text[:start] + typed.replace("max = 2500.0", "max = 50.0") + text[end:])
+    with pytest.raises(ConfigError, match=r"\[schema.column #1\] \('area'\): .*max must be > min"):
+        load_analyst_config(path)

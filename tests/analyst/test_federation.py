@@ -180,3 +180,27 @@ def test_disclosures_need_the_federation_to_accept_collusion(tmp_path, rng):
 def test_attack_needs_an_analyst_store(tmp_path):
     with pytest.raises(NotFoundError, match="not an analyst store"):
         attack_store(tmp_path)
+
+
+def test_an_upload_with_another_preprocessing_digest_is_refused_before_anything_is_stored(
+        tmp_path, uploads):
+    from noisyanchor.common.errors import InvalidInputError
+    from noisyanchor.common.schema import RecordSchema
+    from noisyanchor.common.tabular import NumericColumn, TabularSchema
+
+    tabular = TabularSchema(tuple(NumericColumn(f"c{j}", center=0.0, scale=2.0)
+                                  for j in range(D)))
+    fed = Federation(_config(tmp_path, schema=RecordSchema.typed(tabular)),
+                     Store(tmp_path / "store"))
+    up = uploads[2][0][0]
+    arrays = {"data": up.data, "anchor": up.anchor, "labels": np.zeros(N, "<i8"),
+              "tags": np.zeros(N, "|i1")}
+    other = TabularSchema(tuple(NumericColumn(f"c{j}", center=0.0, scale=3.0) for j in range(D)))
+    for digest in (b"", other.digest()):
+        spec = bundle_spec("f", "aa-igdp", arrays, preprocessing_sha256=digest)
+        with pytest.raises(InvalidInputError, match="preprocessed differently"):
+            fed.upload("a", BundleStream(spec, iter_chunks(arrays), None))
+        assert not any((tmp_path / "store" / "uploads").iterdir())
+    spec = bundle_spec("f", "aa-igdp", arrays, preprocessing_sha256=tabular.digest())
+    fed.upload("a", BundleStream(spec, iter_chunks(arrays), None))
+    assert fed.status()["committed"] == ["a"]

@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.schema import RecordSchema
+from noisyanchor.common.tabular import CategoricalColumn, NumericColumn, TabularSchema
 from noisyanchor.participant.data import load_local_data
 
 
@@ -28,10 +30,10 @@ def test_npz_npy_and_csv_load_the_same_records(tmp_path, rng):
 @pytest.mark.parametrize("name, content, match", [
     ("d.txt", "1,2", "unsupported data format"),
     ("d.csv", "a,b\n1,2\n", "no label column 'label'"),
-    ("d.csv", "a,label\nx,1\n", "non-numeric"),
-    ("d.csv", "a,label,split\n1,1,later\n", "unknown split tag"),
-    ("d.csv", "a,label\n1,0.5\n", "labels must be integers"),
-    ("d.csv", "a,label\n1,nan\n", "labels must be integers"),
+    ("d.csv", "a,label\nx,1\n", "line 2, column 'a': 'x' is not a number"),
+    ("d.csv", "a,label,split\n1,1,later\n", "line 2, column 'split': 'later' is not a split"),
+    ("d.csv", "a,label\n1,0.5\n", "line 2, column 'label': '0.5' is not an integer label"),
+    ("d.csv", "a,label\n1,nan\n", "'nan' is not an integer label"),
 ])
 def test_bad_text_files_are_refused_with_a_reason(tmp_path, name, content, match):
     (tmp_path / name).write_text(content)
@@ -41,16 +43,42 @@ def test_bad_text_files_are_refused_with_a_reason(tmp_path, name, content, match
 
 def test_bad_array_files_are_refused_with_a_reason(tmp_path):
     np.savez(tmp_path / "a.npz", x=np.zeros((3, 2)))
-    with pytest.raises(InvalidInputError, match="needs arrays 'x' and 'labels'"):
+    with pytest.raises(InvalidInputError, match=r"needs arrays .* \(missing \['labels'\]"):
         load_local_data(tmp_path / "a.npz")
     np.save(tmp_path / "b.npy", np.zeros(4))
     with pytest.raises(InvalidInputError, match="must be 2-D"):
         load_local_data(tmp_path / "b.npy")
-    np.savez(tmp_path / "c.npz", x=np.full((2, 2), np.nan), labels=[0, 1])
-    with pytest.raises(InvalidInputError, match="NaN"):
+    x = np.zeros((3, 2))
+    x[1, 1] = np.nan
+    np.savez(tmp_path / "c.npz", x=x, labels=[0, 1, 0], feature_names=["u", "w"])
+    with pytest.raises(InvalidInputError, match="line 2, column 'w': 'nan' is not a finite"):
         load_local_data(tmp_path / "c.npz")
     (tmp_path / "d.npy").write_bytes(b"not numpy")
     with pytest.raises(InvalidInputError, match="cannot read"):
         load_local_data(tmp_path / "d.npy")
     with pytest.raises(InvalidInputError, match="does not exist"):
         load_local_data(tmp_path / "none.npz")
+
+
+def test_typed_columns_are_read_from_a_csv_table_and_refused_for_arrays(tmp_path):
+    tabular = TabularSchema((NumericColumn("a", center=1.0, scale=2.0),
+                             CategoricalColumn("c", categories=("x", "y"))))
+    schema = RecordSchema.typed(tabular)
+    (tmp_path / "d.csv").write_text("c,a,label,split\ny,5,1,test\nx,1,0,train\n")
+    data = load_local_data(tmp_path / "d.csv", schema=schema)
+    np.testing.assert_array_equal(data.x, [[2.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    np.testing.assert_array_equal(data.lines, [2, 3])
+    assert data.feature_names == ("a", "c=x", "c=y")
+    np.savez(tmp_path / "d.npz", x=np.zeros((2, 3)), labels=[0, 1])
+    with pytest.raises(InvalidInputError, match=r"export the records as \.csv"):
+        load_local_data(tmp_path / "d.npz", schema=schema)
+
+
+def test_records_without_labels_are_read_for_prediction(tmp_path):
+    (tmp_path / "new.csv").write_text("f0,f1\n1,2\n3,4\n")
+    data = load_local_data(tmp_path / "new.csv", require_labels=False)
+    assert data.labels is None and data.x.shape == (2, 2)
+    np.savez(tmp_path / "new.npz", x=np.ones((2, 2)))
+    assert load_local_data(tmp_path / "new.npz", require_labels=False).labels is None
+    with pytest.raises(InvalidInputError, match="needs arrays"):
+        load_local_data(tmp_path / "new.npz")

@@ -1,0 +1,316 @@
+"""Reading a site's CSV table into the encoded records ``X_i`` (``n x d_in``), streaming.
+
+The parser is the standard library's :mod:`csv`: well kept (CPython's own C reader), streaming
+(one row at a time), dependency-free, RFC 4180 quoting included, and it reports the physical
+line it is on (``reader.line_num``), which every error here names. pandas or pyarrow would read
+faster but add heavy core dependencies every site must install, and their errors name neither
+the line nor the column of a bad cell.
+
+Rows are encoded in chunks of :data:`CHUNK_ROWS` (:meth:`Column.encode`), so the text of at most
+one chunk is held at a time; memory is the encoded float64 matrix (8 bytes a value, about a CSV
+cell's own size) plus one chunk, and twice the matrix while the chunks are joined at the end.
+
+Every problem is a :class:`~common.tabular.errors.TableError` naming the file, the line, the
+column and the value: an empty file, a header without records, a duplicated or empty header
+name, a header that is one field holding another delimiter (a ``;`` export read as ``,``),
+UTF-16 text or bytes that are not UTF-8, short and long rows, broken quoting, a missing label
+column, a declared column the header lacks, a missing, non-numeric, NaN/Inf or unknown cell, a
+label outside the declared classes, an unknown split tag. A UTF-8 byte-order mark (what Excel
+writes) is read and ignored; blank lines are skipped.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from noisyanchor.common.splits import SPLIT_NAMES
+from noisyanchor.common.tabular.columns import CellError, Column, NumericColumn, encode_labels
+from noisyanchor.common.tabular.errors import TableError
+from noisyanchor.common.tabular.schema import DEFAULT_MISSING_TOKENS, TabularSchema
+
+log = logging.getLogger(__name__)
+
+#: Rows encoded at a time.
+CHUNK_ROWS = 8192
+
+#: Delimiters recognised when a header turns out to be one field holding one of them.
+OTHER_DELIMITERS = {";": "semicolon", "\t": "tab", "|": "pipe", ",": "comma"}
+
+#: Byte-order marks of encodings other than UTF-8 (refused: export as UTF-8).
+_FOREIGN_BOMS = {codecs.BOM_UTF32_LE: "UTF-32", codecs.BOM_UTF32_BE: "UTF-32",
+                 codecs.BOM_UTF16_LE: "UTF-16", codecs.BOM_UTF16_BE: "UTF-16"}
+
+
+@dataclass(frozen=True)
+class EncodedTable:
+    """A table after the public preprocessing.
+
+    Attributes
+    ----------
+    x : (n, d_in) float64 ndarray
+        The encoded records ``X_i``.
+    labels : (n,) int64 ndarray or None
+        None when the table has no label column and none was required (prediction input).
+    tags : (n,) int8 ndarray or None
+        Split tags (``common.splits``) when the table has the split column.
+    lines : (n,) int64 ndarray
+        The line of the file each record starts on (the header is line 1).
+    feature_names : tuple of str
+        The ``d_in`` encoded column names.
+    ignored : tuple of str
+        Header columns the schema does not use (left out of ``x``).
+    """
+
+    x: np.ndarray
+    labels: np.ndarray | None
+    tags: np.ndarray | None
+    lines: np.ndarray
+    feature_names: tuple[str, ...]
+    ignored: tuple[str, ...] = ()
+
+
+def _open_text(path: Path, shown: str):
+    """``path`` as UTF-8 text for :mod:`csv` (a UTF-8 byte-order mark is skipped)."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4)
+    except FileNotFoundError:
+        raise TableError(shown, "the file does not exist") from None
+    except IsADirectoryError:
+        raise TableError(shown, "is a folder, not a file") from None
+    except OSError as err:
+        raise TableError(shown, f"cannot be read ({err.strerror})") from None
+    for bom, name in _FOREIGN_BOMS.items():
+        if head.startswith(bom):  # UTF-32 first: its mark starts with UTF-16's
+            raise TableError(shown, f"the file is {name} text", line=1,
+                             hint="export it as UTF-8 (CSV UTF-8 in a spreadsheet's Save As)")
+    if head.startswith(codecs.BOM_UTF8):
+        log.info("%s starts with a UTF-8 byte-order mark; it is ignored", shown)
+    return path.open(encoding="utf-8-sig", newline="")
+
+
+def _undecodable_line(path: Path) -> tuple[int, bytes]:
+    """The first line of ``path`` that is not UTF-8, and its first bad byte (the text layer
+    decodes in blocks, so the reader's own line count is not where the bad byte is)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, 1):
+            try:
+                decoder.decode(raw)
+            except UnicodeDecodeError as err:
+                return number, raw[err.start:err.start + 1]
+    return 0, b""
+
+
+def _rows(fh, path: Path, shown: str, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+    """``(first line, fields)`` of every non-blank row, fields stripped of surrounding spaces."""
+    reader = csv.reader(fh, delimiter=delimiter, strict=True)
+    end = 0
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as err:  # the row starting here (an open quote runs on to the end)
+            raise TableError(shown, f"the row cannot be parsed ({err})", line=end + 1,
+                             hint="check the quotes on this line: a quoted value must end "
+                                  "with a quote before the next delimiter") from None
+        except UnicodeDecodeError:
+            line, byte = _undecodable_line(path)
+            raise TableError(shown, f"byte 0x{byte.hex()} is not UTF-8 text", line=line or None,
+                             hint="export the table as UTF-8") from None
+        start, end = end + 1, reader.line_num
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        yield start, [f.strip() for f in row]
+
+
+def _header(rows: Iterator[tuple[int, list[str]]], shown: str,
+            delimiter: str) -> tuple[int, list[str]]:
+    try:
+        line, header = next(rows)
+    except StopIteration:
+        raise TableError(shown, "the file is empty", hint="expected a header line naming the "
+                         "columns, then one record a line") from None
+    if len(header) == 1:
+        for other, name in OTHER_DELIMITERS.items():
+            if other != delimiter and other in header[0]:
+                raise TableError(shown, f"the header is a single field holding {other!r}: "
+                                 f"the file seems {name}-separated, not "
+                                 f"{OTHER_DELIMITERS.get(delimiter, repr(delimiter))}-separated",
+                                 line=line,
+                                 hint=f"export it with {delimiter!r} between values, or set "
+                                      f"[participant] delimiter = {other!r} in the site's config")
+    seen: dict[str, int] = {}
+    for j, name in enumerate(header, 1):
+        if not name:
+            raise TableError(shown, "the header names no column here", line=line,
+                             column=f"field {j}", hint="every column needs a name")
+        if name in seen:
+            raise TableError(shown, f"the header names this column twice (fields {seen[name]} "
+                             f"and {j})", line=line, column=name,
+                             hint="rename or drop one of them")
+        seen[name] = j
+    return line, header
+
+
+def read_table(path: Path, schema: TabularSchema | None, *, label_column: str = "label",
+               tag_column: str | None = "split", require_label: bool = True,
+               delimiter: str = ",", chunk_rows: int = CHUNK_ROWS,
+               shown: str | None = None) -> EncodedTable:
+    """Read and encode a CSV table, refusing any problem with its file, line, column and value.
+
+    Parameters
+    ----------
+    path : Path
+    schema : TabularSchema or None
+        The typed columns (found by header name, in any order; other columns are ignored).
+        None: every column but the label and split columns is a number, used as it is, in file
+        order (the plain ``features = N`` schema).
+    label_column : str
+        The label column's name when ``schema`` names none.
+    tag_column : str or None
+        The optional split column (``train`` / ``validation`` / ``test``).
+    require_label : bool
+        Refuse a table without the label column (an upload); False: read it when present
+        (prediction input), ``labels`` None otherwise.
+    delimiter : str
+        Between values (one character).
+    chunk_rows : int
+        Rows encoded at a time.
+    shown : str, optional
+        The file's name in messages (default: ``path`` as given).
+
+    Returns
+    -------
+    EncodedTable
+    """
+    path = Path(path)
+    shown = str(path) if shown is None else shown
+    if len(delimiter) != 1:
+        raise TableError(shown, f"the delimiter must be one character, got {delimiter!r}")
+    label = schema.label if schema is not None and schema.label else label_column
+    with _open_text(path, shown) as fh:
+        rows = _rows(fh, path, shown, delimiter)
+        header_line, header = _header(rows, shown, delimiter)
+        position = {name: j for j, name in enumerate(header)}
+        if label not in position and require_label:
+            raise TableError(shown, f"the header has no label column {label!r}",
+                             line=header_line, hint=f"its columns: {_listed(header)}")
+        columns: list[Column]
+        if schema is None:
+            columns = [NumericColumn(n) for n in header if n not in (label, tag_column)]
+            tokens: tuple[str, ...] = DEFAULT_MISSING_TOKENS
+            classes: tuple[str, ...] = ()
+            if not columns:
+                raise TableError(shown, "the header names no feature column", line=header_line)
+        else:
+            columns, tokens, classes = list(schema.columns), schema.missing_tokens, \
+                schema.label_classes
+            absent = [c.name for c in columns if c.name not in position]
+            if absent:
+                raise TableError(shown, "the header has no such column, which the federation's "
+                                 "schema declares", line=header_line, column=absent[0],
+                                 hint=f"{len(absent)} declared column(s) missing "
+                                      f"({_listed(absent)}); the header has {_listed(header)}")
+        used = {c.name for c in columns} | {label, tag_column}
+        ignored = tuple(n for n in header if n not in used)
+        if ignored:
+            log.info("%s: columns not in the schema are left out: %s", shown, _listed(ignored))
+        encoder = _ChunkEncoder(shown, header, columns, frozenset(tokens), classes,
+                                position.get(label), position.get(tag_column or ""))
+        chunk: list[list[str]] = []
+        starts: list[int] = []
+        for line, row in rows:
+            if len(row) != len(header):
+                raise _width_error(shown, line, row, header)
+            chunk.append(row)
+            starts.append(line)
+            if len(chunk) >= chunk_rows:
+                encoder.add(chunk, starts)
+                chunk, starts = [], []
+        if chunk:
+            encoder.add(chunk, starts)
+    if not encoder.blocks:
+        raise TableError(shown, "the file has a header but no records", line=header_line)
+    return encoder.table(tuple(n for c in columns for n in c.encoded_names), ignored)
+
+
+def _listed(names, limit: int = 8) -> str:
+    names = list(names)
+    return ", ".join(repr(n) for n in names[:limit]) + (", ..." if len(names) > limit else "")
+
+
+def _width_error(shown: str, line: int, row: list[str], header: list[str]) -> TableError:
+    if len(row) < len(header):
+        return TableError(shown, f"the row has {len(row)} fields, the header {len(header)}",
+                          line=line, column=header[len(row)],
+                          hint="this and the later columns are missing: a value left out, or "
+                               "the line cut short")
+    return TableError(shown, f"the row has {len(row)} fields, the header {len(header)}",
+                      line=line, column=f"field {len(header) + 1}",
+                      hint="a value holding the delimiter without quotes, or a decimal comma?")
+
+
+class _ChunkEncoder:
+    """Encodes chunks of rows and collects the blocks (see :func:`read_table`)."""
+
+    def __init__(self, shown: str, header: list[str], columns, tokens: frozenset[str],
+                 classes: tuple[str, ...], label_at: int | None, tag_at: int | None) -> None:
+        self.shown, self.header, self.columns, self.tokens = shown, header, columns, tokens
+        self.classes, self.label_at, self.tag_at = classes, label_at, tag_at
+        self.at = [header.index(c.name) for c in columns]
+        self.blocks: list[np.ndarray] = []
+        self.labels: list[np.ndarray] = []
+        self.tags: list[np.ndarray] = []
+        self.lines: list[np.ndarray] = []
+
+    def _fail(self, err: CellError, starts: list[int], column: str) -> TableError:
+        return TableError(self.shown, err.problem, line=starts[err.index], column=column,
+                          value=err.value, hint=err.hint)
+
+    def add(self, chunk: list[list[str]], starts: list[int]) -> None:
+        width = sum(c.width for c in self.columns)
+        block = np.empty((len(chunk), width), dtype=np.float64)
+        j = 0
+        for column, at in zip(self.columns, self.at, strict=True):
+            try:
+                block[:, j:j + column.width] = column.encode([r[at] for r in chunk], self.tokens)
+            except CellError as err:
+                raise self._fail(err, starts, column.name) from None
+            j += column.width
+        self.blocks.append(block)
+        self.lines.append(np.asarray(starts, dtype=np.int64))
+        if self.label_at is not None:
+            try:
+                self.labels.append(encode_labels([r[self.label_at] for r in chunk],
+                                                 self.classes))
+            except CellError as err:
+                raise self._fail(err, starts, self.header[self.label_at]) from None
+        if self.tag_at is not None:
+            self.tags.append(self._tags([r[self.tag_at] for r in chunk], starts))
+
+    def _tags(self, cells: list[str], starts: list[int]) -> np.ndarray:
+        codes = {name: code for code, name in SPLIT_NAMES.items()}
+        codes |= {str(code): code for code in SPLIT_NAMES}
+        out = np.empty(len(cells), dtype=np.int8)
+        for k, cell in enumerate(cells):
+            if cell not in codes:
+                raise TableError(self.shown, "{value} is not a split tag", line=starts[k],
+                                 column=self.header[self.tag_at or 0], value=cell,
+                                 hint=f"expected {', '.join(SPLIT_NAMES.values())}")
+            out[k] = codes[cell]
+        return out
+
+    def table(self, names: tuple[str, ...], ignored: tuple[str, ...]) -> EncodedTable:
+        return EncodedTable(
+            np.concatenate(self.blocks), np.concatenate(self.labels) if self.labels else None,
+            np.concatenate(self.tags) if self.tags else None, np.concatenate(self.lines),
+            names, ignored)

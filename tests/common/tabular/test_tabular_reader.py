@@ -1,0 +1,190 @@
+"""The table reader: every bad table is refused naming its file, line, column and value; the
+public reason names the line and column but neither the value nor the folder."""
+
+from __future__ import annotations
+
+import codecs
+
+import numpy as np
+import pytest
+
+from noisyanchor.common.tabular import (
+    BooleanColumn,
+    CategoricalColumn,
+    NumericColumn,
+    TableError,
+    TabularSchema,
+    read_table,
+)
+
+SCHEMA = TabularSchema((NumericColumn("area", center=500.0, scale=250.0, unit="mm2"),
+                        NumericColumn("ratio", min=0.0, max=2.0),
+                        CategoricalColumn("region", categories=("north", "south", "east")),
+                        BooleanColumn("smoker")),
+                       label="diagnosis", label_classes=("benign", "malignant"))
+
+GOOD = ("area,ratio,region,smoker,diagnosis\n"
+        "750,0.5,north,yes,benign\n"
+        "250,1.5,east,no,malignant\n")
+
+
+def _write(tmp_path, text: str | bytes, name: str = "site.csv"):
+    path = tmp_path / "exports" / name
+    path.parent.mkdir(exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def _refused(tmp_path, text, schema=SCHEMA, **kwargs) -> TableError:
+    path = _write(tmp_path, text)
+    with pytest.raises(TableError) as info:
+        read_table(path, schema, **kwargs)
+    err = info.value
+    assert str(path) in str(err)  # the local message names the file as configured
+    public = err.public()
+    assert str(path.parent) not in public and public.startswith("site.csv")  # no folder
+    if err.value:
+        assert repr(err.value) not in public  # a private cell never travels
+    return err
+
+
+def test_a_good_table_is_encoded_with_the_declared_public_parameters(tmp_path):
+    table = read_table(_write(tmp_path, GOOD), SCHEMA)
+    # area (x - 500) / 250, ratio (x - 0) / 2, region one-hot (north, south, east), smoker.
+    np.testing.assert_array_equal(table.x, [[1.0, 0.25, 1, 0, 0, 1], [-1.0, 0.75, 0, 0, 1, 0]])
+    np.testing.assert_array_equal(table.labels, [0, 1])
+    np.testing.assert_array_equal(table.lines, [2, 3])
+    assert table.feature_names == ("area", "ratio", "region=north", "region=south",
+                                   "region=east", "smoker")
+    assert table.tags is None
+
+
+def test_columns_are_found_by_name_and_other_columns_left_out(tmp_path):
+    text = ("patient_id,diagnosis,smoker,region,ratio,area\n"
+            "p-17,benign,yes,north,0.5,750\n")
+    table = read_table(_write(tmp_path, text), SCHEMA)
+    np.testing.assert_array_equal(table.x, [[1.0, 0.25, 1, 0, 0, 1]])
+    assert table.ignored == ("patient_id",)
+
+
+def test_chunked_reading_equals_one_chunk(tmp_path, rng):
+    rows = [f"{a:.17g},{r:.17g},{rng.choice(['north', 'south', 'east'])},"
+            f"{rng.choice(['yes', 'no'])},{rng.choice(['benign', 'malignant'])}"
+            for a, r in zip(rng.uniform(0, 1000, 50), rng.uniform(0, 2, 50), strict=True)]
+    path = _write(tmp_path, GOOD.splitlines()[0] + "\n" + "\n".join(rows) + "\n")
+    whole, chunked = read_table(path, SCHEMA), read_table(path, SCHEMA, chunk_rows=7)
+    np.testing.assert_array_equal(whole.x, chunked.x)
+    np.testing.assert_array_equal(whole.labels, chunked.labels)
+    np.testing.assert_array_equal(chunked.lines, np.arange(2, 52))
+
+
+def test_a_table_without_labels_is_read_for_prediction(tmp_path):
+    text = "area,ratio,region,smoker\n750,0.5,north,yes\n"
+    table = read_table(_write(tmp_path, text), SCHEMA, require_label=False)
+    assert table.labels is None and table.x.shape == (1, 6)
+
+
+def test_blank_lines_are_skipped_and_lines_still_counted(tmp_path):
+    text = GOOD.replace("benign\n", "benign\n\n", 1) + "\n\n"
+    np.testing.assert_array_equal(read_table(_write(tmp_path, text), SCHEMA).lines, [2, 4])
+
+
+def test_a_utf8_byte_order_mark_is_ignored(tmp_path):
+    table = read_table(_write(tmp_path, codecs.BOM_UTF8 + GOOD.encode()), SCHEMA)
+    assert table.x.shape == (2, 6)  # the first column is still named 'area'
+
+
+def test_without_a_schema_every_other_column_is_a_plain_number(tmp_path):
+    table = read_table(_write(tmp_path, "f0,label,f1,split\n1.5,3,2,test\n"), None)
+    np.testing.assert_array_equal(table.x, [[1.5, 2.0]])
+    np.testing.assert_array_equal(table.labels, [3])
+    np.testing.assert_array_equal(table.tags, [2])
+
+
+def test_declared_fill_values_replace_missing_cells(tmp_path):
+    schema = TabularSchema((NumericColumn("a", missing="fill", fill=4.0, center=0.0, scale=2.0),
+                            CategoricalColumn("c", categories=("x", "y"), missing="fill",
+                                              fill="y"),
+                            BooleanColumn("b", missing="fill", fill=True)),
+                           missing_tokens=("", "NA"))
+    table = read_table(_write(tmp_path, "a,c,b,label\nNA,,NA,0\n"), schema)
+    np.testing.assert_array_equal(table.x, [[2.0, 0.0, 1.0, 1.0]])
+
+
+def test_unknown_categories_may_be_mapped_to_a_declared_one(tmp_path):
+    schema = TabularSchema((CategoricalColumn("c", categories=("a", "other"), unknown="other"),))
+    table = read_table(_write(tmp_path, "c,label\nzzz,1\na,0\n"), schema)
+    np.testing.assert_array_equal(table.x, [[0.0, 1.0], [1.0, 0.0]])
+
+
+# -- every bad table: file, line, column, value --------------------------------------------
+@pytest.mark.parametrize("text, line, column, value, words", [
+    (GOOD + "250,1.5,east\n", 4, "smoker", None, "3 fields, the header 5"),  # short row
+    (GOOD + "250,1.5,east,no,benign,7\n", 4, "field 6", None, "6 fields"),  # long row
+    (GOOD.replace("750", "7,50"), 2, "field 6", None, "decimal comma"),
+    (GOOD.replace("750", "abc"), 2, "area", "abc", "is not a number"),
+    (GOOD.replace("750", "NaN"), 2, "area", "NaN", "is not a finite number"),
+    (GOOD.replace("0.5", "inf"), 2, "ratio", "inf", "is not a finite number"),
+    (GOOD.replace("750", "1_000"), 2, "area", "1_000", "not a plain decimal number"),
+    (GOOD.replace("east", "west"), 3, "region", "west", "not one of the declared categories"),
+    (GOOD.replace("east", "East"), 3, "region", "East", "did you mean 'east'"),
+    (GOOD.replace("no,", "maybe,"), 3, "smoker", "maybe", "neither true nor false"),
+    (GOOD.replace("750", ""), 2, "area", None, "the cell is empty"),
+    (GOOD.replace("benign", "unsure"), 2, "diagnosis", "unsure",
+     "not one of the declared label classes"),
+    (GOOD.replace(",benign", ","), 2, "diagnosis", None, "the label is missing"),
+    (GOOD.replace("750", '"750'), 2, None, None, "cannot be parsed"),
+])
+def test_a_bad_cell_or_row_is_named_by_line_column_and_value(tmp_path, text, line, column,
+                                                             value, words):
+    err = _refused(tmp_path, text)
+    assert err.line == line and err.column == column and err.value == value, str(err)
+    assert words in str(err)
+    assert f"line {line}" in err.public() and (column is None or repr(column) in err.public())
+
+
+def test_an_unknown_split_tag_is_named(tmp_path):
+    err = _refused(tmp_path, "a,label,split\n1,0,train\n2,1,later\n", None)
+    assert (err.line, err.column, err.value) == (3, "split", "later")
+
+
+@pytest.mark.parametrize("text, words", [
+    ("", "the file is empty"),
+    ("\n\n", "the file is empty"),
+    ("area,ratio,region,smoker,diagnosis\n", "a header but no records"),
+    ("area,ratio,region,smoker\n750,0.5,north,yes\n", "no label column 'diagnosis'"),
+    ("area,ratio,smoker,diagnosis\n750,0.5,yes,benign\n", "no such column"),
+    ("area,ratio,area,region,smoker,diagnosis\n", "names this column twice (fields 1 and 3)"),
+    ("area,,region,smoker,diagnosis\n", "names no column here"),
+    ("area;ratio;region;smoker;diagnosis\n750;0.5;north;yes;benign\n",
+     "seems semicolon-separated, not comma-separated"),
+    ("area\tratio\tregion\tsmoker\tdiagnosis\n", "seems tab-separated"),
+])
+def test_a_bad_header_is_named_by_its_line(tmp_path, text, words):
+    err = _refused(tmp_path, text)
+    assert words in str(err)
+    if "empty" not in words:
+        assert err.line == 1
+
+
+def test_another_delimiter_can_be_configured(tmp_path):
+    text = GOOD.replace(",", ";")
+    np.testing.assert_array_equal(
+        read_table(_write(tmp_path, text), SCHEMA, delimiter=";").x,
+        read_table(_write(tmp_path, GOOD, "b.csv"), SCHEMA).x)
+
+
+def test_utf16_and_bytes_that_are_not_utf8_are_refused_with_the_line(tmp_path):
+    err = _refused(tmp_path, GOOD.encode("utf-16"))
+    assert "UTF-16" in str(err) and "export it as UTF-8" in str(err)
+    latin = (GOOD + "250,1.5,east,no,malignant\n" * 3000 + "1,1,north,yes,b\xe9nign\n")
+    err = _refused(tmp_path, latin.encode("latin-1"))
+    assert err.line == 3004 and "0xe9 is not UTF-8" in str(err)
+
+
+def test_a_missing_file_is_named(tmp_path):
+    with pytest.raises(TableError, match="does not exist"):
+        read_table(tmp_path / "none.csv", None)

@@ -1,0 +1,111 @@
+"""Typed schemas: TOML and wire round trips keep the preprocessing (and its digest); the digest
+changes with every declared parameter; bad declarations are refused naming the key."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+
+import pytest
+
+from noisyanchor.common.errors import ConfigError, InvalidInputError
+from noisyanchor.common.schema import RecordSchema
+from noisyanchor.common.tabular import (
+    BooleanColumn,
+    CategoricalColumn,
+    NumericColumn,
+    TabularSchema,
+)
+from noisyanchor.deploy.launch import toml_text
+
+SCHEMA = TabularSchema(
+    (NumericColumn("area", center=500.0, scale=250.0, unit="mm2"),
+     NumericColumn("ratio", min=0.0, max=1.0, missing="fill", fill=0.5),
+     NumericColumn("count"),
+     CategoricalColumn("region", categories=("north", "south"), unknown="south"),
+     BooleanColumn("smoker", true=("ja",), false=("nein",), missing="fill", fill=False)),
+    label="diagnosis", label_classes=("benign", "malignant"), missing_tokens=("", "NA"))
+
+
+def _toml(tmp_path, schema_text: str):
+    path = tmp_path / "analyst.toml"
+    path.write_text(schema_text)
+    return tomllib.loads(schema_text)["schema"], path
+
+
+def test_toml_and_wire_round_trips_keep_the_preprocessing(tmp_path):
+    text = toml_text({"schema": SCHEMA.to_toml()})
+    table, path = _toml(tmp_path, text)
+    assert TabularSchema.from_toml(table, path) == SCHEMA
+    assert TabularSchema.from_proto(SCHEMA.to_proto()) == SCHEMA
+    typed = RecordSchema.from_proto(SCHEMA.to_proto())
+    assert typed.tabular == SCHEMA and typed.features == SCHEMA.width == 6
+    assert typed.preprocessing_sha256 == SCHEMA.digest()
+
+
+@pytest.mark.parametrize("change", [
+    lambda s: dataclasses.replace(s, label="outcome"),
+    lambda s: dataclasses.replace(s, label_classes=("malignant", "benign")),
+    lambda s: dataclasses.replace(s, missing_tokens=("",)),
+    lambda s: dataclasses.replace(s, columns=s.columns[::-1]),
+    lambda s: dataclasses.replace(s, columns=(dataclasses.replace(s.columns[0], scale=250.5),
+                                              *s.columns[1:])),
+    lambda s: dataclasses.replace(s, columns=(dataclasses.replace(s.columns[0], unit="cm2"),
+                                              *s.columns[1:])),
+    lambda s: dataclasses.replace(s, columns=(*s.columns[:3], dataclasses.replace(
+        s.columns[3], unknown="refuse"), s.columns[4])),
+    lambda s: dataclasses.replace(s, columns=(*s.columns[:1], dataclasses.replace(
+        s.columns[1], fill=0.25), *s.columns[2:])),
+])
+def test_the_digest_changes_with_every_declared_parameter(change):
+    assert change(SCHEMA).digest() != SCHEMA.digest()
+
+
+def test_the_digest_depends_on_values_not_on_how_they_were_written(tmp_path):
+    a, path = _toml(tmp_path, '[schema]\n[[schema.column]]\nname = "x"\ncenter = 1\nscale = 2\n')
+    b, _ = _toml(tmp_path, '[schema]\n[[schema.column]]\nname = "x"\ntype = "numeric"\n'
+                 'scale = 2.0\ncenter = 1.0\nmissing = "refuse"\n')
+    assert TabularSchema.from_toml(a, path).digest() == TabularSchema.from_toml(b, path).digest()
+
+
+def test_a_tampered_wire_schema_is_refused_against_its_digest():
+    msg = SCHEMA.to_proto()
+    msg.columns[0].scale = 1.0
+    with pytest.raises(InvalidInputError, match="does not match the preprocessing digest"):
+        TabularSchema.from_proto(msg)
+
+
+@pytest.mark.parametrize("column, match", [
+    ('name = "x"\ncenter = 1.0', "center and scale go together"),
+    ('name = "x"\ncenter = 1.0\nscale = 0.0', "scale must be > 0"),
+    ('name = "x"\nmin = 2.0\nmax = 1.0', "max must be > min"),
+    ('name = "x"\nmin = 0.0\nmax = 1.0\nscale = 1.0\ncenter = 0.0', "not both"),
+    ('name = "x"\ntype = "date"', "expected one of numeric, categorical, boolean"),
+    ('name = "x"\ntype = "categorical"\ncategories = ["a"]', "at least 2 categories"),
+    ('name = "x"\ntype = "categorical"\ncategories = ["a", "b"]\nunknown = "c"',
+     "unknown must be 'refuse' or one of the categories"),
+    ('name = "x"\ntype = "categorical"\ncategories = ["a", "b"]\nmissing = "fill"\nfill = "c"',
+     "fill must be one of the categories"),
+    ('name = "x"\nmissing = "fill"', "fill value is given exactly when"),
+    ('name = "x"\ncategories = ["a", "b"]', "unknown key"),
+    ('name = "x"\ntype = "boolean"\nmissing = "fill"\nfill = 1', "fill must be true or false"),
+])
+def test_a_bad_column_is_refused_naming_it(tmp_path, column, match):
+    table, path = _toml(tmp_path, f"[schema]\n[[schema.column]]\n{column}\n")
+    with pytest.raises(ConfigError, match=match) as info:
+        TabularSchema.from_toml(table, path)
+    assert "schema.column #1" in str(info.value)
+
+
+def test_features_given_beside_typed_columns_must_be_their_encoded_width(tmp_path):
+    table, path = _toml(tmp_path, '[schema]\nfeatures = 3\n[[schema.column]]\nname = "c"\n'
+                        'type = "categorical"\ncategories = ["a", "b"]\n')
+    with pytest.raises(ConfigError, match="encode to d_in = 2"):
+        TabularSchema.from_toml(table, path)
+
+
+def test_repeated_columns_and_labels_among_the_features_are_refused():
+    with pytest.raises(InvalidInputError, match="more than once"):
+        TabularSchema((NumericColumn("a"), BooleanColumn("a")))
+    with pytest.raises(InvalidInputError, match="must not also be a feature"):
+        TabularSchema((NumericColumn("a"),), label="a")

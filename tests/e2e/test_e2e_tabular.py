@@ -1,0 +1,154 @@
+"""Sites whose table is refused withdraw: their operator reads the file, line, column and
+value; the other sites are told which site withdrew and where (never the value, never a
+local path) and stop waiting; nothing stored at the analyst changes."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+
+import pytest
+from e2e_support import FEDERATION, wait_until
+
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.deploy.demo import write_analyst, write_participant
+from noisyanchor.deploy.launch import start, stop, wait_for_port
+from noisyanchor.participant.config import load_participant_config
+from noisyanchor.participant.run import analyst_status, run_upload
+
+pytestmark = pytest.mark.e2e
+
+IDS = ("p0", "p1", "p2")
+
+#: A typed schema: two scaled numbers, a category, a boolean; text labels.
+SCHEMA = {"label": "outcome", "label_classes": ["no", "yes"], "column": [
+    {"name": "area", "unit": "mm2", "min": 0.0, "max": 1000.0},
+    {"name": "ratio", "center": 0.5, "scale": 0.25},
+    {"name": "region", "type": "categorical", "categories": ["north", "south"]},
+    {"name": "smoker", "type": "boolean"}]}
+
+HEADER = "record_id,area,ratio,region,smoker,outcome"
+
+
+def _table(n: int, bad: tuple[int, str, str] | None = None) -> str:
+    """``n`` good records (line 2 onward); ``bad = (line, column, text)`` replaces one cell."""
+    names = HEADER.split(",")
+    rows = [[f"r{i}", f"{100 + 37 * i % 800}", f"{0.1 + 0.05 * (i % 10):.2f}",
+             ("north", "south")[i % 2], ("yes", "no")[i % 3 == 0], ("no", "yes")[i % 2]]
+            for i in range(n)]
+    if bad is not None:
+        line, column, text = bad
+        rows[line - 2][names.index(column)] = text
+    return "\n".join([HEADER, *(",".join(r) for r in rows)]) + "\n"
+
+
+def _store_state(store) -> dict[str, str]:
+    """Digest of every file the analyst stored, except the withdrawals themselves."""
+    return {str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(store.rglob("*")) if p.is_file() and "withdrawn" not in p.parts}
+
+
+@contextlib.contextmanager
+def _federation(root):
+    """An analyst with the typed schema, and a config per site (data under ``exports/``)."""
+    data = {pid: root / "exports" / f"{pid}.csv" for pid in IDS}
+    files = write_analyst(root, IDS, federation_id=FEDERATION, method="aa-igdp", anchors=None,
+                          dim=None, sigma=None, v=None, accept_collusion=False, data=data,
+                          extra={"schema": SCHEMA})
+    proc = start(["analyst", "serve", "--config", files.analyst_config], root / "analyst.log")
+    try:
+        port = wait_for_port(files.port_file, proc)
+        configs = {pid: write_participant(files, pid, federation_id=FEDERATION,
+                                          address=f"127.0.0.1:{port}", method="aa-igdp",
+                                          anchors=None, dim=None, projection_seed=None,
+                                          sigma=0.0, v=0.0, timeout=60.0) for pid in IDS}
+        yield files, configs
+    finally:
+        stop(proc)
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    """One federation for the refusals (a withdrawal stands until the site joins again)."""
+    with _federation(tmp_path_factory.mktemp("tabular")) as fed:
+        yield fed
+
+
+@pytest.mark.parametrize("bad, where, local", [
+    ((7, "area", "12O"), "line 7, column 'area': the value is not a number", "'12O'"),
+    ((5, "ratio", "NaN"), "line 5, column 'ratio': the value is not a finite number", "'NaN'"),
+    ((9, "region", "west"), "line 9, column 'region': the value is not one of the declared",
+     "'west'"),
+    ((4, "smoker", ""), "line 4, column 'smoker': the cell is empty", "is empty"),
+    ((6, "outcome", "maybe"), "line 6, column 'outcome': the value is not one of the declared "
+     "label classes", "'maybe'"),
+    ((3, "area", "1,5"), "line 3, column 'field 7': the row has 7 fields, the header 6", "7"),
+])
+def test_a_site_whose_table_is_refused_withdraws_naming_line_and_column(federation, bad, where,
+                                                                       local):
+    files, configs = federation
+    files.data["p2"].parent.mkdir(exist_ok=True)
+    files.data["p2"].write_text(_table(12, bad))
+    cfg = load_participant_config(configs["p2"])
+    before = _store_state(files.store)
+    with pytest.raises(InvalidInputError) as err:
+        run_upload(cfg)
+    message = str(err.value)
+    assert str(files.data["p2"]) in message and where.split(":")[0] in message and local in \
+        message, message
+    reasons = {w.participant_id: w.reason for w in analyst_status(cfg).withdrawn}
+    assert where in reasons["p2"], reasons  # what every waiting site reads
+    assert f"p2.csv, {where.split(',')[0]}" in reasons["p2"]
+    assert str(files.root) not in reasons["p2"] and "/" not in reasons["p2"]
+    if bad[2]:
+        assert repr(bad[2]) not in reasons["p2"]
+    assert _store_state(files.store) == before  # nothing stored, nothing changed
+
+
+def test_an_empty_file_and_a_missing_label_column_withdraw_too(federation):
+    files, configs = federation
+    cfg = load_participant_config(configs["p2"])
+    for text, words in (("", "p2.csv: the file is empty"),
+                        (HEADER.rsplit(",", 1)[0] + "\n1,2,0.5,north,yes\n",
+                         "p2.csv, line 1: the header has no label column 'outcome'"),
+                        (HEADER.replace("ratio", "area") + "\n", "line 1, column 'area': the "
+                         "header names this column twice"),
+                        (HEADER.replace(",", ";") + "\n",
+                         "line 1: the header is a single field holding ';'")):
+        files.data["p2"].write_text(text)
+        with pytest.raises(InvalidInputError):
+            run_upload(cfg)
+        reason = {w.participant_id: w.reason for w in analyst_status(cfg).withdrawn}["p2"]
+        assert words in reason and "/" not in reason.replace("'/'", ""), reason
+
+
+def test_the_other_sites_stop_waiting_when_a_site_withdraws(tmp_path):
+    with _federation(tmp_path) as (files, configs):
+        _bad_site_stops_the_others(files, configs)
+
+
+def _bad_site_stops_the_others(files, configs) -> None:
+    files.data["p0"].parent.mkdir(exist_ok=True)
+    for pid in ("p0", "p1"):
+        files.data[pid].write_text(_table(30))
+    files.data["p2"].write_text(_table(30, (17, "ratio", "n/a")))
+    logs = {pid: files.root / f"{pid}.log" for pid in IDS}
+    procs = {pid: start(["participant", "upload", "--config", configs[pid]], logs[pid])
+             for pid in ("p0", "p1")}
+    try:
+        assert wait_until(lambda: (files.store / "relay" / "keys" / "p1.pb").exists(), 60)
+        procs["p2"] = start(["participant", "upload", "--config", configs["p2"]], logs["p2"])
+        assert procs["p2"].wait(60) == 1
+        assert [procs[p].wait(60) for p in ("p0", "p1")] == [1, 1]  # stopped, not timed out
+    finally:
+        for proc in procs.values():
+            stop(proc)
+    own = logs["p2"].read_text()
+    assert f"{files.data['p2']}, line 17, column 'ratio': 'n/a' is not a number" in own
+    for pid in ("p0", "p1"):
+        told = next(line for line in logs[pid].read_text().splitlines()
+                    if line.startswith("noisyanchor participant: error:"))
+        assert "p2 withdrew" in told and "p2.csv, line 17, column 'ratio'" in told, told
+        assert "n/a" not in told and str(files.root) not in told
+    assert not (files.store / "relay" / "keys" / "p2.pb").exists()
+    assert not any((files.store / "uploads").glob("*.bundle"))
