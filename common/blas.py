@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -171,19 +172,46 @@ def _blas_info() -> list[dict]:
     return [i for i in threadpool_info() if i["user_api"] == "blas"]
 
 
+#: The BLAS libraries' controllers (threadpoolctl), and how many modules were loaded when they
+#: were found: a scan reads the process's memory map (about 2 ms), so it is repeated only after
+#: new modules were imported (a BLAS arrives with an extension module, as scipy's does).
+_controllers: list = []
+_scanned_modules = -1
+
+
+def _blas_controllers() -> list:
+    """Controllers of every loaded BLAS, rescanned only when ``sys.modules`` grew (caller holds
+    ``_lock``)."""
+    global _controllers, _scanned_modules
+    if len(sys.modules) != _scanned_modules:
+        from threadpoolctl import ThreadpoolController
+
+        _controllers = ThreadpoolController().select(user_api="blas").lib_controllers
+        _scanned_modules = len(sys.modules)
+    return _controllers
+
+
 def _apply(threads: int) -> None:
-    """Set every loaded BLAS to ``threads`` (caller holds ``_lock``)."""
+    """Set every loaded BLAS to ``threads`` (caller holds ``_lock``).
+
+    A library already at ``threads`` is left alone: asking its count is one call into it, while
+    a change (and threadpoolctl's scan for libraries) cost milliseconds, which used to dominate
+    small GOPP solves (8 changes per solve, issue 24). Counts that other code changed meanwhile
+    are seen and set again."""
     import threadpoolctl
 
-    # A fresh scan each time (0.2 ms): scipy loads its own OpenBLAS only when first imported,
-    # and other code may have changed the counts since.
-    threadpoolctl.threadpool_limits(limits=threads, user_api="blas")
-    # threadpoolctl lets only the first thread that set a pthreads OpenBLAS set it again (the
-    # others silently do nothing); every change here is serialised by _lock, so any thread of
-    # ours may make the next one.
     clear = getattr(getattr(threadpoolctl, "OpenBLASController", None),
                     "clear_controlling_thread", None)
-    if clear is not None:  # threadpoolctl >= 3.6
+    for lib in _blas_controllers():
+        if lib.num_threads == threads:
+            continue
+        # threadpoolctl lets only the first thread that set a pthreads OpenBLAS set it again (the
+        # others silently do nothing); every change here is serialised by _lock, so any thread of
+        # ours may make the next one.
+        if clear is not None:  # threadpoolctl >= 3.6
+            clear(force=True)
+        lib.set_num_threads(threads)
+    if clear is not None:
         clear(force=True)
 
 
