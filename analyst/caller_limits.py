@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,11 +71,16 @@ class CallerGate(grpc.ServerInterceptor):
     admit : callable
         ``admit(participant_id)`` raises a project error (PERMISSION_DENIED) for a caller that
         is not a participant of the federation.
+    ca_pems : sequence of bytes
+        The federation's CA certificates (:func:`analyst.edge.caller_id`).
     """
 
-    def __init__(self, limits: StreamLimits, admit: Callable[[str], None]) -> None:
+    def __init__(self, limits: StreamLimits, admit: Callable[[str], None],
+                 ca_pems: Sequence[bytes]) -> None:
         self.limits = limits
         self._admit = admit
+        self._ca_pems = tuple(ca_pems)
+        self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         self._open: dict[str, int] = {}
         self._lock = threading.Lock()
         self._reaper = Reaper(limits.rule.window / 4)
@@ -108,16 +113,24 @@ class CallerGate(grpc.ServerInterceptor):
         return release
 
     def intercept_service(self, continuation, handler_call_details):
+        # Runs on gRPC's polling thread for every call: the guarded handler of each method is
+        # made once.
+        method = handler_call_details.method
+        guarded = self._handlers.get(method)
+        if guarded is not None:
+            return guarded
         handler = continuation(handler_call_details)
         if handler is None:
             return None
         streams_in, streams_out = handler.request_streaming, handler.response_streaming
         kind = f"{'stream' if streams_in else 'unary'}_{'stream' if streams_out else 'unary'}"
-        name = handler_call_details.method.rsplit("/", 1)[-1]
+        name = method.rsplit("/", 1)[-1]
         make = getattr(grpc, f"{kind}_rpc_method_handler")
-        return make(self._guarded(getattr(handler, kind), name, streams_in, streams_out),
-                    request_deserializer=handler.request_deserializer,
-                    response_serializer=handler.response_serializer)
+        guarded = make(self._guarded(getattr(handler, kind), name, streams_in, streams_out),
+                       request_deserializer=handler.request_deserializer,
+                       response_serializer=handler.response_serializer)
+        self._handlers[method] = guarded
+        return guarded
 
     def _guarded(self, behavior: Callable, name: str, streams_in: bool,
                  streams_out: bool) -> Callable:
@@ -125,7 +138,7 @@ class CallerGate(grpc.ServerInterceptor):
 
         def guarded(request, context):
             try:
-                pid, _ = caller_id(context)
+                pid, _ = caller_id(context, self._ca_pems)
                 self._admit(pid)
             except NoisyAnchorError as err:
                 abort(context, name, err)

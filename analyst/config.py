@@ -35,6 +35,19 @@ DEFAULT_STREAM_DEADLINE = 3600.0
 #: Default number of streams (uploads, disclosures, releases) one caller may hold open at once.
 DEFAULT_MAX_STREAMS_PER_CALLER = 4
 
+#: Transport limits of the mutual-TLS port (``[server]`` keys; see ``deploy/README.md``,
+#: section 6, for what each one protects): streams one HTTP/2 connection may have open (gRPC's
+#: overload protection also counts calls cancelled by the client that the analyst has not let go
+#: of yet), connections open at once (TLS handshakes included), seconds a TLS handshake may take,
+#: seconds a connection without calls is kept, calls one participant may have waiting for a
+#: worker, and calls accepted by the transport but not yet taken by the analyst.
+DEFAULT_MAX_STREAMS_PER_CONNECTION = 32
+DEFAULT_MAX_CONNECTIONS = 1000
+DEFAULT_HANDSHAKE_TIMEOUT = 5.0
+DEFAULT_CONNECTION_IDLE_TIMEOUT = 300.0
+DEFAULT_MAX_QUEUED_CALLS_PER_CALLER = 16
+DEFAULT_MAX_PENDING_CALLS = 1000
+
 #: File name of the privacy ledger under ``output_dir`` when ``[privacy] ledger`` is not set.
 DEFAULT_LEDGER_NAME = "privacy_ledger.json"
 
@@ -150,6 +163,21 @@ class AnalystConfig:
         Seconds any one stream may stay open at most.
     max_streams_per_caller : int
         Streams one participant may hold open at once (:mod:`analyst.caller_limits`).
+    max_streams_per_connection : int
+        HTTP/2 streams one connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS;
+        streams the client reset count until the analyst has let go of them).
+    max_connections : int
+        TCP connections the port holds at once, TLS handshakes included.
+    handshake_timeout : float
+        Seconds a connection may take to complete its TLS handshake before it is closed.
+    connection_idle_timeout : float
+        Seconds a connection with no call is kept open.
+    max_queued_calls_per_caller : int
+        Calls of one participant waiting for a worker at once; more are refused at arrival
+        (RESOURCE_EXHAUSTED), without a worker (:mod:`analyst.admission`).
+    max_pending_calls : int
+        Calls the transport has accepted and the analyst not yet taken; past it gRPC refuses
+        new calls early.
     blas_threads : int
         BLAS threads of every operation (alignment, certificate, releases); 0: chosen per
         operation by size and idle CPUs (:mod:`common.blas`).
@@ -201,6 +229,12 @@ class AnalystConfig:
     stream_min_rate: float = DEFAULT_STREAM_MIN_RATE
     stream_deadline: float = DEFAULT_STREAM_DEADLINE
     max_streams_per_caller: int = DEFAULT_MAX_STREAMS_PER_CALLER
+    max_streams_per_connection: int = DEFAULT_MAX_STREAMS_PER_CONNECTION
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
+    connection_idle_timeout: float = DEFAULT_CONNECTION_IDLE_TIMEOUT
+    max_queued_calls_per_caller: int = DEFAULT_MAX_QUEUED_CALLS_PER_CALLER
+    max_pending_calls: int = DEFAULT_MAX_PENDING_CALLS
     privacy: PrivacyBudget | None = None
     release: ReleaseLimits = ReleaseLimits()
     precision: str = "auto"
@@ -312,6 +346,15 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         stream_deadline=server.positive_float("stream_deadline", DEFAULT_STREAM_DEADLINE),
         max_streams_per_caller=server.int("max_streams_per_caller",
                                           DEFAULT_MAX_STREAMS_PER_CALLER, minimum=1),
+        max_streams_per_connection=server.int("max_streams_per_connection",
+                                              DEFAULT_MAX_STREAMS_PER_CONNECTION, minimum=1),
+        max_connections=server.int("max_connections", DEFAULT_MAX_CONNECTIONS, minimum=1),
+        handshake_timeout=server.positive_float("handshake_timeout", DEFAULT_HANDSHAKE_TIMEOUT),
+        connection_idle_timeout=server.positive_float("connection_idle_timeout",
+                                                      DEFAULT_CONNECTION_IDLE_TIMEOUT),
+        max_queued_calls_per_caller=server.int("max_queued_calls_per_caller",
+                                               DEFAULT_MAX_QUEUED_CALLS_PER_CALLER, minimum=1),
+        max_pending_calls=server.int("max_pending_calls", DEFAULT_MAX_PENDING_CALLS, minimum=1),
         privacy=privacy, release=release, precision=precision, stopping=stopping,
         health_port=server.int("health_port", None, minimum=1, check=check_port),
         log_json=server.path("log_json", None), schema=schema, model=_model(doc, path),

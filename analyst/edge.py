@@ -2,7 +2,7 @@
 gRPC status codes.
 
 The participant id comes from the verified client certificate of the connection (mutual TLS),
-read whole by :func:`common.identity.peer_id`, never from a field of a request.
+read whole by :func:`common.identity.authenticate`, never from a field of a request.
 
 Refusals are logged, but a client that repeats one refused call cannot fill the analyst's disk
 with the log: each distinct refusal (RPC, status and message) is logged at most
@@ -16,12 +16,12 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import grpc
 
 from noisyanchor.common.errors import NoisyAnchorError, UnauthenticatedError
-from noisyanchor.common.identity import peer_id
+from noisyanchor.common.identity import authenticate
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,11 @@ class RefusalLog:
 _refusals = RefusalLog()
 
 
-def caller_id(context: grpc.ServicerContext) -> tuple[str, bytes]:
-    """The authenticated participant id and the certificate PEM it was read from.
+def caller_id(context: grpc.ServicerContext,
+              ca_pems: Sequence[bytes]) -> tuple[str, bytes]:
+    """The authenticated participant id and the certificate PEM it was read from, by the
+    federation's one rule (:func:`common.identity.authenticate`: issued directly by one of the
+    CA certificates ``ca_pems``, naming exactly one participant).
 
     Not gRPC's ``x509_common_name``: it stops at a NUL byte and shows only the first of several
     common names (see :mod:`common.identity` for the rule).
@@ -71,13 +74,11 @@ def caller_id(context: grpc.ServicerContext) -> tuple[str, bytes]:
     pems = context.auth_context().get("x509_pem_cert") or []
     if len(pems) != 1:
         raise UnauthenticatedError("no verified client certificate on this connection")
-    return peer_id(pems[0]), pems[0]
+    return authenticate(pems[0], ca_pems), pems[0]
 
 
-def abort(context: grpc.ServicerContext, rpc: str, err: NoisyAnchorError) -> None:
-    """End the call with ``err``'s status code and message (raises, as ``context.abort``
-    does), and log the refusal."""
-    code = getattr(grpc.StatusCode, err.grpc_code)
+def log_refusal(rpc: str, code: grpc.StatusCode, err: NoisyAnchorError) -> None:
+    """Log that ``rpc`` was refused with ``code`` and ``err`` (bounded: :class:`RefusalLog`)."""
     # NOT_FOUND is the normal answer to a relay poll that comes early.
     level = logging.DEBUG if code == grpc.StatusCode.NOT_FOUND else logging.WARNING
     number, unlogged = _refusals.admit((rpc, code.name, str(err)))
@@ -88,6 +89,13 @@ def abort(context: grpc.ServicerContext, rpc: str, err: NoisyAnchorError) -> Non
         log.log(level, "%s refused: %s: %s%s", rpc, code.name, err,
                 f" (identical refusals in the next {_refusals.window:g} s are counted, not "
                 "logged)" if number == _refusals.limit else "")
+
+
+def abort(context: grpc.ServicerContext, rpc: str, err: NoisyAnchorError) -> None:
+    """End the call with ``err``'s status code and message (raises, as ``context.abort``
+    does), and log the refusal."""
+    code = getattr(grpc.StatusCode, err.grpc_code)
+    log_refusal(rpc, code, err)
     context.abort(code, str(err))
 
 

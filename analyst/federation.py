@@ -10,6 +10,7 @@ References: SPEC.md sections 1-2; issue 3, items 2 and 4.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -111,6 +112,11 @@ class Federation:
         atomic_write(self.store.root / FEDERATION_FILE, json.dumps(public, indent=2).encode())
         self._withdrawn_dir = self.store.root / WITHDRAWN_DIR
         self._withdrawn_dir.mkdir(exist_ok=True)
+
+    @functools.cached_property
+    def ca_pems(self) -> tuple[bytes, ...]:
+        """The federation CA certificates (PEM) every participant certificate is issued by."""
+        return (self.config.tls.ca.read_bytes(),)
 
     # -- checks --------------------------------------------------------------------------------
     def check_member(self, pid: str) -> None:
@@ -359,7 +365,7 @@ class Federation:
         # The participants verify every key themselves (the analyst is not trusted); checking
         # here too refuses a bad signature at once instead of relaying it.
         self.check_deadline()
-        verify_exchange_key(cert_pem, self.config.tls.ca.read_bytes(), self.config.federation_id,
+        verify_exchange_key(cert_pem, self.ca_pems[0], self.config.federation_id,
                             pid, public_key, signature, bound_to=bound_to)
         self._rejoin(pid)
         msg = pb.SignedKey(participant_id=pid, public_key=public_key, signature=signature,
@@ -388,7 +394,7 @@ class Federation:
         if pid != dealer:
             raise PermissionDeniedError(f"only the dealer {dealer!r} named in the analyst config "
                                         f"may post sealed shares, not {pid!r}")
-        fid, ca_pem = self.config.federation_id, self.config.tls.ca.read_bytes()
+        fid, ca_pem = self.config.federation_id, self.ca_pems[0]
         dealer_key = self._stored_key(dealer)
         if dealer_key is None:
             raise PreconditionError(f"the dealer {dealer!r} has not published its exchange key")

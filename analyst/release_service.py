@@ -254,7 +254,7 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
     def _caller(self, context, federation_id: str, dataset: str) -> tuple[str, PrivacyLedger,
                                                                           ReleaseJobs]:
         """Caller id, the ledger and the jobs, after the checks that need no aligned result."""
-        pid, _ = caller_id(context)
+        pid, _ = caller_id(context, self.fed.ca_pems)
         self.fed.check_caller(pid, federation_id)
         if dataset not in ("", self.dataset):
             raise NotFoundError(f"no dataset {dataset!r}: this analyst releases from "

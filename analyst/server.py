@@ -25,6 +25,7 @@ from typing import NoReturn
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from noisyanchor.analyst.admission import AdmissionPool
 from noisyanchor.analyst.caller_limits import CallerGate, StreamLimits, worker_count
 from noisyanchor.analyst.config import AnalystConfig
 from noisyanchor.analyst.federation import Federation
@@ -50,31 +51,6 @@ SERVICE_NAMES = tuple(
     for module, name in ((analyst_pb, "Analyst"), (release_pb, "Release")))
 
 
-class _WorkPool(futures.ThreadPoolExecutor):
-    """The RPC thread pool, counting the handlers running (what a shutdown abandons)."""
-
-    def __init__(self, workers: int) -> None:
-        super().__init__(max_workers=workers, thread_name_prefix="rpc")
-        self._running = 0
-        self._count_lock = threading.Lock()
-
-    def submit(self, fn, /, *args, **kwargs):
-        def counted():
-            with self._count_lock:
-                self._running += 1
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                with self._count_lock:
-                    self._running -= 1
-        return super().submit(counted)
-
-    @property
-    def running(self) -> int:
-        """Handlers executing now."""
-        return self._running
-
-
 @dataclass
 class Running:
     """A started analyst: the mTLS server, the optional plaintext health server, the
@@ -85,7 +61,7 @@ class Running:
     federation: Federation
     health: health.HealthServicer
     port: int
-    pool: _WorkPool
+    pool: AdmissionPool
 
     def stop(self, grace: float = SHUTDOWN_GRACE) -> None:
         """NOT_SERVING, refuse new RPCs, cancel what is still running after ``grace`` seconds."""
@@ -106,6 +82,37 @@ def server_credentials(config: AnalystConfig) -> grpc.ServerCredentials:
         root_certificates=tls.ca.read_bytes(), require_client_auth=True)
 
 
+def transport_options(config: AnalystConfig) -> list[tuple[str, int]]:
+    """gRPC core arguments of the mutual-TLS port: the transport limits of the config
+    (``[server]`` keys, see :class:`~analyst.config.AnalystConfig`) and no port sharing.
+
+    gRPC sets SO_REUSEPORT by default, which lets a second analyst bind the same port and take
+    half of the connections; ``grpc.so_reuseport = 0`` makes the second bind fail instead.
+    ``grpc.http.overload_protection`` (on by default, set here so it stays on) counts the
+    streams a client reset but the analyst has not let go of towards
+    ``max_streams_per_connection``: a stream-reset flood cannot queue more than that many calls
+    per connection (HTTP/2 "rapid reset", CVE-2023-44487).
+    """
+    pending = config.max_pending_calls
+    return [
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_concurrent_streams", config.max_streams_per_connection),
+        ("grpc.http.overload_protection", 1),
+        ("grpc.max_allowed_incoming_connections", config.max_connections),
+        ("grpc.server_handshake_timeout_ms", int(config.handshake_timeout * 1000)),
+        ("grpc.max_connection_idle_ms", int(config.connection_idle_timeout * 1000)),
+        ("grpc.server.max_pending_requests", max(1, pending // 2)),
+        ("grpc.server.max_pending_requests_hard_limit", pending),
+    ]
+
+
+def max_concurrent_rpcs(config: AnalystConfig, workers: int) -> int:
+    """Calls admitted at once (running or queued for a worker), over which gRPC refuses a call
+    at arrival (RESOURCE_EXHAUSTED): the workers plus every participant's full queue, a bound
+    honest participants within their own limits never reach."""
+    return workers + len(config.participants) * config.max_queued_calls_per_caller
+
+
 def _health_servicer(server: grpc.Server) -> health.HealthServicer:
     servicer = health.HealthServicer(experimental_non_blocking=True)
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
@@ -115,11 +122,16 @@ def _health_servicer(server: grpc.Server) -> health.HealthServicer:
 def start_server(config: AnalystConfig) -> Running:
     """Open the store, resume, and start serving."""
     fed = Federation(config, Store(config.output_dir))
-    # Every call passes the caller gate (identity, participant, per-caller stream limits);
-    # the pool fits every participant's full share of streams plus room for short calls.
+    # Calls are admitted at arrival (caller, per-caller queue, turns: analyst.admission), then
+    # pass the caller gate (identity again, per-caller stream limits) on a worker; the pool
+    # fits every participant's full share of streams plus room for short calls.
     limits = StreamLimits.of(config)
-    pool = _WorkPool(worker_count(len(config.participants), limits))
-    server = grpc.server(pool, interceptors=[CallerGate(limits, fed.check_member)])
+    workers = worker_count(len(config.participants), limits)
+    pool = AdmissionPool(workers, fed.check_member, lambda: fed.ca_pems,
+                         config.max_queued_calls_per_caller)
+    server = grpc.server(pool, interceptors=[CallerGate(limits, fed.check_member, fed.ca_pems)],
+                         options=transport_options(config),
+                         maximum_concurrent_rpcs=max_concurrent_rpcs(config, workers))
     add_analyst_servicer(AnalystServicer(fed), server)  # bundle streams read raw (issue 14)
     add_release_servicer(server, fed)  # DP similarity release on the same mTLS port
     checks = _health_servicer(server)

@@ -71,7 +71,7 @@ class AnalystServicer(pb_grpc.AnalystServicer):
             log.info("%s connected from %s", pid, peer[1])
 
     def _caller(self, context, federation_id: str) -> tuple[str, bytes]:
-        pid, pem = caller_id(context)
+        pid, pem = caller_id(context, self.fed.ca_pems)
         self.fed.check_caller(pid, federation_id)
         self._connected(pid, context)
         return pid, pem
@@ -85,7 +85,7 @@ class AnalystServicer(pb_grpc.AnalystServicer):
         """Receive one bundle stream and commit it with ``commit``. The caller gate
         (:mod:`analyst.caller_limits`) admitted the caller before a message was read and paces
         ``request_iterator`` (idle window, minimum rate, deadline)."""
-        pid, _ = caller_id(context)
+        pid, _ = caller_id(context, self.fed.ca_pems)
         self._connected(pid, context)
         stream = BundleStream.from_messages(request_iterator)
         log.info("%s stream of %s started (%d bytes declared)", kind, pid, stream.spec.nbytes)

@@ -20,7 +20,6 @@ References: issue 3, item 4; SPEC.md section 1 (the anchor, never sent to the an
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import os
 import struct
@@ -32,7 +31,6 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, paddin
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from noisyanchor.common import identity
 from noisyanchor.common.errors import IntegrityError, InvalidInputError, UnauthenticatedError
@@ -148,31 +146,17 @@ def sign_exchange_key(tls_key_pem: bytes, federation_id: str, participant_id: st
 
 
 def signer_certificate(cert_pem: bytes, ca_pem: bytes, signer_id: str) -> x509.Certificate:
-    """``cert_pem`` once checked as ``signer_id``'s: issued by the CA, valid now, a client
-    certificate, naming ``signer_id`` by the rule of :mod:`common.identity`.
+    """``cert_pem`` once checked as ``signer_id``'s by the federation's one rule
+    (:func:`common.identity.check_issued`: issued directly by the CA, not a CA, valid now, a
+    client certificate) and naming ``signer_id`` (:func:`common.identity.participant_id`).
 
     Raises :class:`~common.errors.UnauthenticatedError` naming what failed.
     """
     try:
         cert = x509.load_pem_x509_certificate(cert_pem)
-        ca = x509.load_pem_x509_certificate(ca_pem)
     except ValueError as err:
         raise UnauthenticatedError(f"unreadable certificate for {signer_id}: {err}") from None
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
-        raise UnauthenticatedError(f"the certificate of {signer_id!r} was not issued by "
-                                   "the federation CA") from None
-    now = datetime.datetime.now(datetime.UTC)
-    if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
-        raise UnauthenticatedError(f"the certificate of {signer_id!r} is not valid now")
-    try:
-        usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    except x509.ExtensionNotFound:
-        usage = None
-    if usage is not None and ExtendedKeyUsageOID.CLIENT_AUTH not in usage:
-        raise UnauthenticatedError(f"the certificate of {signer_id!r} is not a client "
-                                   "certificate (its extended key usage has no clientAuth)")
+    identity.check_issued(cert, identity.load_ca_certificates(ca_pem), repr(signer_id))
     named = identity.participant_id(cert)
     if named != signer_id:
         raise UnauthenticatedError(f"a statement signed as {signer_id!r} comes with the "

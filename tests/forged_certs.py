@@ -33,3 +33,27 @@ def forge(ca_key, ca_cert: x509.Certificate, *, common_names: Sequence[str] = ()
         builder = builder.add_extension(x509.SubjectAlternativeName(
             [x509.UniformResourceIdentifier(u) for u in uris]), critical=False)
     return key, builder.sign(ca_key, hashes.SHA256())
+
+
+def forge_intermediate(ca_key, ca_cert: x509.Certificate, *, name: str = "rogue intermediate CA",
+                       path_length: int | None = None):
+    """``(private key, certificate)`` of a CA certificate signed by ``ca_key``, whatever the
+    root's own path length allows (a root with ``path_length=0`` forbids it: what a careless
+    issuer, or one that ignores path rules, could still sign)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(ca_cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=path_length),
+                           critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True,
+                                         crl_sign=True, content_commitment=False,
+                                         key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False,
+                                         decipher_only=False), critical=True)
+            .sign(ca_key, hashes.SHA256()))
+    return key, cert

@@ -34,6 +34,33 @@ def test_templates_load_with_paths_relative_to_the_file(workdir):
     assert p.tls.cert == (workdir / "pki" / "org-a.pem").resolve()
 
 
+def test_every_transport_limit_is_a_key_and_reaches_grpc_with_port_sharing_off(workdir):
+    """Issue 22, bounded transport: the template states every limit at its default, and the
+    server hands each to gRPC core (SO_REUSEPORT off, so a second analyst cannot share the
+    port)."""
+    from noisyanchor.analyst import config as defaults
+    from noisyanchor.analyst.server import max_concurrent_rpcs, transport_options
+
+    a = load_analyst_config(workdir / "analyst.toml")
+    assert (a.max_streams_per_connection, a.max_connections, a.handshake_timeout,
+            a.connection_idle_timeout, a.max_queued_calls_per_caller, a.max_pending_calls) == (
+        defaults.DEFAULT_MAX_STREAMS_PER_CONNECTION, defaults.DEFAULT_MAX_CONNECTIONS,
+        defaults.DEFAULT_HANDSHAKE_TIMEOUT, defaults.DEFAULT_CONNECTION_IDLE_TIMEOUT,
+        defaults.DEFAULT_MAX_QUEUED_CALLS_PER_CALLER, defaults.DEFAULT_MAX_PENDING_CALLS)
+    text = (workdir / "analyst.toml").read_text()
+    text = text.replace("max_streams_per_connection = 32", "max_streams_per_connection = 7")
+    text = text.replace("handshake_timeout = 5.0", "handshake_timeout = 1.5")
+    (workdir / "analyst.toml").write_text(text)
+    options = dict(transport_options(load_analyst_config(workdir / "analyst.toml")))
+    assert options["grpc.so_reuseport"] == 0
+    assert options["grpc.max_concurrent_streams"] == 7
+    assert options["grpc.http.overload_protection"] == 1
+    assert options["grpc.server_handshake_timeout_ms"] == 1500
+    assert options["grpc.max_allowed_incoming_connections"] == defaults.DEFAULT_MAX_CONNECTIONS
+    assert options["grpc.server.max_pending_requests_hard_limit"] == a.max_pending_calls
+    assert max_concurrent_rpcs(a, 30) == 30 + 3 * a.max_queued_calls_per_caller
+
+
 @pytest.mark.parametrize("old, new, match", [
     ('method = "aa-igdp-an"', 'method = "gdp"', r"\[federation\] method: unknown method 'gdp'"),
     ("anchors = 64", 'anchors = "64"', r"\[federation\] anchors must be an integer"),

@@ -5,14 +5,14 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import dsa
 from cryptography.x509.oid import ExtendedKeyUsageOID
-from forged_certs import forge
+from forged_certs import forge, forge_intermediate
 
 from noisyanchor.common.errors import InvalidInputError, UnauthenticatedError
 from noisyanchor.common.identity import (
+    authenticate,
     participant_id,
     participant_san,
     participant_uri,
-    peer_id,
 )
 from noisyanchor.common.sealing import (
     new_exchange_key,
@@ -42,7 +42,7 @@ def _pem(cert) -> bytes:
 def test_the_id_is_the_one_participant_uri_else_the_one_common_name(ca, names, uris, expected):
     _, cert = forge(*ca, common_names=names, uris=uris)
     assert participant_id(cert) == expected
-    assert peer_id(_pem(cert)) == expected
+    assert authenticate(_pem(cert), (_pem(ca[1]),)) == expected
 
 
 @pytest.mark.parametrize("names, uris, refusal", [
@@ -63,12 +63,46 @@ def test_ambiguous_or_malformed_names_are_refused(ca, names, uris, refusal):
     with pytest.raises(UnauthenticatedError, match=refusal):
         participant_id(cert)
     with pytest.raises(UnauthenticatedError, match=refusal):
-        peer_id(_pem(cert))
+        authenticate(_pem(cert), (_pem(ca[1]),))
 
 
-def test_unreadable_pem_is_unauthenticated():
+def test_unreadable_pem_is_unauthenticated(ca):
     with pytest.raises(UnauthenticatedError, match="unreadable client certificate"):
-        peer_id(b"-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+        authenticate(b"-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
+                     (_pem(ca[1]),))
+
+
+def test_only_a_certificate_issued_directly_by_the_federation_ca_names_a_participant(ca):
+    """Issue 22, chains: an intermediate the root signed (against its path length 0), a CA
+    certificate presented as a client's, and another CA's certificate are refused by the one
+    rule every service and signature check applies; the same names directly issued pass."""
+    trust = (_pem(ca[1]),)
+    mid_key, mid = forge_intermediate(*ca)
+    _, through_mid = forge(mid_key, mid, common_names=["org-b"], uris=[participant_uri("org-b")])
+    with pytest.raises(UnauthenticatedError, match=r"not issued by the federation CA "
+                                                   r"'CN=test CA' itself.*intermediate CA"):
+        authenticate(_pem(through_mid), trust)
+    with pytest.raises(UnauthenticatedError, match="is a CA certificate"):
+        authenticate(_pem(mid), trust)
+    other_key, other = make_ca("another CA")
+    _, foreign = forge(other_key, other, common_names=["org-b"])
+    with pytest.raises(UnauthenticatedError, match="its issuer: 'CN=another CA'"):
+        authenticate(_pem(foreign), trust)
+    # The intermediate put in the trust file next to the root makes it a federation CA: the
+    # operator's choice, not the peer's.
+    assert authenticate(_pem(through_mid), (trust[0] + _pem(mid),)) == "org-b"
+    _, direct = forge(*ca, common_names=["org-b"])
+    assert authenticate(_pem(direct), trust) == "org-b"
+
+
+def test_a_refusal_is_remembered_and_raised_fresh_each_time(ca):
+    _, cert = forge(*ca, common_names=["a", "b"])
+    errors = []
+    for _ in range(2):
+        with pytest.raises(UnauthenticatedError) as err:
+            authenticate(_pem(cert), (_pem(ca[1]),))
+        errors.append(err.value)
+    assert str(errors[0]) == str(errors[1]) and errors[0] is not errors[1]
 
 
 def test_issuers_build_the_uri_only_for_valid_ids():

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-from forged_certs import forge
+from forged_certs import forge, forge_intermediate
 
 from noisyanchor.common.tomlconfig import TlsFiles
 from noisyanchor.common.wire import bundle_spec
@@ -126,6 +126,25 @@ def forge_certificate(pki: Pki, stem: str, *, common_names: Sequence[str] = (),
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
                                            serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return TlsFiles(pki.ca, cert_path, key_path)
+
+
+def forge_chain(pki: Pki, stem: str, participant: str) -> TlsFiles:
+    """A client certificate naming ``participant`` issued by a rogue intermediate CA that the
+    federation CA signed (against its own path length 0), presented with the intermediate in
+    its chain so TLS can build the path to the federation CA; needs ``keep_ca_key``."""
+    from noisyanchor.common.identity import participant_san
+
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate(pki.ca.read_bytes())
+    mid_key, mid_cert = forge_intermediate(ca_key, ca_cert)
+    key, cert = forge(mid_key, mid_cert, common_names=[participant],
+                      uris=[participant_san(participant).value])
+    pem = serialization.Encoding.PEM
+    cert_path, key_path = pki.ca.parent / f"{stem}.pem", pki.ca.parent / f"{stem}.key"
+    cert_path.write_bytes(cert.public_bytes(pem) + mid_cert.public_bytes(pem))
+    key_path.write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
     return TlsFiles(pki.ca, cert_path, key_path)
 

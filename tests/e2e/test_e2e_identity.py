@@ -13,11 +13,16 @@ import re
 
 import grpc
 import pytest
-from e2e_support import FEDERATION, forge_certificate, random_upload, send
+from e2e_support import FEDERATION, forge_certificate, forge_chain, random_upload, send
 
 from noisyanchor.common.errors import UnauthenticatedError
 from noisyanchor.common.identity import participant_uri
-from noisyanchor.common.sealing import new_exchange_key, public_bytes, sign_exchange_key
+from noisyanchor.common.sealing import (
+    new_exchange_key,
+    public_bytes,
+    sign_exchange_key,
+    verify_exchange_key,
+)
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 from noisyanchor.protos.v1 import release_pb2, release_pb2_grpc
 
@@ -82,3 +87,32 @@ def test_the_participant_uri_names_the_caller_and_a_lone_common_name_is_the_fall
     with fed.client("p0", tls=by_cn) as c:
         assert list(c.status().committed) == ["p1"]
     assert _stored(fed) == ["uploads/p1.bundle"]
+
+
+def test_a_certificate_issued_through_an_intermediate_ca_is_refused_everywhere(fed, rng):
+    """Issue 22, chains: an intermediate CA the federation CA signed (its path length 0 forbids
+    it) issues a certificate for p1; TLS builds the chain, the analyst's one rule (issued
+    directly by the federation CA) refuses it in every service and in the signature check, and
+    nothing is stored."""
+    tls = forge_chain(fed.files.pki, "chained", "p1")
+    refusal = "not issued by the federation CA .* itself .* intermediate CA"
+    with fed.client("p1", tls=tls) as c:
+        with pytest.raises(UnauthenticatedError, match="UNAUTHENTICATED.*" + refusal):
+            send(c, "aa-igdp", random_upload(rng, N, D, R))
+        with pytest.raises(UnauthenticatedError, match=refusal):
+            c.status()
+        with pytest.raises(grpc.RpcError) as err:
+            release_pb2_grpc.ReleaseStub(c.channel).Budget(
+                release_pb2.BudgetQuery(federation_id=FEDERATION), timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    # The signature check (what every participant runs on the keys the relay hands it) applies
+    # the same rule to the certificate a statement comes with.
+    pub = public_bytes(new_exchange_key())
+    signature = sign_exchange_key(tls.key.read_bytes(), FEDERATION, "p1", pub, bound_to=b"k")
+    with pytest.raises(UnauthenticatedError, match=refusal):
+        verify_exchange_key(tls.cert.read_bytes(), fed.files.pki.ca.read_bytes(), FEDERATION,
+                            "p1", pub, signature, bound_to=b"k")
+    assert _stored(fed) == []
+    assert re.search("refused: UNAUTHENTICATED: .*" + refusal, fed.log.read_text())
+    with fed.client("p1") as c:  # the real p1 is unaffected
+        assert not send(c, "aa-igdp", random_upload(rng, N, D, R)).already_committed

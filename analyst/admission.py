@@ -1,0 +1,256 @@
+"""Admission of calls to the analyst's RPC workers: who may queue, how much, and in what order.
+
+gRPC's synchronous server hands every call it has matched to its thread pool at once, from its
+one polling thread, and a FIFO pool then runs them in arrival order. A flood of calls (HTTP/2
+streams opened and reset at once, or a participant's burst) would queue ahead of an honest
+Status, and each would take a worker before the caller check in
+:class:`~analyst.caller_limits.CallerGate` could refuse it. This pool decides at submission, on
+the polling thread, before any worker is involved:
+
+1. **Who calls.** The client certificate of the call's connection is authenticated with the
+   federation's one rule (:func:`common.identity.authenticate`: issued directly by the CA,
+   naming one participant), and ``admit(id)`` must accept the id. A refused call is answered
+   there and then (PERMISSION_DENIED / UNAUTHENTICATED with the reason; the refusal log of
+   :mod:`analyst.edge` bounds what it writes) and never reaches a worker.
+2. **How much.** Each participant has its own queue of at most ``max_queued_per_caller`` calls
+   waiting for a worker; one more is refused at arrival (RESOURCE_EXHAUSTED), again without a
+   worker.
+3. **In what order.** Workers take the callers' queues in turn (round robin), so an honest
+   participant's call waits for at most one call of every other caller, whatever their
+   backlogs.
+4. **Cancelled calls cost nothing.** A call whose client cancelled it while it waited is
+   dropped when its turn comes: gRPC has already closed it, and no worker runs its handler.
+
+Steps 1, 2 and 4 read the call from what gRPC hands its pool (the handler function and its
+arguments: the call event and the call's state). That is gRPC's internal calling convention
+(grpcio's ``_server`` module), checked once at start by :func:`supported`; a version that
+changes it gets a warning and a plain fair pool (everything then goes through the caller gate
+on a worker, as before), and ``tests/analyst/test_admission.py`` fails on it.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from noisyanchor.analyst.edge import log_refusal
+from noisyanchor.common.errors import (
+    NoisyAnchorError,
+    TooManyStreamsError,
+    UnauthenticatedError,
+)
+from noisyanchor.common.identity import authenticate
+
+log = logging.getLogger(__name__)
+
+try:  # gRPC internals this module relies on (see the module docstring)
+    from grpc import _server as _grpc_server
+    from grpc._common import STATUS_CODE_TO_CYGRPC_STATUS_CODE as _CODES
+    from grpc._cython import cygrpc as _cygrpc
+
+    _HANDLERS = (_grpc_server._unary_response_in_pool, _grpc_server._stream_response_in_pool)
+    _ABORT = _grpc_server._abort
+    _CANCELLED = _grpc_server._CANCELLED
+except (ImportError, AttributeError):  # pragma: no cover - a gRPC that changed them
+    _HANDLERS, _ABORT, _CANCELLED, _CODES = (), None, None, {}
+
+
+def supported() -> bool:
+    """Whether this grpcio hands its pool calls in the form :class:`AdmissionPool` reads."""
+    return bool(_HANDLERS) and _ABORT is not None and _CANCELLED is not None
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What the pool reads of one call: gRPC's call event and per-call state."""
+
+    event: Any
+    state: Any
+
+    @classmethod
+    def of(cls, fn: Callable, args: tuple) -> _Call | None:
+        """The call a submission carries, or None when it is not one in gRPC's known form
+        (``context.run(handler, event, state, ...)``)."""
+        if len(args) >= 3 and args[0] in _HANDLERS and getattr(fn, "__name__", "") == "run":
+            return cls(args[1], args[2])
+        return None
+
+    def certificate(self) -> bytes | None:
+        """The verified client certificate of the call's connection (PEM), if exactly one."""
+        auth = _cygrpc.auth_context(self.event.call) or {}
+        pems = auth.get(b"x509_pem_cert") or auth.get("x509_pem_cert") or []
+        return pems[0] if len(pems) == 1 else None
+
+    def method(self) -> str:
+        """The RPC's short name (for the refusal log)."""
+        raw = self.event.call_details.method
+        name = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        return name.rsplit("/", 1)[-1]
+
+    def cancelled(self) -> bool:
+        """The client cancelled the call (gRPC saw its RST_STREAM or deadline)."""
+        return self.state.client is _CANCELLED
+
+    def refuse(self, err: NoisyAnchorError) -> None:
+        """Answer the call with ``err``'s status and message from here (no handler runs)."""
+        code = getattr(grpc.StatusCode, err.grpc_code)
+        log_refusal(self.method(), code, err)
+        with self.state.condition:
+            _ABORT(self.state, self.event.call, _CODES[code], str(err).encode())
+
+
+class AdmissionPool(futures.Executor):
+    """The server's worker threads behind per-caller queues (see the module docstring).
+
+    Parameters
+    ----------
+    workers : int
+        Worker threads.
+    admit : callable
+        ``admit(participant_id)`` raises a project error for a caller that may not call.
+    ca_pems : callable
+        The federation CA certificates (PEM) every client certificate must be issued by.
+    max_queued_per_caller : int
+        Calls one caller may have waiting for a worker at once.
+    """
+
+    def __init__(self, workers: int, admit: Callable[[str], None],
+                 ca_pems: Callable[[], tuple[bytes, ...]], max_queued_per_caller: int) -> None:
+        self.workers = workers
+        self._admit = admit
+        self._ca_pems = ca_pems
+        self.max_queued_per_caller = max_queued_per_caller
+        self._inspect = supported()
+        if not self._inspect:
+            log.warning("this grpcio hands calls to its pool in an unknown form: callers are "
+                        "checked on a worker, not at arrival (analyst.admission)")
+        self._lock = threading.Condition()
+        self._lanes: dict[str, collections.deque] = {}
+        self._turns: collections.deque[str] = collections.deque()  # callers with work, in turn
+        self._running = 0
+        self._stopped = False
+        self._threads = [threading.Thread(target=self._work, name=f"rpc-{k}", daemon=True)
+                         for k in range(workers)]
+        for t in self._threads:
+            t.start()
+
+    @property
+    def running(self) -> int:
+        """Handlers executing now."""
+        return self._running
+
+    def queued(self, caller: str) -> int:
+        """Calls of ``caller`` waiting for a worker."""
+        with self._lock:
+            return len(self._lanes.get(caller, ()))
+
+    def _caller(self, call: _Call) -> str:
+        """The admitted participant id of ``call``; raises a project error otherwise."""
+        pem = call.certificate()
+        if pem is None:
+            raise UnauthenticatedError("no verified client certificate on this connection")
+        pid = authenticate(pem, self._ca_pems())
+        self._admit(pid)
+        return pid
+
+    def submit(self, fn, /, *args, **kwargs) -> futures.Future:
+        future: futures.Future = futures.Future()
+        call = _Call.of(fn, args) if self._inspect else None
+        lane = ""
+        if call is not None:
+            try:
+                lane = self._caller(call)
+            except NoisyAnchorError as err:
+                call.refuse(err)
+                future.set_result(None)
+                return future
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError("cannot schedule new calls after shutdown")
+            queue = self._lanes.get(lane)
+            if queue is None:
+                queue = self._lanes[lane] = collections.deque()
+            if call is not None and len(queue) >= self.max_queued_per_caller:
+                # Calls cancelled while they waited do not count against the caller.
+                for waiting in [item for item in queue if item[3].cancelled()]:
+                    queue.remove(waiting)
+                    waiting[0].set_result(None)
+                if len(queue) >= self.max_queued_per_caller:
+                    refusal = TooManyStreamsError(
+                        f"{call.method()} refused: {lane!r} already has {len(queue)} calls "
+                        "waiting for the analyst ([server] max_queued_calls_per_caller = "
+                        f"{self.max_queued_per_caller}); retry when they are answered")
+                    call.refuse(refusal)
+                    future.set_result(None)
+                    return future
+            if not queue:
+                self._turns.append(lane)
+            queue.append((future, fn, (args, kwargs), call))
+            self._lock.notify()
+        return future
+
+    def _next(self, dropped: list[futures.Future]) -> tuple | None:
+        """The next call to run, callers in turn (None once shut down); the futures of calls
+        cancelled while they waited go to ``dropped``, to be completed by the caller outside
+        the lock (their callbacks take gRPC's server lock, which the polling thread holds
+        while it submits)."""
+        with self._lock:
+            while True:
+                while not self._turns and not self._stopped:
+                    self._lock.wait()
+                if not self._turns:
+                    return None
+                lane = self._turns.popleft()
+                queue = self._lanes[lane]
+                item = queue.popleft()
+                if queue:
+                    self._turns.append(lane)
+                else:
+                    del self._lanes[lane]
+                future, _, _, call = item
+                if call is not None and call.cancelled():
+                    dropped.append(future)  # gRPC closed it already: nothing to run
+                    continue
+                if not future.set_running_or_notify_cancel():
+                    continue
+                self._running += 1
+                return item
+
+    def _work(self) -> None:
+        while True:
+            dropped: list[futures.Future] = []
+            item = self._next(dropped)
+            for future in dropped:
+                future.set_result(None)
+            if item is None:
+                return
+            future, fn, (args, kwargs), _ = item
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as err:  # delivered to whoever waits on the future
+                future.set_exception(err)
+            finally:
+                with self._lock:
+                    self._running -= 1
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        cancelled: list[futures.Future] = []
+        with self._lock:
+            self._stopped = True
+            if cancel_futures:
+                cancelled = [future for queue in self._lanes.values() for future, *_ in queue]
+                self._lanes.clear()
+                self._turns.clear()
+            self._lock.notify_all()
+        for future in cancelled:  # outside the lock, as in _work
+            future.cancel()
+        if wait:
+            for t in self._threads:
+                t.join()

@@ -1,0 +1,167 @@
+"""Honest Status latency during an HTTP/2 stream-reset flood (issue 22): the issue's size.
+
+    flock -x /work/bench.lock python -m benchmarks.bench_flood
+
+One analyst process (three participants, the defaults of ``[server]``) and a CA-signed
+non-participant that opens and resets ``--streams`` gRPC Status calls (30,000) on
+``--connections`` connections (:func:`benchmarks.stream_flood.rapid_reset`: each stream a
+whole call, reset ``--reset-after`` seconds after it was sent so the analyst has it), while an
+honest participant calls Status every 20 ms on its own connection. Three runs, each with a fresh
+analyst: ``quiet`` (no flood: the baseline the ratios divide by), ``flood`` (the defaults) and
+``flood_unbounded_streams`` (the same flood with ``max_streams_per_connection`` lifted to 2^31 -
+1, what gRPC allows by default: how much the per-connection limit does). Recorded: honest Status
+p50, p99 and max during the flood and for 2 s after it, honest errors, the flood's counts
+(streams sent, refused by the transport), the analyst's resident memory, load average. Floor
+(the issue's): honest Status p99 under 2 s at the defaults, no honest error; exit status 1 when
+missed. Writes ``benchmarks/results/flood.json`` and a PNG beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+from benchmarks.hostile_scenario import memory_mib
+from benchmarks.stream_flood import StatusProbe, percentile, rapid_reset
+from noisyanchor.common.blas import available_cpus
+from noisyanchor.common.tomlconfig import TlsFiles
+from noisyanchor.deploy.demo import write_analyst
+from noisyanchor.deploy.launch import start, stop, wait_for_port
+from noisyanchor.participant.client import AnalystClient
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The issue's floor: honest Status p99 (seconds) during the flood.
+STATUS_P99_FLOOR = 2.0
+#: Seconds of honest probes after the flood that still count as "during" (its backlog).
+AFTER = 2.0
+RUNS = {"quiet": None, "flood": {},
+        "flood_unbounded_streams": {"max_streams_per_connection": 2**31 - 1}}
+
+
+def one_run(root: Path, name: str, args: argparse.Namespace) -> dict:
+    """A fresh analyst, the honest probe, and the flood of run ``name`` (or a quiet window)."""
+    server = RUNS[name]
+    files = write_analyst(root / name, ("org-a", "org-b", "org-c"), federation_id="bench",
+                          method="aa-igdp", anchors=16, dim=8, sigma=None, v=None,
+                          accept_collusion=False, extra_certificates=("outsider",),
+                          extra={"server": server or {}})
+    proc = start(["analyst", "serve", "--config", files.analyst_config], root / f"{name}.log")
+    try:
+        port = wait_for_port(files.port_file, proc)
+        cert, key = files.pki.clients["org-a"]
+        honest = AnalystClient(f"127.0.0.1:{port}", TlsFiles(files.pki.ca, cert, key),
+                               "localhost", "bench", 30.0)
+        rss_before = memory_mib(proc.pid)["VmRSS"]
+        with honest, StatusProbe(honest, "bench", interval=0.02) as probe:
+            time.sleep(1.0)
+            begin = probe.now()
+            flood = None
+            if server is None:
+                time.sleep(args.quiet_window)
+            else:
+                ocert, okey = files.pki.clients["outsider"]
+                flood = rapid_reset("127.0.0.1", port, (files.pki.ca, ocert, okey),
+                                    "localhost", args.streams, batch=args.batch,
+                                    connections=args.connections,
+                                    reset_after=args.reset_after, timeout=300.0)
+            end = probe.now()
+            time.sleep(AFTER + 0.5)
+        during = probe.between(begin, end + AFTER)
+        mem = memory_mib(proc.pid)
+        result = {
+            "server": server, "seconds": end - begin,
+            "honest_calls": len(during), "honest_errors": probe.errors,
+            "status_p50_s": percentile(during, 0.5), "status_p99_s": percentile(during, 0.99),
+            "status_max_s": max(during) if during else float("nan"),
+            "rss_before_mib": rss_before, "rss_after_mib": mem["VmRSS"],
+            "hwm_mib": mem["VmHWM"],
+            "flood": flood.to_json() if flood is not None else None,
+            "samples": [(round(t - begin, 4), round(s, 5)) for t, s in probe.samples]}
+        print(f"  {name}: honest Status p50 {result['status_p50_s'] * 1e3:.1f} ms, p99 "
+              f"{result['status_p99_s'] * 1e3:.1f} ms, max {result['status_max_s'] * 1e3:.1f} "
+              f"ms, {len(probe.errors)} errors"
+              + (f"; {flood.streams_sent} streams in {flood.seconds:.2f} s, "
+                 f"{flood.refused_streams} refused by the transport" if flood else ""),
+              file=sys.stderr, flush=True)
+        return result
+    finally:
+        stop(proc)
+
+
+def plot(runs: dict[str, dict], path: Path) -> None:
+    """Honest Status latency over time in each run."""
+    from noisyanchor.experiments.figures import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for (name, run), colour in zip(runs.items(), ("C0", "C3", "C1"), strict=False):
+        t = [x for x, _ in run["samples"]]
+        s = [y for _, y in run["samples"]]
+        ax.plot(t, s, ".", ms=3, color=colour, label=f"{name}: p99 {run['status_p99_s']:.3f} s")
+    ax.axhline(STATUS_P99_FLOOR, color="k", ls="--", lw=0.8, label="floor (p99)")
+    ax.set_yscale("log")
+    ax.set_xlabel("seconds since the flood started")
+    ax.set_ylabel("honest Status, s (log)")
+    ax.legend(fontsize=8)
+    flood = runs["flood"]["flood"]
+    ax.set_title(f"{flood['streams_sent']} reset streams from a CA-signed non-participant "
+                 f"on {flood['connections']} connection(s)")
+    save_figure(plt, fig, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry; 1 when the floor is missed."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=30000)
+    parser.add_argument("--connections", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=500, help="streams per write")
+    parser.add_argument("--reset-after", type=float, default=0.002,
+                        help="seconds between a batch's streams and their resets")
+    parser.add_argument("--quiet-window", type=float, default=3.0)
+    parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/flood.json")
+    args = parser.parse_args(argv)
+    meta = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "loadavg_start": os.getloadavg(), "cpus": available_cpus(),
+            "python": platform.python_version(), "grpcio": grpc.__version__,
+            "command": "python -m benchmarks.bench_flood " + " ".join(argv or sys.argv[1:])}
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="bench-flood-") as tmp:
+        for name in args.runs:
+            runs[name] = one_run(Path(tmp), name, args)
+    meta["loadavg_end"] = os.getloadavg()
+    flood, quiet = runs.get("flood"), runs.get("quiet")
+    floors = {"status_p99_s": STATUS_P99_FLOOR,
+              "met": flood is not None and flood["status_p99_s"] < STATUS_P99_FLOOR
+              and not flood["honest_errors"]}
+    ratios = {} if flood is None or quiet is None else {
+        "status_p99_flood_over_quiet": flood["status_p99_s"] / quiet["status_p99_s"],
+        "status_p50_flood_over_quiet": flood["status_p50_s"] / quiet["status_p50_s"]}
+    report = {"benchmark": "honest Status during an HTTP/2 stream-reset flood (issue 22)",
+              "attack": {"streams": args.streams, "connections": args.connections,
+                         "batch": args.batch, "reset_after_s": args.reset_after,
+                         "attacker": "CA-signed non-participant"},
+              "floors": floors, "ratios": ratios,
+              "summary": {k: {m: v[m] for m in ("status_p50_s", "status_p99_s", "status_max_s",
+                                                  "honest_calls", "honest_errors", "flood",
+                                                  "rss_before_mib", "hwm_mib")}
+                          for k, v in runs.items()},
+              "runs": runs, "meta": meta}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1, separators=(",", ":")) + "\n")
+    if flood is not None:
+        plot(runs, args.out.with_suffix(".png"))
+    print(json.dumps({k: report[k] for k in ("summary", "ratios", "floors")}, indent=1))
+    return 0 if floors["met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
