@@ -1,5 +1,12 @@
-"""Reconstruction attacks of a colluding participant and the analyst against the other
-participants, and the interface through which other packages add their own.
+"""Reconstruction attacks against the participants: of the analyst with a colluding participant,
+of the analyst alone with a little side knowledge, and the interface through which other
+packages add their own.
+
+Each attack declares its threat (:data:`THREATS`): what the attacker holds besides the uploads
+and the analyst's alignment. ``colluder``: a colluding participant's disclosure (the paper's
+Definition 2.2). ``analyst``: the analyst alone, knowing ``m`` records of the target (not where
+they are). ``public``: the analyst alone with a public sample of the population. Side knowledge
+comes in :class:`SideKnowledge`.
 
 The colluder ``c`` discloses its data ``X_c``, its secret state ``(O_c, Psi_c, noise)`` and the
 anchor ``A``. Let ``a = A^T 1 / r``, ``Ac = A - 1 a^T``, ``b_i = B_i^T 1 / r``,
@@ -15,7 +22,20 @@ Built-in attacks (:data:`ATTACK_NAMES`; formulas in SPEC.md section 3):
 * ``op_scaled``: OP divided by the expected polar shrinkage ``alpha(d, v)``.
 * ``known_anchor_recentered``: known-anchor with the participant-level mean error removed by
   James-Stein shrinkage towards the colluder's record mean.
-* ``ml``: the maximum-likelihood key from both uploads (:mod:`common.likelihood`).
+* ``ml``: the maximum-likelihood key from both uploads (:mod:`common.likelihood`), multi-start;
+  its convergence per target is in :attr:`AttackRun.diagnostics`.
+
+Built-in attacks without a colluder (:mod:`common.analyst_attacks`; every method, I-GDP
+included, because they read only the data uploads):
+
+* ``known_input_<m>`` (threat ``analyst``): ``m`` known records of the target located among
+  its upload's rows by the pairwise distances GDP preserves, then centred Procrustes; exact from
+  ``m = d + 1`` records without data noise (:data:`DEFAULT_KNOWN_RECORDS` sizes unless chosen).
+* ``known_sample`` (threat ``public``): principal axes of the target's upload matched with a
+  public sample's, signs by skewness, refined by Wasserstein-Procrustes.
+* ``known_sample_pooled`` (threat ``public``): the same fitted on every participant's rows in the
+  analyst's common frame (the stacked uploads for C-GDP, ``Z`` for AA-I-GDP; none for I-GDP),
+  then applied to the target's rows.
 
 Plug-in attacks
 ---------------
@@ -24,11 +44,14 @@ A package registers a callable under the entry-point group ``noisyanchor.attacks
 
     def my_attack(view: AttackerView, target: int) -> numpy.ndarray | None: ...
 
-It receives everything the colluding analyst holds (:class:`AttackerView`: the method, the
-disclosure, every upload, the analyst's rotations, the anchor-noise level) and one target index
-``i != c``, and returns the reconstruction ``X^_i`` of that target's records in the working space
-(``n_i x d``, the shape of ``Y_i``), or None when it does not apply to ``view.method``. It may
-instead register an :class:`Attack` (to mark it as one of the paper's attacks, or to describe it).
+It receives everything the analyst holds (:class:`AttackerView`: the method, the colluder's
+disclosure when there is one, every upload, the analyst's rotations, the anchor-noise level,
+side knowledge) and one target index ``i``, and returns the reconstruction ``X^_i`` of that
+target's records in the working space (``n_i x d``, the shape of ``Y_i``), or None when it
+does not apply to ``view.method``. It may instead register an :class:`Attack` (to mark it as one
+of the paper's attacks, to describe it, or to declare a threat other than ``colluder``). An
+attack that needs what the view lacks raises :class:`NotApplicable` (``view.colluder``,
+``view.known_records`` and ``view.public_sample`` do).
 The entry point's name is the attack's name; the sweep, the report and ``noisyanchor attack``
 run every registered attack beside the built-in ones.
 
@@ -44,6 +67,7 @@ from typing import Any
 
 import numpy as np
 
+from noisyanchor.common.analyst_attacks import known_input_attack, known_sample_attack
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.gdp import GdpKey
 from noisyanchor.common.likelihood import RecordPrior, ml_transform
@@ -55,6 +79,37 @@ from noisyanchor.common.validation import as_matrix, check_nonnegative
 
 #: The three attacks the paper evaluates against anchor noise.
 PAPER_ANCHOR_ATTACKS = ("mp", "op", "am")
+#: What an attack needs besides the uploads and the analyst's alignment, by threat name.
+THREATS = {
+    "colluder": "the analyst with a colluding participant's disclosure (records, key, anchor)",
+    "analyst": "the analyst alone, knowing m records of the target (not where they are)",
+    "public": "the analyst alone, with a public sample of the population",
+}
+#: Known-record counts ``m`` of the built-in known-input attacks unless a caller chooses.
+DEFAULT_KNOWN_RECORDS = (2, 8, 17)
+#: Name of the known-input attack with ``m`` known records.
+KNOWN_INPUT_PREFIX = "known_input_"
+
+
+@dataclass(frozen=True)
+class SideKnowledge:
+    """What an attacker holds without any colluder, beyond the uploads.
+
+    Attributes
+    ----------
+    known_records : mapping of int to (m_i, d) ndarray
+        Records of target ``i`` the attacker knows, in the working space (``X_i F``), in no
+        particular order and not knowing their rows; the known-input attack with ``m`` uses the
+        first ``m``.
+    public : (N, d) ndarray or None
+        A public sample of the population in the working space, disjoint from the targets'.
+    data_noise : float
+        ``sigma`` of private-data noise (a public protocol parameter; 0 without).
+    """
+
+    known_records: Mapping[int, np.ndarray] = field(default_factory=dict)
+    public: np.ndarray | None = None
+    data_noise: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -89,30 +144,37 @@ class NotApplicable(Exception):
 
 
 class AttackerView:
-    """Everything the colluding analyst holds, with the quantities several attacks share
-    computed once per run (``a``, ``Ac``, ``Ac^+``, ``Q^``, ``v``, the record prior) and once per
-    target (``b_i``, ``Bc_i``, ``Ac^+ Bc_i``).
+    """Everything the analyst holds (with a colluder's disclosure, or alone), with the quantities
+    several attacks share computed once per run (``a``, ``Ac``, ``Ac^+``, ``Q^``, ``v``, the
+    record prior, the pooled known-sample decoder) and once per target (``b_i``, ``Bc_i``,
+    ``Ac^+ Bc_i``).
 
     Parameters
     ----------
     method : Method or str
-    disclosure : Disclosure
+    disclosure : Disclosure or None
+        The colluder's disclosure; None: the analyst alone (every participant is a target and
+        colluder attacks are skipped).
     data : list of p (n_i, d) ndarrays
         Uploaded ``Y_i``.
     anchors : list of p (r, d) ndarrays, optional
         Uploaded ``B_i`` (AA-I-GDP variants).
     rotations : (p, d, d) ndarray, optional
-        The analyst's alignment ``R_i`` (needed by ``am``).
+        The analyst's alignment ``R_i`` (needed by ``am`` and the pooled known-sample attack).
+    side : SideKnowledge, optional
+        Known records and a public sample (the attacks without a colluder).
     """
 
-    def __init__(self, method: Method | str, disclosure: Disclosure,
+    def __init__(self, method: Method | str, disclosure: Disclosure | None,
                  data: Sequence[np.ndarray], anchors: Sequence[np.ndarray | None] | None = None,
-                 rotations: np.ndarray | None = None) -> None:
+                 rotations: np.ndarray | None = None, *,
+                 side: SideKnowledge | None = None) -> None:
         self.method = Method.parse(method)
         self.disclosure = disclosure
+        self.side = SideKnowledge() if side is None else side
         p = len(data)
-        c = disclosure.colluder
-        if not 0 <= c < p:
+        c = None if disclosure is None else disclosure.colluder
+        if c is not None and not 0 <= c < p:
             raise InvalidInputError(f"colluder index {c} is not a participant index in [0, {p})")
         self.data = [as_matrix(y, "data upload") for y in data]
         self.anchors: list[np.ndarray] | None = (
@@ -121,11 +183,58 @@ class AttackerView:
         self.rotations = rotations
         self.targets = [i for i in range(p) if i != c]
         self._parts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        if disclosure.anchor_noise is not None:
+        #: ``{attack name: {target: JSON-ready facts}}`` attacks leave with :meth:`note`.
+        self.diagnostics: dict[str, dict[int, dict[str, Any]]] = {}
+        #: Scratch space an attack may fill once and reuse for every target, by attack name.
+        self.cache: dict[str, Any] = {}
+        check_nonnegative(self.side.data_noise, "data noise sigma")
+        if disclosure is not None and disclosure.anchor_noise is not None:
             check_nonnegative(disclosure.anchor_noise, "anchor noise level v")
-        if self.method.uses_anchor and (disclosure.anchor is None or self.anchors is None):
+        if self.method.uses_anchor and disclosure is not None and (
+                disclosure.anchor is None or self.anchors is None):
             raise InvalidInputError(f"attacks on {self.method.value} need the disclosed anchor "
                                     "and the anchor uploads")
+
+    @property
+    def colluder(self) -> Disclosure:
+        """The colluder's disclosure (:class:`NotApplicable` for the analyst alone)."""
+        if self.disclosure is None:
+            raise NotApplicable("needs a colluder's disclosure; the analyst is alone")
+        return self.disclosure
+
+    def known_records(self, i: int, m: int) -> np.ndarray:
+        """The first ``m`` records of target ``i`` the attacker knows (working space)."""
+        known = self.side.known_records.get(i)
+        if known is None or len(known) < m:
+            have = 0 if known is None else len(known)
+            raise NotApplicable(f"needs {m} known records of participant {i}; the attacker "
+                                f"knows {have}")
+        return as_matrix(known, "known records", cols=self.dim)[:m]
+
+    @property
+    def public_sample(self) -> np.ndarray:
+        """The public sample of the population (working space)."""
+        if self.side.public is None:
+            raise NotApplicable("needs a public sample of the population")
+        return as_matrix(self.side.public, "public sample", cols=self.dim)
+
+    def note(self, attack: str, i: int, facts: dict[str, Any]) -> None:
+        """Record JSON-ready facts of ``attack`` on target ``i`` (e.g. convergence)."""
+        self.diagnostics.setdefault(attack, {})[i] = facts
+
+    @cached_property
+    def common_frame(self) -> list[np.ndarray] | None:
+        """Every participant's rows in the analyst's common frame, or None when the method has
+        none (I-GDP): the uploads themselves for C-GDP (one key), ``(Y_j - 1 b_j^T) R_j`` for
+        AA-I-GDP (the rows of ``Z`` up to a common shift)."""
+        if self.method.shared_key:
+            return self.data
+        if not self.method.uses_anchor:
+            return None
+        if self.rotations is None or self.anchors is None:
+            raise NotApplicable("needs the analyst's alignment R_i and the anchor uploads")
+        return [(y - np.asarray(b).mean(axis=0)) @ np.asarray(r)
+                for y, b, r in zip(self.data, self.anchors, self.rotations, strict=True)]
 
     @property
     def dim(self) -> int:
@@ -135,7 +244,7 @@ class AttackerView:
     @cached_property
     def anchor_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The checked disclosed anchor ``A`` with ``a``, ``Ac`` and ``Ac^+``."""
-        anchor = as_matrix(self.disclosure.anchor, "anchor")
+        anchor = as_matrix(self.colluder.anchor, "anchor")
         a, ac = center_rows(anchor)
         return anchor, a, ac, np.linalg.pinv(ac)
 
@@ -171,19 +280,19 @@ class AttackerView:
     @cached_property
     def noise_level(self) -> float:
         """``v``: disclosed, else :attr:`estimated_noise_level`."""
-        v = self.disclosure.anchor_noise
+        v = self.colluder.anchor_noise
         return self.estimated_noise_level if v is None else float(v)
 
     @cached_property
     def record_prior(self) -> RecordPrior:
         """Gaussian model of the records fitted on the colluder's disclosed ``X_c``."""
-        return RecordPrior.from_records(self.disclosure.data)
+        return RecordPrior.from_records(self.colluder.data)
 
     @cached_property
     def am_calibration(self) -> np.ndarray:
         """``Q^ = Pi(O_c R_c)``."""
-        c = self.disclosure.colluder
-        return polar_factor(np.asarray(self.disclosure.key.rotation) @ self.alignment(c))
+        c = self.colluder.colluder
+        return polar_factor(np.asarray(self.colluder.key.rotation) @ self.alignment(c))
 
     def alignment(self, i: int) -> np.ndarray:
         """The analyst's ``R_i``."""
@@ -214,20 +323,27 @@ class Attack:
     paper : bool
         One of the attacks the paper evaluates against anchor noise.
     description : str
+    threat : str
+        What it needs besides the uploads: a key of :data:`THREATS`.
     """
 
     name: str
     reconstruct: Callable[[AttackerView, int], np.ndarray | None]
     paper: bool = False
     description: str = ""
+    threat: str = "colluder"
+
+    def __post_init__(self) -> None:
+        if self.threat not in THREATS:
+            raise InvalidInputError(f"attack {self.name!r}: threat {self.threat!r} is not one "
+                                    f"of {', '.join(THREATS)}")
 
 
 def _known_secret(view: AttackerView, i: int) -> np.ndarray | None:
     """C-GDP known-secret inversion ``X^_i = (Y_i - 1 Psi^T) O^T`` with the disclosed key."""
     if not view.method.shared_key:
         return None
-    key = view.disclosure.key
-    return known_secret_attack(view.data[i], key)
+    return known_secret_attack(view.data[i], view.colluder.key)
 
 
 def _known_anchor(view: AttackerView, i: int) -> np.ndarray | None:
@@ -312,7 +428,56 @@ def _ml(view: AttackerView, i: int) -> np.ndarray | None:
     assert view.anchors is not None
     est = ml_transform(view.data[i], view.anchors[i], anchor, view.noise_level,
                        view.record_prior)
+    view.note("ml", i, est.diagnostics())
     return view.invert(i, est.rotation, est.translation)
+
+
+def known_input(m: int) -> Attack:
+    """The known-input attack with ``m`` known records of the target, named
+    ``known_input_<m>`` (:mod:`common.analyst_attacks.known_input`)."""
+    if m < 2:
+        raise InvalidInputError(f"the known-input attack needs m >= 2 known records, got {m}")
+    name = f"{KNOWN_INPUT_PREFIX}{m}"
+
+    def reconstruct(view: AttackerView, i: int) -> np.ndarray:
+        """``m`` known records located by distances, then centred Procrustes."""
+        res = known_input_attack(view.data[i], view.known_records(i, m),
+                                 data_noise=view.side.data_noise)
+        loc = res.location
+        view.note(name, i, {"rank": res.rank, "location_score": loc.score,
+                            "runner_up_score": loc.runner_up})
+        return res.reconstruction
+
+    return Attack(name, reconstruct, threat="analyst",
+                  description=f"{m} known records located by distances, then Procrustes")
+
+
+def _known_sample(view: AttackerView, i: int) -> np.ndarray:
+    """Principal axes of ``Y_i`` matched with the public sample's (signs by skewness), refined
+    by Wasserstein-Procrustes (:mod:`common.analyst_attacks.known_sample`)."""
+    res = known_sample_attack(view.data[i], view.public_sample)
+    view.note("known_sample", i, _sample_facts(res))
+    return res.decode(view.data[i])
+
+
+def _sample_facts(res: Any) -> dict[str, Any]:
+    return {"cost": res.cost, "pca_cost": res.pca_cost, "chosen_start": res.chosen_start,
+            "iterations": res.iterations, "ambiguous_signs": res.ambiguous_signs,
+            "unidentified_axes": res.unidentified_axes}
+
+
+def _known_sample_pooled(view: AttackerView, i: int) -> np.ndarray | None:
+    """The known-sample decoder fitted on every participant's rows in the analyst's common
+    frame (:attr:`AttackerView.common_frame`), applied to target ``i``'s rows."""
+    frame = view.common_frame
+    if frame is None:
+        return None
+    if "known_sample_pooled" not in view.cache:  # one decoder for every target
+        view.cache["known_sample_pooled"] = known_sample_attack(np.vstack(frame),
+                                                                view.public_sample)
+    res = view.cache["known_sample_pooled"]
+    view.note("known_sample_pooled", i, _sample_facts(res))
+    return res.decode(frame[i])
 
 
 #: Built-in attacks, in report order.
@@ -325,20 +490,36 @@ BUILTIN_ATTACKS: tuple[Attack, ...] = (
     Attack("op_scaled", _op_scaled, description="OP divided by alpha(d, v)"),
     Attack("known_anchor_recentered", _known_anchor_recentered,
            description="known-anchor, James-Stein mean towards the colluder's"),
-    Attack("ml", _ml, description="maximum likelihood from B_i and Y_i"),
+    Attack("ml", _ml, description="maximum likelihood from B_i and Y_i (multi-start)"),
 )
-#: Names of the built-in attacks (JSON keys everywhere).
+#: Names of the built-in colluder attacks (JSON keys everywhere).
 ATTACK_NAMES = tuple(a.name for a in BUILTIN_ATTACKS)
+#: Built-in attacks of the analyst with public data, in report order.
+SAMPLE_ATTACKS: tuple[Attack, ...] = (
+    Attack("known_sample", _known_sample, threat="public",
+           description="principal axes and skewness vs a public sample, Wasserstein-Procrustes"),
+    Attack("known_sample_pooled", _known_sample_pooled, threat="public",
+           description="known-sample fitted on the analyst's common frame"),
+)
 
 
-def available_attacks(*, plugins: bool = True) -> dict[str, Attack]:
-    """Built-in attacks, then every plug-in of the ``noisyanchor.attacks`` entry-point group
-    (module docstring), by name."""
+def available_attacks(*, plugins: bool = True,
+                      known_records: Sequence[int] = DEFAULT_KNOWN_RECORDS) -> dict[str, Attack]:
+    """Built-in attacks (the colluder's, ``known_input_<m>`` for every ``m`` in
+    ``known_records``, the known-sample ones), then every plug-in of the ``noisyanchor.attacks``
+    entry-point group (module docstring), by name."""
     out = {a.name: a for a in BUILTIN_ATTACKS}
+    out.update((a.name, a) for a in (*(known_input(m) for m in sorted(set(known_records))),
+                                     *SAMPLE_ATTACKS))
     if plugins:
-        for name, obj in load_plugins(ATTACK_GROUP, reserved=ATTACK_NAMES).items():
+        reserved = (*ATTACK_NAMES, *(a.name for a in SAMPLE_ATTACKS))
+        for name, obj in load_plugins(ATTACK_GROUP, reserved=reserved).items():
+            if name.startswith(KNOWN_INPUT_PREFIX):
+                raise InvalidInputError(f"plug-in attack {name!r}: names starting with "
+                                        f"{KNOWN_INPUT_PREFIX!r} are the built-in known-input "
+                                        "attacks'")
             if isinstance(obj, Attack):
-                out[name] = Attack(name, obj.reconstruct, obj.paper, obj.description)
+                out[name] = Attack(name, obj.reconstruct, obj.paper, obj.description, obj.threat)
             elif callable(obj):
                 out[name] = Attack(name, obj, description=(obj.__doc__ or "").strip()
                                    .split("\n")[0])
@@ -362,12 +543,16 @@ class AttackRun:
         ``v`` the anchor attacks used (None without anchors).
     estimated_noise_level : float or None
         ``v^`` from the anchor residuals (None when not estimable or without anchors).
+    diagnostics : dict
+        ``{attack name: {target index i: facts}}`` the attacks recorded (the ML attack's starts
+        and convergence, the known-input location scores, the known-sample costs).
     """
 
     reconstructions: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     noise_level: float | None = None
     estimated_noise_level: float | None = None
+    diagnostics: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
 
 
 def _checked(name: str, x_hat: Any, y: np.ndarray) -> np.ndarray:
@@ -398,7 +583,9 @@ def attack_all(view: AttackerView, attacks: Mapping[str, Attack] | None = None) 
                     run.reconstructions[name] = per_target
         except NotApplicable as why:
             run.skipped[name] = str(why)
-    if view.method.uses_anchor:
+    run.diagnostics = {a: facts for a, facts in view.diagnostics.items()
+                       if a in run.reconstructions}
+    if view.method.uses_anchor and view.disclosure is not None:
         for attr in ("noise_level", "estimated_noise_level"):
             try:
                 setattr(run, attr, getattr(view, attr))
@@ -409,18 +596,19 @@ def attack_all(view: AttackerView, attacks: Mapping[str, Attack] | None = None) 
 
 def run_attacks(
     method: Method | str,
-    disclosure: Disclosure,
+    disclosure: Disclosure | None,
     data: Sequence[np.ndarray],
     anchors: Sequence[np.ndarray | None] | None = None,
     rotations: np.ndarray | None = None,
     *,
     attacks: Mapping[str, Attack] | None = None,
+    side: SideKnowledge | None = None,
 ) -> dict[str, dict[int, np.ndarray]]:
     """Every attack that applies to ``method`` against every non-colluding participant.
 
     Parameters
     ----------
-    method, disclosure, data, anchors, rotations
+    method, disclosure, data, anchors, rotations, side
         As for :class:`AttackerView`.
     attacks : mapping, optional
         The attacks to run (default: built-ins and plug-ins, :func:`available_attacks`).
@@ -431,7 +619,7 @@ def run_attacks(
         ``{attack name: {target index i: X^_i (n_i, d)}}`` (empty for I-GDP unless a plug-in
         applies to it).
     """
-    view = AttackerView(method, disclosure, data, anchors, rotations)
+    view = AttackerView(method, disclosure, data, anchors, rotations, side=side)
     return attack_all(view, attacks).reconstructions
 
 

@@ -103,9 +103,11 @@ def test_attacks_needing_v_are_skipped_with_a_reason_when_it_cannot_be_estimated
     why they did not run and the others still do."""
     _, ups, res, disclosure = _aa_run(rng, method="aa-igdp-an", v=0.1, d=5, r=6,
                                       disclosed_v=False)
-    run = attack_all(_view(ups, res, disclosure))
-    assert set(run.skipped) == set(NEW_ATTACKS)
-    assert all("r = d + 1" in why for why in run.skipped.values())
+    run = attack_all(_view(ups, res, disclosure), available_attacks(known_records=()))
+    without_side = {"known_sample", "known_sample_pooled"}  # no public sample given either
+    assert set(run.skipped) == set(NEW_ATTACKS) | without_side
+    assert all("r = d + 1" in why for a, why in run.skipped.items() if a not in without_side)
+    assert all("public sample" in run.skipped[a] for a in without_side)
     assert {"known_anchor", "mp", "op", "am"} <= set(run.reconstructions)
     assert run.noise_level is None
 

@@ -1,0 +1,24 @@
+"""Attacks of the analyst without a colluder: what the uploads leak to whoever holds them and a
+little side knowledge (SPEC.md section 3, "Without a colluder").
+
+* :mod:`.known_input`: ``m`` records of a target known to the attacker, located among the
+  target's upload rows through the pairwise distances GDP preserves, then centred Procrustes.
+* :mod:`.known_sample`: a public sample of the same population; principal axes matched with
+  signs by skewness, refined by Wasserstein-Procrustes.
+
+Both read only a data upload ``Y_i`` (and, pooled, the analyst's aligned frame), so they apply
+to every method, I-GDP included. :mod:`common.attacks` registers them beside the colluder's.
+"""
+
+from noisyanchor.common.analyst_attacks.known_input import (
+    KnownInputResult,
+    known_input_attack,
+    locate_known_records,
+)
+from noisyanchor.common.analyst_attacks.known_sample import (
+    KnownSampleResult,
+    known_sample_attack,
+)
+
+__all__ = ["KnownInputResult", "KnownSampleResult", "known_input_attack", "known_sample_attack",
+           "locate_known_records"]
