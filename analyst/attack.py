@@ -1,5 +1,7 @@
-"""``noisyanchor attack --store DIR``: the colluder attacks of the engine, run from what an
-analyst store holds (uploads, alignment, a colluder's disclosure).
+"""``noisyanchor attack --store DIR``: the attacks of the engine, run from what an analyst store
+holds (uploads, alignment, a colluder's disclosure), or with ``--alone`` the attacks the analyst
+runs without a colluder, from side knowledge it is given (known records of a participant, a
+public sample).
 
 Reconstructions are in the working space (``X_i F`` when a public projection is used) and are
 written as ``.npy`` files with a JSON summary; scoring them needs the true records, which the
@@ -17,7 +19,14 @@ from typing import Any
 import numpy as np
 
 from noisyanchor.analyst.storage import FEDERATION_FILE, Store, npy_bytes, read_bundle
-from noisyanchor.common.attacks import AttackerView, Disclosure, attack_all
+from noisyanchor.common.attacks import (
+    DEFAULT_KNOWN_RECORDS,
+    AttackerView,
+    Disclosure,
+    SideKnowledge,
+    attack_all,
+    available_attacks,
+)
 from noisyanchor.common.errors import InvalidInputError, NotFoundError, PreconditionError
 from noisyanchor.common.files import atomic_write
 from noisyanchor.common.gdp import GdpKey
@@ -37,9 +46,12 @@ def _noise_level(v: float | None, disclosed: dict[str, np.ndarray]) -> tuple[flo
 
 
 def attack_store(store_dir: Path, out_dir: Path | None = None,
-                 colluder: str | None = None, v: float | None = None) -> dict[str, Any]:
+                 colluder: str | None = None, v: float | None = None, *, alone: bool = False,
+                 public: np.ndarray | None = None,
+                 known: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """Run every attack of the federation's method (built-in and plug-in, see
-    :mod:`common.attacks`) against every non-colluding participant.
+    :mod:`common.attacks`) against every non-colluding participant (every participant with
+    ``alone``).
 
     Parameters
     ----------
@@ -53,6 +65,13 @@ def attack_store(store_dir: Path, out_dir: Path | None = None,
     v : float, optional
         The anchor-noise level, if known (default: from the colluder's disclosed anchor noise,
         else estimated from the residuals of the uploaded anchors).
+    alone : bool
+        The analyst without a colluder: no disclosure is read, and only the attacks that need
+        none run (known-input and known-sample, given ``known`` and ``public``).
+    public : (N, d) ndarray, optional
+        A public sample of the population in the working space (known-sample attacks).
+    known : dict, optional
+        ``{participant id: (m, d) records of it the attacker knows}``, working space.
     """
     store = Store(store_dir)
     meta_path = store.root / FEDERATION_FILE
@@ -62,12 +81,20 @@ def attack_store(store_dir: Path, out_dir: Path | None = None,
     method = Method(meta["method"])
     participants = meta["participants"]
     disclosed = store.committed(store.disclosures)
-    if colluder is None:
+    if alone and colluder is not None:
+        raise InvalidInputError("--alone runs without a colluder; drop --colluder")
+    unknown = sorted(set(known or {}) - set(participants))
+    if unknown:
+        raise InvalidInputError(f"known records of {unknown}: not participants of this "
+                                f"federation ({participants})")
+    if alone:
+        pass
+    elif colluder is None:
         if len(disclosed) != 1:
             raise PreconditionError(f"the store holds disclosures from {disclosed}; exactly one "
                                     "is needed (or name one with --colluder)")
         colluder = disclosed[0]
-    if colluder not in disclosed:
+    if not alone and colluder not in disclosed:
         raise NotFoundError(f"no disclosure from {colluder!r} in {store.root}")
     missing = sorted(set(participants) - set(store.committed(store.uploads)))
     if missing:
@@ -78,16 +105,21 @@ def attack_store(store_dir: Path, out_dir: Path | None = None,
             raise PreconditionError("the alignment has not finished (no result/rotations.npy)")
         rotations = np.load(store.result / "rotations.npy", allow_pickle=False)
     bundles = [read_bundle(store.upload_path(pid))[1] for pid in participants]
-    _, secrets_ = read_bundle(store.disclosure_path(colluder))
-    c = participants.index(colluder)
-    level, source = _noise_level(v, secrets_)
-    disclosure = Disclosure(c, secrets_["data"],
-                            GdpKey(secrets_["rotation"], secrets_["translation"]),
-                            secrets_.get("anchor"), level)
-    if method.uses_anchor and disclosure.anchor is None:
-        raise InvalidInputError(f"the disclosure of {colluder!r} lacks the anchor")
+    disclosure, source = None, None
+    if colluder is not None:
+        _, secrets_ = read_bundle(store.disclosure_path(colluder))
+        level, source = _noise_level(v, secrets_)
+        disclosure = Disclosure(participants.index(colluder), secrets_["data"],
+                                GdpKey(secrets_["rotation"], secrets_["translation"]),
+                                secrets_.get("anchor"), level)
+        if method.uses_anchor and disclosure.anchor is None:
+            raise InvalidInputError(f"the disclosure of {colluder!r} lacks the anchor")
+    side = SideKnowledge({participants.index(pid): rows for pid, rows in (known or {}).items()},
+                         public)
+    sizes = sorted({len(rows) for rows in side.known_records.values()}) or DEFAULT_KNOWN_RECORDS
     run = attack_all(AttackerView(method, disclosure, [b["data"] for b in bundles],
-                                  [b.get("anchor") for b in bundles], rotations))
+                                  [b.get("anchor") for b in bundles], rotations, side=side),
+                     available_attacks(known_records=[m for m in sizes if m >= 2]))
     recon = run.reconstructions
     out = Path(out_dir) if out_dir is not None else store.root / "attack"
     files: dict[str, dict[str, str]] = {}
@@ -102,6 +134,8 @@ def attack_store(store_dir: Path, out_dir: Path | None = None,
                "colluder": colluder, "targets": [p for p in participants if p != colluder],
                "space": "working", "out_dir": str(out), "reconstructions": files,
                "skipped": run.skipped,
+               "diagnostics": {name: {participants[i]: facts for i, facts in per.items()}
+                               for name, per in run.diagnostics.items()},
                "noise_level": {"v": run.noise_level, "source": source if method.uses_anchor
                                else None, "estimated_from_residuals": run.estimated_noise_level}}
     out.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 #: Top-level commands of this role and their one-line help (see :mod:`noisyanchor.cli`).
 COMMANDS = {"analyst": "the analyst: collect uploads, align, relay",
-            "attack": "run the colluder attacks from an analyst store"}
+            "attack": "run the attacks from an analyst store (a colluder's, or the analyst's "
+                      "alone)"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,6 +53,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="anchor-noise level v for the corrected attacks (default: from the "
                              "colluder's disclosed anchor noise, else estimated from the anchor "
                              "residuals)")
+    attack.add_argument("--alone", action="store_true",
+                        help="the analyst without a colluder: only the attacks that need no "
+                             "disclosure, from --known and --public")
+    attack.add_argument("--public", type=Path, default=None, metavar="FILE.npy",
+                        help="a public sample of the population (working space, one record "
+                             "per row) for the known-sample attacks")
+    attack.add_argument("--known", action="append", default=[], metavar="ID=FILE.npy",
+                        help="records of participant ID the attacker knows (working space, "
+                             "any order) for the known-input attacks; repeatable")
     attack.add_argument("--json", action="store_true", help="print the summary as JSON")
     attack.set_defaults(handler=_attack)
 
@@ -85,16 +95,41 @@ def _health(args: argparse.Namespace) -> int:
 
 
 def _attack(args: argparse.Namespace) -> int:
-    from noisyanchor.analyst.attack import attack_store
+    import numpy as np
 
-    summary = attack_store(args.store, args.out, colluder=args.colluder, v=args.v)
+    from noisyanchor.analyst.attack import attack_store
+    from noisyanchor.common.errors import InvalidInputError
+
+    def records(path: Path) -> np.ndarray:
+        try:
+            return np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise InvalidInputError(f"cannot read records from {path}: {err}") from err
+
+    known = {}
+    for item in args.known:
+        pid, sep, path = item.partition("=")
+        if not sep or not pid or not path:
+            raise InvalidInputError(f"--known {item!r}: expected ID=FILE.npy")
+        known[pid] = records(Path(path))
+    summary = attack_store(args.store, args.out, colluder=args.colluder, v=args.v,
+                           alone=args.alone, known=known,
+                           public=None if args.public is None else records(args.public))
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    print(f"attacks by colluder {summary['colluder']} on {summary['method']}: "
+    who = ("the analyst alone" if summary["colluder"] is None
+           else f"colluder {summary['colluder']}")
+    print(f"attacks by {who} on {summary['method']}: "
           f"{len(summary['targets'])} targets, reconstructions in {summary['out_dir']}")
     for name, files in summary["reconstructions"].items():
         print(f"  {name}: {len(files)} reconstructions")
+    ml = summary["diagnostics"].get("ml")
+    if ml:
+        won = sum(f["best_start"] != 0 for f in ml.values())
+        print(f"  ml: converged for {sum(f['converged'] for f in ml.values())}/{len(ml)} "
+              f"targets ({next(iter(ml.values()))['starts']} starts each; a start other than "
+              f"OP had the highest likelihood for {won})")
     for name, why in summary["skipped"].items():
         print(f"  {name}: skipped ({why})")
     level = summary["noise_level"]

@@ -567,22 +567,31 @@ def _checked(name: str, x_hat: Any, y: np.ndarray) -> np.ndarray:
 
 def attack_all(view: AttackerView, attacks: Mapping[str, Attack] | None = None) -> AttackRun:
     """Run every attack in ``attacks`` (default :func:`available_attacks`) against every target
-    of ``view``; an attack returning None for the method is left out."""
+    of ``view``; an attack returning None for the method is left out. An attack that is not
+    applicable to some targets only (e.g. known records of one participant) keeps the others'
+    reconstructions, and ``skipped`` says which targets it left and why."""
     attacks = available_attacks() if attacks is None else attacks
     run = AttackRun()
     for name, attack in attacks.items():
-        try:
-            per_target: dict[int, np.ndarray] = {}
-            for i in view.targets:
+        per_target: dict[int, np.ndarray] = {}
+        missed: dict[int, str] = {}
+        for i in view.targets:
+            try:
                 x_hat = attack.reconstruct(view, i)
-                if x_hat is None:
-                    break
-                per_target[i] = _checked(name, x_hat, view.data[i])
-            else:
-                if view.targets:
-                    run.reconstructions[name] = per_target
-        except NotApplicable as why:
-            run.skipped[name] = str(why)
+            except NotApplicable as why:
+                missed[i] = str(why)
+                continue
+            if x_hat is None:
+                break
+            per_target[i] = _checked(name, x_hat, view.data[i])
+        else:
+            if per_target:
+                run.reconstructions[name] = per_target
+            if missed and per_target:
+                run.skipped[name] = "; ".join(f"participant {i}: {why}"
+                                              for i, why in missed.items())
+            elif missed:
+                run.skipped[name] = next(iter(missed.values()))
     run.diagnostics = {a: facts for a, facts in view.diagnostics.items()
                        if a in run.reconstructions}
     if view.method.uses_anchor and view.disclosure is not None:

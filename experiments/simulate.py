@@ -272,6 +272,7 @@ def simulate(config: SimulationConfig, federation: Federation | None = None, *,
     reconstructions: dict[str, dict[int, np.ndarray]] = {}
     errors: dict[str, dict[str, Any]] = {}
     skipped: dict[str, str] = {}
+    diagnostics: dict[str, dict[str, Any]] = {}
     noise_estimate = None
     if config.colluder is not None:
         c = config.colluder
@@ -281,6 +282,8 @@ def simulate(config: SimulationConfig, federation: Federation | None = None, *,
                                       [u.anchor for u in uploads], alignment.rotations),
                          attacks)
         reconstructions, skipped = run.reconstructions, run.skipped
+        diagnostics = {a: {str(i): facts for i, facts in per.items()}
+                       for a, per in run.diagnostics.items()}
         noise_estimate = run.estimated_noise_level
         errors = attack_errors(fed, reconstructions)
 
@@ -309,6 +312,7 @@ def simulate(config: SimulationConfig, federation: Federation | None = None, *,
         "attacks": errors,
         "strongest_attack": _strongest_by_error(method, errors),
         "attacks_skipped": skipped,
+        "attack_diagnostics": diagnostics,
         "anchor_noise_estimate": noise_estimate,
         "utility": utility,
         "seconds": time.perf_counter() - start,

@@ -19,6 +19,7 @@ from noisyanchor.analyst.storage import Store
 from noisyanchor.common.attacks import relative_error
 from noisyanchor.common.errors import (
     AlreadyExistsError,
+    InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
     PreconditionError,
@@ -87,6 +88,25 @@ def test_uploads_align_and_the_colluder_attack_recovers_the_others_exactly(tmp_p
         for pid, path in files.items():
             err = relative_error(np.load(path), xs["abc".index(pid)])
             assert err < 1e-8, name  # exact without noise (SPEC section 3)
+
+
+def test_the_analyst_alone_attacks_from_known_records_and_a_public_sample(tmp_path, uploads):
+    """``--alone``: no disclosure is read; d + 1 records of participant b known to the analyst
+    give b's records exactly (SPEC section 3, known input), the known-sample attacks run on
+    everyone, and what lacks side knowledge is skipped with the reason."""
+    store, xs = _aligned_store_with_two_disclosures(tmp_path, uploads)
+    rng = np.random.default_rng(3)
+    known = {"b": xs[1][rng.permutation(N)[:D + 1]]}
+    public = rng.standard_normal((200, D))
+    summary = attack_store(store, alone=True, known=known, public=public)
+    assert summary["colluder"] is None and summary["targets"] == ["a", "b", "c"]
+    path = summary["reconstructions"][f"known_input_{D + 1}"]["b"]
+    assert relative_error(np.load(path), xs[1]) < 1e-9
+    assert set(summary["reconstructions"]["known_sample"]) == {"a", "b", "c"}
+    assert "known_anchor" in summary["skipped"] and "colluder" in summary["skipped"]["op"]
+    assert summary["diagnostics"][f"known_input_{D + 1}"]["b"]["rank"] == D
+    with pytest.raises(InvalidInputError, match="not participants"):
+        attack_store(store, alone=True, known={"z": known["b"]})
 
 
 def _aligned_store_with_two_disclosures(tmp_path, uploads):

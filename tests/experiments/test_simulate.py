@@ -36,6 +36,9 @@ def test_simulate_cli_prints_the_pinned_json_keys():
     assert s["dim"] == 16 and s["anchors"] == 64 and s["participants"] == 4
     assert s["solver"]["certified"] is True
     assert 0.5 < s["utility"]["balanced_accuracy"] <= 1.0
+    ml = s["attack_diagnostics"]["ml"]  # the ML attack's starts and convergence, per target
+    assert set(ml) == {"1", "2", "3"} and all(f["starts"] >= 2 for f in ml.values())
+    assert "known records" in s["attacks_skipped"]["known_input_17"]  # no side knowledge
 
 
 def test_simulate_without_anchors_has_no_v_pt_and_prints_it_as_such():
