@@ -1,4 +1,4 @@
-"""Subcommands of the analyst role: ``analyst serve`` and ``attack``."""
+"""Subcommands of the analyst role: ``analyst serve|health|status|deadline`` and ``attack``."""
 
 from __future__ import annotations
 
@@ -42,6 +42,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="service name (default: the server as a whole)")
     check.add_argument("--timeout", type=positive_float, default=5.0, help="seconds to wait")
     check.set_defaults(handler=_health)
+
+    status = inner.add_parser("status", help="the federation's progress from the analyst's "
+                              "store: who is missing for which step, the model once done "
+                              "(the analyst running or not)")
+    status.add_argument("--config", type=Path, required=True, help="analyst TOML file")
+    status.add_argument("--json", action="store_true", help="print the progress as JSON")
+    status.set_defaults(handler=_status)
+
+    deadline = inner.add_parser("deadline", help="show the federation's deadline, or move it "
+                                "later in the analyst's config (refused once it is done)")
+    deadline.add_argument("--config", type=Path, required=True, help="analyst TOML file")
+    deadline.add_argument("--extend", default=None, metavar="WHEN",
+                          help="the new deadline: 'in 3 days', 'in 36 hours' (from now) or a "
+                          "date-time with an offset, 2027-01-31T18:00:00Z")
+    deadline.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    deadline.set_defaults(handler=_deadline)
 
     attack = sub.add_parser("attack", help=COMMANDS["attack"])
     attack.add_argument("--store", type=Path, required=True, help="the analyst's output_dir")
@@ -92,6 +108,69 @@ def _health(args: argparse.Namespace) -> int:
     status = check_health(f"127.0.0.1:{args.port}", args.service, args.timeout)
     print(status)
     return 0 if status == "SERVING" else 1
+
+
+def _status(args: argparse.Namespace) -> int:
+    from noisyanchor.analyst.config import load_analyst_config
+    from noisyanchor.analyst.kit import store_progress
+
+    config = load_analyst_config(args.config)
+    progress = store_progress(config)
+    running = _running(config)
+    if args.json:
+        print(json.dumps(progress.as_dict() | {"store": str(config.output_dir),
+                                               "analyst": running}, indent=2))
+        return 0
+    print("\n".join(progress.lines()))
+    print(f"store {config.output_dir}" + (f"; analyst {running}" if running else ""))
+    return 0
+
+
+def _running(config) -> str | None:
+    """Whether the analyst serves, from its health port (None: no health port configured)."""
+    if config.health_port is None:
+        return None
+    from noisyanchor.common.logs import quiet_grpc_core
+
+    quiet_grpc_core()
+    from noisyanchor.analyst.health import check_health
+
+    answer = check_health(f"127.0.0.1:{config.health_port}", timeout=2.0)
+    if answer == "SERVING":
+        return "running (health SERVING)"
+    if answer.startswith("UNREACHABLE"):
+        return f"not running (nothing answers on its health port {config.health_port})"
+    return f"not serving (health port {config.health_port}: {answer})"
+
+
+def _deadline(args: argparse.Namespace) -> int:
+    from noisyanchor.analyst.config import load_analyst_config
+    from noisyanchor.common.durations import human_time
+
+    if args.extend is None:
+        config = load_analyst_config(args.config)
+        deadline = config.deadline
+        if args.json:
+            print(json.dumps({"federation_id": config.federation_id,
+                              "deadline": deadline.isoformat() if deadline else None}))
+        else:
+            print(f"federation {config.federation_id}: deadline "
+                  + (human_time(deadline) if deadline else "none (sites wait 1 h)"))
+        return 0
+    from noisyanchor.analyst.kit import extend_deadline
+
+    moved = extend_deadline(args.config, args.extend)
+    if args.json:
+        print(json.dumps({"federation_id": moved.federation_id, "config": str(moved.config),
+                          "before": moved.before.isoformat() if moved.before else None,
+                          "deadline": moved.after.isoformat()}))
+        return 0
+    before = human_time(moved.before) if moved.before else "none"
+    print(f"federation {moved.federation_id}: deadline moved to {human_time(moved.after)} "
+          f"(was {before}) in {moved.config}. A running analyst applies it once restarted "
+          f"(stop it, then: noisyanchor analyst serve --config {moved.config}); sites still "
+          "waiting follow it, sites that gave up run their command again.")
+    return 0
 
 
 def _attack(args: argparse.Namespace) -> int:

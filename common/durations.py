@@ -31,8 +31,8 @@ _SHOWN = (("day", 86400), ("h", 3600), ("min", 60), ("s", 1))
 
 def human_duration(seconds: float) -> str:
     """``seconds`` in its two largest units, rounded to the smaller of them: ``5253678`` ->
-    ``"60 days 19 h"``, ``245`` -> ``"4 min 5 s"``, ``604799.6`` -> ``"7 days"``, ``0.4`` ->
-    ``"0 s"``; a negative span is written as its size."""
+    ``"60 days 19 h"``, ``245`` -> ``"4 min 5 s"``, ``604799.6`` -> ``"7 days"``; below 10 s
+    to the tenth (``0.42`` -> ``"0.4 s"``); a negative span is written as its size."""
     size = abs(seconds)
     largest = next((i for i, (_, unit) in enumerate(_SHOWN) if size >= unit), len(_SHOWN) - 1)
     step = _SHOWN[min(largest + 1, len(_SHOWN) - 1)][1]
@@ -44,8 +44,10 @@ def human_duration(seconds: float) -> str:
             parts.append((count, name))
         if len(parts) == 2:
             break
+    if size < 10:  # a few seconds: to the tenth, so that short steps do not all read "0 s"
+        return f"{round(size, 1):g} s"
     shown = [f"{n} {name}{'s' if name == 'day' and n != 1 else ''}" for n, name in parts if n]
-    return " ".join(shown) or "0 s"
+    return " ".join(shown)
 
 
 def parse_duration(text: str) -> dt.timedelta:

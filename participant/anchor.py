@@ -38,6 +38,7 @@ from noisyanchor.common.errors import (
     UnauthenticatedError,
 )
 from noisyanchor.common.files import atomic_write
+from noisyanchor.common.progress import COMMIT, PUBLISH_KEYS, Pending
 from noisyanchor.common.sealing import (
     SEED_BYTES,
     anchor_commitment,
@@ -125,13 +126,25 @@ def _own_share(client: AnalystClient) -> pb.SealedShare | None:
         return None
 
 
+def _behind_the_dealer(client: AnalystClient, dealer: str, expected: list[str]) -> Pending:
+    """Whom a wait for the dealer's sealed share is for: the sites whose exchange key the
+    dealer still waits for (it seals once every site has published one), else the dealer."""
+    fid = client.federation_id
+    keys = {k.participant_id for k in client.call("list keys", lambda: client.stub.ListKeys(
+        pb.ListKeysRequest(federation_id=fid))).keys}
+    late = tuple(p for p in expected if p not in keys)
+    if late:
+        return Pending(late, f"{PUBLISH_KEYS}, after which {dealer} seals the anchor seed")
+    return Pending((dealer,), "seal the anchor seed to this participant")
+
+
 def _verified_keys(client: AnalystClient, ca_pem: bytes, wanted: list[str],
                    bound_to: bytes) -> dict[str, pb.SignedKey]:
     """Wait for the signed keys of ``wanted`` and verify each, bound to ``bound_to`` (the
     dealer's key; empty for the dealer's own): ``{id: signed key}``."""
     fid = client.federation_id
     reply = client.wait_for(
-        "publish their exchange keys",
+        PUBLISH_KEYS,
         lambda: client.stub.ListKeys(pb.ListKeysRequest(federation_id=fid)),
         lambda r: set(wanted) <= {k.participant_id for k in r.keys},
         lambda r: [p for p in wanted if r is None or p not in {k.participant_id for k in r.keys}])
@@ -188,7 +201,8 @@ def agree_on_seed(
     else:
         share = client.wait_for(
             "seal the anchor seed to this participant", lambda: client.stub.GetSealed(
-                pb.GetSealedRequest(federation_id=fid)), lambda s: True, lambda s: [dealer])
+                pb.GetSealedRequest(federation_id=fid)), lambda s: True,
+            lambda s: _behind_the_dealer(client, dealer, expected))
         seed = _checked_seed(_open_share(client, own, dealer_key, share,
                                          participant_id=participant_id, dealer=dealer,
                                          ca_pem=ca_pem), params)
@@ -197,7 +211,7 @@ def agree_on_seed(
     client.call("publish commitment", lambda: client.stub.PublishCommitment(
         pb.PublishCommitmentRequest(federation_id=fid, digest=digest)))
     reply = client.wait_for(
-        "commit to the anchor",
+        COMMIT,
         lambda: client.stub.ListCommitments(pb.ListCommitmentsRequest(federation_id=fid)),
         lambda r: {c.participant_id for c in r.commitments} >= set(expected),
         lambda r: [p for p in expected

@@ -95,18 +95,15 @@ def status_summary(reply) -> dict:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from noisyanchor.participant.run import analyst_status
+    from noisyanchor.participant.run import federation_progress
 
-    status = status_summary(analyst_status(_config(args)))
+    reply, progress = federation_progress(_config(args))
     if args.json:
-        print(json.dumps(status, indent=2))
+        steps = {k: v for k, v in progress.as_dict().items()
+                 if k in ("keys", "commitments", "waiting_for")}
+        print(json.dumps(status_summary(reply) | steps, indent=2))
     else:
-        print(f"federation {status['federation_id']}: {status['state']}; committed "
-              f"{len(status['committed'])} of {len(status['expected'])} "
-              f"({', '.join(status['committed']) or 'none'})"
-              + (f"; error: {status['error']}" if status["error"] else "")
-              + "".join(f"; {w['participant_id']} withdrew: {w['reason']}"
-                        for w in status["withdrawn"]))
+        print("\n".join(progress.lines()))
     return 0
 
 

@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import hashlib
 import logging
 import random
@@ -27,6 +29,7 @@ import grpc
 import numpy as np
 
 from noisyanchor.common import errors
+from noisyanchor.common.durations import human_duration, human_time
 from noisyanchor.common.errors import (
     AnalystUnavailableError,
     FederationFailedError,
@@ -34,6 +37,7 @@ from noisyanchor.common.errors import (
     InvalidInputError,
     NoisyAnchorError,
 )
+from noisyanchor.common.progress import Pending
 from noisyanchor.common.tomlconfig import TlsFiles
 from noisyanchor.common.wire import CHUNK_SIZE, BundleSender, BundleSpec
 from noisyanchor.participant import tls_check
@@ -175,6 +179,8 @@ class AnalystClient:
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout
         self._diagnosed = False
+        # The federation's deadline (Unix seconds) when the waits follow it (follow_deadline).
+        self._followed: float | None = None
 
     def __enter__(self) -> AnalystClient:
         return self
@@ -186,6 +192,12 @@ class AnalystClient:
         """Retry and wait until ``deadline`` (``time.monotonic()`` seconds)."""
         self.deadline = deadline
         self.timeout = max(0.0, deadline - time.monotonic())
+
+    def follow_deadline(self, deadline_unix: float) -> None:
+        """Wait until the federation's deadline (Unix seconds), and keep following it: when the
+        analyst declares a later one (its operator extended it), waits last until then."""
+        self._followed = deadline_unix
+        self.wait_until(time.monotonic() + max(0.0, deadline_unix - time.time()))
 
     def _remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -222,7 +234,8 @@ class AnalystClient:
                     hint = tls_check.explain(self.address, self.tls, self.server_name)
                     raise AnalystUnavailableError(
                         f"{what}: the analyst at {self.address} stayed unavailable for "
-                        f"{time.monotonic() - since:.0f} s (UNAVAILABLE: {err.details()})"
+                        f"{human_duration(time.monotonic() - since)} (UNAVAILABLE: "
+                        f"{err.details()})"
                         + (f"; likely cause: {hint}" if hint else "")) from None
                 log.info("%s: analyst at %s unavailable (%s); retrying in %.1f s", what,
                          self.address, err.details(), delay)
@@ -233,6 +246,11 @@ class AnalystClient:
         """Raise when the federation cannot complete any more: a participant withdrew, or the
         analyst reports it failed."""
         status = self.status()
+        if self._followed is not None and status.deadline_unix > self._followed:
+            log.info("the federation's deadline moved to %s: waiting until then",
+                     human_time(datetime.datetime.fromtimestamp(status.deadline_unix,
+                                                                datetime.UTC)))
+            self.follow_deadline(status.deadline_unix)
         if status.withdrawn:
             who = "; ".join(f"{w.participant_id}: {w.reason}" for w in status.withdrawn)
             ids = ", ".join(w.participant_id for w in status.withdrawn)
@@ -244,15 +262,17 @@ class AnalystClient:
                                         f"{status.error}")
 
     def wait_for(self, what: str, fn: Callable[[], Any], ready: Callable[[Any], bool],
-                 missing: Callable[[Any], list[str]] | None = None) -> Any:
+                 missing: Callable[[Any], list[str] | Pending] | None = None) -> Any:
         """Poll ``fn`` until ``ready(result)`` or the deadline; NOT_FOUND counts as not ready.
 
         ``missing(result)`` (``result`` None before the first answer) names whom the wait is
-        for (logged every :data:`PROGRESS_EVERY`
-        seconds and whenever it changes); a participant's withdrawal ends the wait at once.
+        for, who then still have to ``what``, or a :class:`~common.progress.Pending` when
+        whom and what change during the wait (logged every :data:`PROGRESS_EVERY` seconds and
+        whenever it changes, with the time waited and left in human units). A participant's
+        withdrawal ends the wait at once; a deadline the analyst extends is followed.
         """
         started = time.monotonic()
-        last_report, last_missing = started, None
+        last_report, last_pending = started, None
         pause = POLL_SECONDS
         while True:
             result = None
@@ -264,18 +284,21 @@ class AnalystClient:
                 pass
             now = time.monotonic()
             who = missing(result) if missing is not None else None
-            if now - last_report >= PROGRESS_EVERY or (who is not None and who != last_missing):
+            pending = who if isinstance(who, Pending) else Pending(tuple(who or ("the others",)),
+                                                                    what)
+            if now - last_report >= PROGRESS_EVERY or pending != last_pending:
                 self.check_federation()
-                log.info("waiting for %s to %s (%.0f s so far, %.0f s left)",
-                         ", ".join(who) if who else "the others", what, now - started,
-                         max(0.0, self._remaining()))
-                last_report, last_missing = now, who
+                log.info("waiting for %s (%s so far, %s left)", pending,
+                         human_duration(now - started), human_duration(max(0.0, self._remaining())))
+                last_report, last_pending = now, pending
+            if self._remaining() <= 0 and self._followed is not None:
+                with contextlib.suppress(AnalystUnavailableError):
+                    self.check_federation()  # one last look: the deadline may have moved
             if self._remaining() <= 0:
                 raise errors.DeadlineExceededError(
-                    f"timed out after {now - started:.0f} s waiting for "
-                    f"{', '.join(who) if who else 'the others'} to {what}; every participant "
-                    "must run before the deadline (the analyst's [federation] deadline, or "
-                    "[participant] timeout)")
+                    f"timed out after {human_duration(now - started)} waiting for {pending}; "
+                    "every participant must run before the deadline (the analyst's "
+                    "[federation] deadline, or [participant] timeout)")
             time.sleep(max(0.0, min(pause, self._remaining())))
             pause = min(MAX_POLL_SECONDS, pause * 1.5)
 

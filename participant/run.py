@@ -5,7 +5,9 @@ References: SPEC.md sections 1 and 3; issue 3, items 3-5.
 
 from __future__ import annotations
 
+import datetime
 import io
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from noisyanchor.common.durations import human_duration, human_time
 from noisyanchor.common.errors import (
     AlreadyExistsError,
     InvalidInputError,
@@ -21,6 +24,7 @@ from noisyanchor.common.errors import (
 )
 from noisyanchor.common.files import atomic_write
 from noisyanchor.common.gdp import anchor_from_seed, gaussian_projection, secret_rng
+from noisyanchor.common.progress import Progress
 from noisyanchor.common.schema import RecordSchema, check_declared
 from noisyanchor.common.splits import split_tags
 from noisyanchor.common.tabular import TableError
@@ -220,10 +224,13 @@ def _join(client: AnalystClient, cfg: ParticipantConfig) -> Joined:
     keep_schema(cfg, info)
     if info.deadline_unix and (cfg.timeout is None
                                or info.deadline_unix < time.time() + cfg.timeout):
-        client.wait_until(time.monotonic() + max(0.0, info.deadline_unix - time.time()))
-    log.info("%s joined federation %s (%d participants, %s); waiting at most %.0f s for the "
-             "others", cfg.id, info.federation_id, len(info.participants), info.method,
-             client.timeout)
+        client.follow_deadline(info.deadline_unix)
+        until = human_time(datetime.datetime.fromtimestamp(info.deadline_unix, datetime.UTC))
+        limit = f"until the federation's deadline {until}"
+    else:
+        limit = f"at most {human_duration(client.timeout)} ([participant] timeout)"
+    log.info("%s joined federation %s (%d participants, %s); waiting for the others %s",
+             cfg.id, info.federation_id, len(info.participants), info.method, limit)
     return Joined(info, data, x, schema.preprocessing_sha256 if schema is not None else b"")
 
 
@@ -289,6 +296,27 @@ def analyst_status(cfg: ParticipantConfig):
     """The analyst's ``StatusReply`` for this participant's federation."""
     with analyst_client(cfg, min(cfg.wait_seconds, STATUS_WAIT)) as client:
         return client.status()
+
+
+def federation_progress(cfg: ParticipantConfig) -> tuple[pb.StatusReply, Progress]:
+    """The analyst's ``StatusReply`` and, from it and the relay's keys and commitments, the
+    federation's :class:`~common.progress.Progress` (who is missing for which step)."""
+    with analyst_client(cfg, min(cfg.wait_seconds, STATUS_WAIT)) as client:
+        reply = client.status()
+        fid = client.federation_id
+        keys = commitments = None
+        if cfg.needs_shared_seed:
+            keys = tuple(k.participant_id for k in client.call("list keys", lambda: (
+                client.stub.ListKeys(pb.ListKeysRequest(federation_id=fid)))).keys)
+            commitments = tuple(c.participant_id for c in client.call(
+                "list commitments", lambda: client.stub.ListCommitments(
+                    pb.ListCommitmentsRequest(federation_id=fid))).commitments)
+    deadline = (datetime.datetime.fromtimestamp(reply.deadline_unix, datetime.UTC)
+                if reply.deadline_unix else None)
+    return reply, Progress(
+        reply.federation_id, reply.state, tuple(reply.expected), tuple(reply.committed), keys,
+        commitments, cfg.dealer, {w.participant_id: w.reason for w in reply.withdrawn},
+        reply.error, json.loads(reply.result_json) if reply.result_json else None, deadline)
 
 
 def run_collude(cfg: ParticipantConfig) -> Sent:

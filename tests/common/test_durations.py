@@ -20,7 +20,8 @@ NOW = dt.datetime(2026, 12, 1, 12, 0, 0, 250000, tzinfo=dt.UTC)
 
 @pytest.mark.parametrize("seconds, text", [
     (5253678, "60 days 19 h"),  # the "waiting at most 5253678 s"
-    (245, "4 min 5 s"), (0.4, "0 s"), (0, "0 s"), (59, "59 s"), (59.6, "1 min"),
+    (245, "4 min 5 s"), (0.42, "0.4 s"), (0, "0 s"), (9.96, "10 s"), (59, "59 s"),
+    (59.6, "1 min"),
     (3600, "1 h"), (7230, "2 h"), (90061, "1 day 1 h"), (86399, "1 day"),
     (604799.6, "7 days"), (-130, "2 min 10 s"),
 ])

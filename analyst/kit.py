@@ -1,0 +1,146 @@
+"""What an operator asks of the analyst's kit on disk, with the analyst running or not
+(``noisyanchor analyst status`` and ``noisyanchor analyst deadline``).
+
+* :func:`store_progress`: the federation's progress read from the store (who published a key,
+  who committed to the anchor, whose upload is in, withdrawals, the result): the same view as a
+  site's ``participant status``. Files of the store are only ever replaced atomically, so they
+  are read as they are, without the running analyst's lock.
+* :func:`extend_deadline`: a later ``[federation] deadline`` written into the kit's config
+  (the rest of the file kept as it is), refused once the federation is done. The analyst reads
+  its config when it starts: it applies the new deadline once restarted, and sites that wait
+  follow it (they read the deadline the analyst declares while they wait).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from noisyanchor.analyst.config import AnalystConfig, load_analyst_config
+from noisyanchor.analyst.federation import FAILED_FILE, WITHDRAWN_DIR
+from noisyanchor.analyst.storage import Store
+from noisyanchor.common.durations import human_time, parse_deadline
+from noisyanchor.common.errors import ConfigError, InvalidInputError, PreconditionError
+from noisyanchor.common.files import fsync_dir, stale_prefix
+from noisyanchor.common.progress import Progress
+
+
+def _names(folder: Path, suffix: str) -> tuple[str, ...]:
+    return tuple(sorted(p.name.removesuffix(suffix) for p in folder.glob(f"*{suffix}")))
+
+
+def store_progress(cfg: AnalystConfig) -> Progress:
+    """The progress of ``cfg``'s federation as its store holds it.
+
+    The state is ``done`` with a result, ``failed`` after a failed alignment (it runs again at
+    the analyst's next start), ``aligning`` once every upload is in, else ``collecting``.
+    """
+    store = Store(cfg.output_dir)
+    committed = tuple(p for p in cfg.participants if p in _names(store.uploads, ".bundle"))
+    error = ""
+    if (store.result / "result.json").is_file():
+        state = "done"
+    elif (store.root / FAILED_FILE).is_file():
+        state = "failed"
+        error = json.loads((store.root / FAILED_FILE).read_text()).get("error", "")
+    else:
+        state = "aligning" if len(committed) == len(cfg.participants) else "collecting"
+    agreement = cfg.method_enum.uses_anchor or cfg.method_enum.shared_key
+    withdrawn_dir = store.root / WITHDRAWN_DIR
+    withdrawn = {pid: (withdrawn_dir / f"{pid}.txt").read_text(errors="replace")
+                 for pid in cfg.participants if (withdrawn_dir / f"{pid}.txt").is_file()}
+    result = json.loads((store.result / "result.json").read_text()) if state == "done" else None
+    return Progress(
+        cfg.federation_id, state, cfg.participants, committed,
+        _names(store.keys, ".pb") if agreement else None,
+        _names(store.commitments, ".bin") if agreement else None,
+        cfg.dealer, withdrawn, error, result, cfg.deadline)
+
+
+@dataclass(frozen=True)
+class Extended:
+    """A moved deadline: the config file, the federation, the old (None: none) and new one."""
+
+    config: Path
+    federation_id: str
+    before: dt.datetime | None
+    after: dt.datetime
+
+
+#: The ``deadline = ...`` line of a config's ``[federation]`` table (value and comment apart).
+_DEADLINE_LINE = re.compile(r"^(\s*deadline\s*=\s*)(\S+(?:[ T]\S+)?)(\s*(?:#.*)?)$")
+
+
+def _with_deadline(text: str, deadline: dt.datetime) -> str:
+    """``text`` (an analyst config) with ``[federation] deadline`` set to ``deadline``; every
+    other line as it was."""
+    lines = text.splitlines()
+    value = deadline.isoformat()
+    start = next((i for i, ln in enumerate(lines) if ln.strip().startswith("[federation]")),
+                 None)
+    if start is None:
+        raise ConfigError("the config has no [federation] table")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")),
+               len(lines))
+    for i in range(start + 1, end):
+        if match := _DEADLINE_LINE.match(lines[i]):
+            lines[i] = f"{match.group(1)}{value}{match.group(3)}"
+            break
+    else:
+        lines.insert(start + 1, f"deadline = {value}")
+    return "\n".join(lines) + "\n"
+
+
+def extend_deadline(config_path: Path, when: str, now: dt.datetime | None = None) -> Extended:
+    """Move the federation's deadline in the analyst's config to ``when`` (``"in 3 days"`` or a
+    date-time with an offset, :func:`common.durations.parse_deadline`).
+
+    Refused, changing nothing, when the federation is done (its result is in the store), when
+    ``when`` is not after now, or not after the current deadline (sites may be waiting for it).
+    """
+    config_path = Path(config_path)
+    cfg = load_analyst_config(config_path)
+    now = now or dt.datetime.now(dt.UTC)
+    progress = store_progress(cfg)
+    if progress.state == "done":
+        raise PreconditionError(
+            f"federation {cfg.federation_id!r} is done (result in {cfg.output_dir / 'result'}): "
+            "its deadline no longer matters; a new pilot needs a new federation (provision a "
+            "project with another [project] name)")
+    after = parse_deadline(when, now)
+    if after <= now:
+        raise InvalidInputError(f"the new deadline {human_time(after, now)} is not in the "
+                                "future")
+    if cfg.deadline is not None and after <= cfg.deadline:
+        raise InvalidInputError(f"the new deadline {human_time(after, now)} is not after the "
+                                f"current one, {human_time(cfg.deadline, now)}: sites may be "
+                                "waiting until then")
+    _replace_checked(config_path, _with_deadline(config_path.read_text(), after), after)
+    return Extended(config_path, cfg.federation_id, cfg.deadline, after)
+
+
+def _replace_checked(path: Path, text: str, deadline: dt.datetime) -> None:
+    """Replace the config at ``path`` by ``text`` once the analyst's reader finds ``deadline``
+    in it: written beside it with the same mode (a container's user may need to read it),
+    fsynced, then renamed over it."""
+    fd, tmp = tempfile.mkstemp(prefix=stale_prefix(path), suffix=".toml", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
+        if load_analyst_config(Path(tmp)).deadline != deadline:
+            raise ConfigError(f"{path}: the new deadline line could not be read back; the "
+                              "file is unchanged")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
