@@ -163,4 +163,8 @@ def result_lines(result: dict[str, Any]) -> list[str]:
         if alone is not None:
             lines.append(f"    (the same model told only whose record each row is: "
                          f"{alone:.4f})")
+        for site, metrics in (model.get("sites") or {}).items():
+            score = metrics.get("balanced_accuracy")
+            lines.append(f"    on {site}'s {metrics.get('n_test', 0)} test rows: " + (
+                "no test rows" if score is None else f"balanced accuracy {score:.4f}"))
     return lines

@@ -62,7 +62,9 @@ def test_once_done_the_model_and_the_alignment_are_shown():
     result = {"solver": {"name": "gopp", "converged": True, "certified": False,
                          "iterations": 12}, "seconds": 1.234, "records": 1797,
               "model": {"name": "logistic", "balanced_accuracy": 0.96123, "n_test": 360,
-                        "n_train": 1437, "participant_only_balanced_accuracy": 0.1}}
+                        "n_train": 1437, "participant_only_balanced_accuracy": 0.1,
+                        "sites": {"org-a": {"balanced_accuracy": 0.95, "n_test": 120},
+                                  "org-b": {"balanced_accuracy": None, "n_test": 0}}}}
     lines = _progress(state="done", committed=SITES, keys=SITES, commitments=SITES,
                       result=result).lines(NOW)
     assert lines[0] == "federation pilot: done"  # no deadline once done
@@ -71,6 +73,8 @@ def test_once_done_the_model_and_the_alignment_are_shown():
         "  alignment: gopp, converged, not certified, 12 iterations in 1.2 s; 1797 records",
         "  model logistic: held-out balanced accuracy 0.9612 on 360 test rows (1437 training "
         "rows)"]
+    assert lines[-2:] == ["    on org-a's 120 test rows: balanced accuracy 0.9500",
+                          "    on org-b's 0 test rows: no test rows"]
     unfitted = _progress(state="done", committed=SITES, result={
         "model": {"name": "mlp", "error": "no test rows"}}).lines(NOW)
     assert "  model mlp: not fitted: no test rows" in unfitted
