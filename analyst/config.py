@@ -105,6 +105,14 @@ class ReleaseLimits:
     max_kept_bytes_per_participant : int
         Released outputs kept for one participant (for repeats and later fetches); a release
         that would exceed it is refused before it is charged.
+    identities : Path or None
+        The identity column of the collection for identity-level releases: a ``.npy`` vector
+        or a text file with one label per line, one per collaboration-matrix row (participants
+        in config order, each participant's records in upload order). None: identity-level
+        releases are refused.
+    max_records_per_identity : int or None
+        The public bound ``k`` on the records of one identity (set with ``identities``); the
+        analyst checks the column against it before serving any identity-level release.
     """
 
     min_epsilon: float = 0.01
@@ -113,6 +121,8 @@ class ReleaseLimits:
     max_queued_per_participant: int = 4
     max_memory_bytes: int = 4 << 30
     max_kept_bytes_per_participant: int = 4 << 30
+    identities: Path | None = None
+    max_records_per_identity: int | None = None
 
 
 @dataclass(frozen=True)
@@ -397,7 +407,14 @@ def _release(doc: dict, path: Path) -> ReleaseLimits:
         max_memory_bytes=table.int("max_memory_bytes", d.max_memory_bytes, minimum=1 << 20),
         max_kept_bytes_per_participant=table.int("max_kept_bytes_per_participant",
                                                  d.max_kept_bytes_per_participant,
-                                                 minimum=1 << 20))
+                                                 minimum=1 << 20),
+        identities=table.path("identities", None),
+        max_records_per_identity=table.int("max_records_per_identity", None, minimum=1))
+    if (limits.identities is None) != (limits.max_records_per_identity is None):
+        raise table.error("identities" if limits.identities is None else
+                          "max_records_per_identity",
+                          "identity-level releases need both identities (the column) and "
+                          "max_records_per_identity (its public bound)")
     table.done()
     return limits
 

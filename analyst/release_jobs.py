@@ -55,7 +55,7 @@ from noisyanchor.common.errors import (
     ResourceLimitError,
 )
 from noisyanchor.common.files import TMP_PREFIX, atomic_write
-from noisyanchor.common.scoreshield import Calibration
+from noisyanchor.common.scoreshield import Calibration, Regime, calibrate
 from noisyanchor.common.tomlconfig import ID_PATTERN
 from noisyanchor.protos.v1 import release_pb2 as pb
 
@@ -111,14 +111,22 @@ class Job:
 
     @property
     def calibration(self) -> Calibration:
-        """The noise of this release, as charged: the ledger row's ``sigma`` and sensitivity
-        with the requested guarantee (so a recomputation after a crash applies the charged
-        noise too)."""
+        """The noise of this release, as charged (so a recomputation after a crash applies the
+        charged noise too): recalibrated from the kept regime and guarantee, which must give
+        the ledger row's ``sigma``; jobs kept before regimes were recorded use the row's
+        ``sigma`` and sensitivity (validated by :class:`Calibration`)."""
         assert self.charge is not None
-        return Calibration(epsilon=float(self.params["epsilon"]),
-                           delta=float(self.params["delta"]),
-                           sensitivity=self.charge.sensitivity, sigma=self.charge.sigma,
-                           method=str(self.params["calibration"]))
+        eps, delta = float(self.params["epsilon"]), float(self.params["delta"])
+        method = str(self.params["calibration"])
+        if "regime" not in self.params:
+            return Calibration(epsilon=eps, delta=delta, sensitivity=self.charge.sensitivity,
+                               sigma=self.charge.sigma, method=method)
+        cal = calibrate(eps, delta, Regime(**self.params["regime"]), method)
+        if cal.sigma != self.charge.sigma:
+            raise PreconditionError(f"release {self.request_id!r} was charged sigma="
+                                    f"{self.charge.sigma!r}, its kept request gives "
+                                    f"{cal.sigma!r}: not recomputed")
+        return cal
 
 
 #: ``compute_gram(job, progress) -> (header, matrix)``; ``progress(iteration, gap)``.

@@ -26,6 +26,16 @@ n = 1,797), so at epsilon = 100 (sigma = 0.19) a released vector correlates only
 clean one. Methods without an anchor have no such origin (``Z = X O + 1 Psi^T`` with a secret
 ``Psi`` that dominates every cosine), so their federations are refused.
 
+Regimes (:class:`common.scoreshield.Regime`; the sensitivity is derived here from the regime and
+the collection's ``n``, never taken from a request): a query's score vector (sensitivity 2), one
+collection record's row of similarities (``2 sqrt(n - 1)``, paper App. D) and the Gram
+(``2 sqrt(2 (n - 1))``), each at record level or, with the operator's identity column
+(``[release] identities`` and its public bound ``max_records_per_identity = k``, checked before
+any identity-level release), at identity level; score vectors and rows optionally with a public
+margin ``a`` enforced by clipping the clean scores to ``[a, 1]`` before the noise (``1 - a``).
+Every Gram release carries its data-free baseline (:mod:`common.scoreshield.baseline`): whether
+it is expected to be closer to the truth than the identity matrix, and from which epsilon.
+
 Every release is charged to the dataset's privacy ledger and the caller's quota before any
 noise is drawn; a release a budget cannot afford is refused (RESOURCE_EXHAUSTED, naming the
 budget and what is left) and nothing is released. The noise applied is the ``sigma`` charged: one
@@ -50,6 +60,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import numpy as np
@@ -69,12 +80,14 @@ from noisyanchor.common.errors import (
 from noisyanchor.common.scoreshield import (
     GRAM_PROJECTORS,
     Calibration,
+    GramBaseline,
+    Regime,
     calibrate,
-    gram_record_sensitivity,
     release_gram,
+    release_record_row,
     release_score_vector,
-    score_vector_sensitivity,
 )
+from noisyanchor.common.scoreshield.regimes import identity_regime_bound
 from noisyanchor.common.wire import ArraySpec, decode_array
 from noisyanchor.protos.v1 import release_pb2 as pb
 from noisyanchor.protos.v1 import release_pb2_grpc as pb_grpc
@@ -164,12 +177,19 @@ class Collection:
         ``R_i``.
     means : (p, d) ndarray
         ``b_i``.
+    identities : (n,) ndarray or None
+        The identity column, checked against its public bound (None: no identity-level
+        releases; ``identity_error`` says why when one was configured).
+    identity_error : str
+        Why a configured identity column cannot be used ("" when it can, or none is set).
     """
 
     rows: np.ndarray
     participants: tuple[str, ...]
     rotations: np.ndarray
     means: np.ndarray
+    identities: np.ndarray | None = None
+    identity_error: str = ""
 
     def scores(self, pid: str, t: np.ndarray) -> np.ndarray:
         """Clean cosine scores ``s = E q`` of participant ``pid``'s query ``t``."""
@@ -177,16 +197,71 @@ class Collection:
         return self.rows @ query_direction(t, self.rotations[i], self.means[i])
 
 
-def load_collection(federation: Federation) -> Collection:
-    """:class:`Collection` from the aligned result in the federation's store."""
+def load_identities(path: Path) -> np.ndarray:
+    """An identity column: a 1-D ``.npy`` array (no pickles) or a text file, one label a line."""
+    if path.suffix == ".npy":
+        labels = np.load(path, allow_pickle=False)
+    else:
+        labels = np.array(path.read_text(encoding="utf-8").splitlines())
+    if labels.ndim != 1:
+        raise InvalidInputError(f"{path}: an identity column is one label per record, got shape "
+                                f"{labels.shape}")
+    return labels
+
+
+def checked_identities(limits: ReleaseLimits, n: int) -> tuple[np.ndarray | None, str]:
+    """The configured identity column if it has ``n`` labels and no identity above the bound;
+    else ``(None, why)`` (logged: the reasons name the operator's data, not sent to callers)."""
+    if limits.identities is None or limits.max_records_per_identity is None:
+        return None, ""
+    try:
+        labels = load_identities(limits.identities)
+        if labels.shape != (n,):
+            raise InvalidInputError(f"{limits.identities} has {labels.size} labels for the {n} "
+                                    "records of the collaboration matrix")
+        identity_regime_bound(labels, limits.max_records_per_identity)
+    except (OSError, ValueError, InvalidInputError) as err:
+        log.error("identity-level releases disabled: [release] identities: %s", err)
+        return None, str(err)
+    return labels, ""
+
+
+def load_collection(federation: Federation,
+                    limits: ReleaseLimits | None = None) -> Collection:
+    """:class:`Collection` from the aligned result in the federation's store (with the identity
+    column of ``limits``, when it sets one)."""
     result = federation.store.result
 
     def load(name: str) -> np.ndarray:
         return np.load(result / name, allow_pickle=False)
 
-    return Collection(rows=collection_rows(load("z.npy"), load("shift.npy")),
-                      participants=tuple(federation.config.participants),
-                      rotations=load("rotations.npy"), means=load("means.npy"))
+    rows = collection_rows(load("z.npy"), load("shift.npy"))
+    labels, why = checked_identities(limits or ReleaseLimits(), rows.shape[0])
+    return Collection(rows=rows, participants=tuple(federation.config.participants),
+                      rotations=load("rotations.npy"), means=load("means.npy"),
+                      identities=labels, identity_error=why)
+
+
+def regime_params(regime: Regime) -> dict:
+    """A regime as the JSON a job's parameters keep (so a recomputation rebuilds it)."""
+    return {"kind": regime.kind, "n": regime.n, "adjacency": regime.adjacency,
+            "max_records_per_identity": regime.max_records_per_identity,
+            "margin": regime.margin, "radius": regime.radius}
+
+
+def baseline_message(b: GramBaseline) -> pb.GramBaseline:
+    """The wire form of a Gram release's data-free baseline."""
+    msg = pb.GramBaseline(
+        noisy_distance=b.noisy_distance, projected_bound=b.projected_bound,
+        identity_estimate=b.identity_estimate, identity_stderr=b.identity_stderr,
+        identity_max=b.identity_max, identity_floor=b.identity_floor,
+        no_better_than_identity=b.no_better_than_identity,
+        useful_epsilon_basis=b.useful_epsilon_basis, warning=b.warning or "")
+    for name in ("projected_estimate", "projected_stderr", "useful_epsilon"):
+        value = getattr(b, name)
+        if value is not None:
+            setattr(msg, name, value)
+    return msg
 
 
 def decode_record(header, data: bytes, d: int) -> np.ndarray:
@@ -281,13 +356,36 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
     def _loaded_collection(self) -> Collection:
         with self._lock:
             if self._collection is None:
-                self._collection = load_collection(self.fed)
+                self._collection = load_collection(self.fed, self.limits)
             return self._collection
 
+    def _regime(self, coll: Collection, kind: str, adjacency: str,
+                margin: float | None) -> tuple[Regime, np.ndarray | None]:
+        """The regime of a release asked with ``adjacency`` ("" is record) and ``margin``, and
+        the identity column it needs (identity level only)."""
+        n = coll.rows.shape[0]
+        adjacency = adjacency or "record"
+        if adjacency == "record":
+            return Regime(kind, n, margin=margin), None
+        if adjacency != "identity":
+            raise InvalidInputError(f"adjacency must be 'record' or 'identity', got "
+                                    f"{adjacency!r}")
+        if coll.identities is None:
+            raise PreconditionError(
+                "identity-level releases are not available here: " +
+                ("the operator's identity column does not validate (see the analyst's log)"
+                 if coll.identity_error else "the analyst config sets no [release] identities "
+                 "and max_records_per_identity"))
+        k = self.limits.max_records_per_identity
+        assert k is not None
+        return Regime(kind, n, adjacency="identity", max_records_per_identity=k,
+                      margin=margin), coll.identities
+
     def _calibration(self, ledger: PrivacyLedger, epsilon: float, delta: float,
-                     sensitivity: float) -> Calibration:
-        """The release's noise, after the checks of its epsilon against ``[release]
-        min_epsilon`` and the dataset budget (INVALID_ARGUMENT: no budget could ever serve it)."""
+                     regime: Regime) -> Calibration:
+        """The release's noise for ``regime``, after the checks of its epsilon against
+        ``[release] min_epsilon`` and the dataset budget (INVALID_ARGUMENT: no budget could
+        ever serve it)."""
         if not epsilon >= self.limits.min_epsilon:  # also NaN
             raise InvalidInputError(
                 f"epsilon={epsilon!r} is below this analyst's minimum {self.limits.min_epsilon:g} "
@@ -298,13 +396,18 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
                 f"epsilon={epsilon!r} exceeds the whole budget of dataset {self.dataset!r} "
                 f"(epsilon={ledger.epsilon_budget:g} at delta={ledger.delta_budget:g}): no "
                 "release can ever spend that much")
-        return calibrate(epsilon, delta, sensitivity)
+        return calibrate(epsilon, delta, regime)
 
     def _spend(self, charge: Charge, cal: Calibration, *, repeated: bool) -> pb.Spend:
         ledger = self.ledger
         assert ledger is not None
         dataset = ledger.account(charge.dataset)
+        regime = cal.regime
         return pb.Spend(dataset=charge.dataset, sigma=charge.sigma,
+                        regime=regime.name if regime else "",
+                        guarantee=regime.guarantee() if regime else "",
+                        record_epsilon=(cal.epsilon_under(regime.record_sensitivity)
+                                        if regime else cal.epsilon),
                         sensitivity=charge.sensitivity, epsilon=cal.epsilon, delta=cal.delta,
                         charged_epsilon=charge.epsilon, spent_epsilon=charge.spent_epsilon,
                         remaining_epsilon=dataset.left_epsilon,
@@ -328,26 +431,72 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
         if k == 0 and 8 * n > MAX_SCORE_BYTES:
             raise InvalidInputError(f"the full score vector of {n} records exceeds "
                                     f"{MAX_SCORE_BYTES} bytes; ask for top_k")
-        cal = self._calibration(ledger, request.epsilon, request.delta,
-                                score_vector_sensitivity())
+        margin = request.margin if request.HasField("margin") else None
+        regime, labels = self._regime(coll, "scores", request.adjacency, margin)
+        cal = self._calibration(ledger, request.epsilon, request.delta, regime)
         params = {"epsilon": cal.epsilon, "delta": cal.delta, "top_k": k,
-                  "calibration": cal.method,
+                  "calibration": cal.method, "regime": regime_params(regime),
                   "record_sha256": hashlib.sha256(t.astype("<f8").tobytes()).hexdigest()}
 
         def compute(charge: Charge, record: np.ndarray) -> pb.ScoreRelease:
-            rel = release_score_vector(coll.scores(pid, record), cal,
-                                       rng=np.random.default_rng())
-            ids = top_k(rel.noisy, k) if k else None
-            scores = rel.scores if ids is None else rel.scores[ids]
-            log.info("released %s scores to %s (request %s, sigma=%.4g, spent epsilon=%.4g)",
-                     k or n, pid, charge.request_id, rel.sigma, charge.spent_epsilon)
-            return pb.ScoreRelease(
-                spend=self._spend(charge, cal, repeated=False),
-                scores_header=ArraySpec.of("scores", scores).to_proto(),
-                scores=scores.astype("<f8").tobytes(),
-                top_ids=[] if ids is None else ids.tolist(), records=n, clipped=rel.n_clipped)
+            rel = release_score_vector(
+                coll.scores(pid, record), cal, rng=np.random.default_rng(), margin=margin,
+                identities=labels, max_records_per_identity=(
+                    regime.max_records_per_identity if labels is not None else None))
+            return self._score_reply(pid, charge, cal, rel, top_k(rel.noisy, k) if k else None)
 
-        reply, _ = jobs.scores(pid, request.request_id, params, cal, f"scores/{pid}", t, compute)
+        reply, _ = jobs.scores(pid, request.request_id, params, cal,
+                               f"{regime.kind}/{pid}", t, compute)
+        return reply
+
+    def _score_reply(self, pid: str, charge: Charge, cal: Calibration, rel,
+                     ids: np.ndarray | None) -> pb.ScoreRelease:
+        """The wire form of a released score vector or row (or its top ``len(ids)``)."""
+        scores = rel.scores if ids is None else rel.scores[ids]
+        n = rel.scores.size
+        log.info("released %s %s entries to %s (request %s, sigma=%.4g, spent epsilon=%.4g)",
+                 n if ids is None else len(ids), rel.regime.name, pid, charge.request_id,
+                 rel.sigma, charge.spent_epsilon)
+        return pb.ScoreRelease(
+            spend=self._spend(charge, cal, repeated=False),
+            scores_header=ArraySpec.of("scores", scores).to_proto(),
+            scores=scores.astype("<f8").tobytes(),
+            top_ids=[] if ids is None else ids.tolist(), records=n, clipped=rel.n_clipped,
+            noise_dominated=rel.noise_dominated, useful_epsilon=rel.useful_epsilon)
+
+    # -- one record's row -----------------------------------------------------------------------
+    @grpc_edge
+    def ReleaseRow(self, request: pb.RowQuery, context) -> pb.ScoreRelease:
+        """Regime (iii): record ``row``'s similarities to every collection row,
+        ``clip(E e_k + N(0, sigma^2), lo, 1)`` with ``sigma`` for ``2 sqrt(n - 1)`` (its own
+        entry released as 1), or its top k, charged first, once per request id."""
+        pid, ledger, jobs, coll = self._prepare(context, request.federation_id,
+                                                request.dataset)
+        n = coll.rows.shape[0]
+        row, k = int(request.row), int(request.top_k)
+        if row >= n:
+            raise InvalidInputError(f"row {row} is outside the {n} records of the collection")
+        if k >= n:
+            raise InvalidInputError(f"top_k = {k} must be below the {n} records of the "
+                                    "collection (the reference record itself is not ranked)")
+        if k == 0 and 8 * n > MAX_SCORE_BYTES:
+            raise InvalidInputError(f"the full row of {n} records exceeds {MAX_SCORE_BYTES} "
+                                    "bytes; ask for top_k")
+        margin = request.margin if request.HasField("margin") else None
+        regime, _ = self._regime(coll, "row", "", margin)
+        cal = self._calibration(ledger, request.epsilon, request.delta, regime)
+        params = {"epsilon": cal.epsilon, "delta": cal.delta, "top_k": k, "row": row,
+                  "calibration": cal.method, "regime": regime_params(regime)}
+
+        def compute(charge: Charge, record: np.ndarray) -> pb.ScoreRelease:
+            rel = release_record_row(coll.rows @ coll.rows[row], row, cal,
+                                     rng=np.random.default_rng(), margin=margin)
+            ranked = rel.noisy.copy()
+            ranked[row] = -np.inf  # the reference record is not its own neighbour
+            return self._score_reply(pid, charge, cal, rel, top_k(ranked, k) if k else None)
+
+        reply, _ = jobs.scores(pid, request.request_id, params, cal, f"row/{pid}",
+                               np.array([float(row)]), compute)
         return reply
 
     # -- Gram matrices --------------------------------------------------------------------------
@@ -371,11 +520,11 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
                 f"a Gram release of the {n} records needs about {need / 2**30:.2f} GiB of "
                 f"working memory, above [release] max_memory_bytes = "
                 f"{self.limits.max_memory_bytes / 2**30:.2f} GiB; nothing was charged")
-        cal = self._calibration(ledger, request.epsilon, request.delta,
-                                gram_record_sensitivity(n))
+        regime, _ = self._regime(coll, "gram", request.adjacency, None)
+        cal = self._calibration(ledger, request.epsilon, request.delta, regime)
         params = {"epsilon": cal.epsilon, "delta": cal.delta, "projector": projector,
                   "max_iterations": max_iter, "calibration": cal.method,
-                  "expected_bytes": 8 * n * n}
+                  "expected_bytes": 8 * n * n, "regime": regime_params(regime)}
         job, repeated = jobs.submit_gram(pid, request.request_id, params, cal,
                                          f"gram/{projector}")
         if not repeated:
@@ -438,9 +587,18 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
         start = time.monotonic()
         coll = self._loaded_collection()
         cal = job.calibration  # the charged sigma, by construction
-        rel = release_gram(coll.rows @ coll.rows.T, cal, rng=np.random.default_rng(),
+        identity = cal.regime is not None and cal.regime.adjacency == "identity"
+        if identity and coll.identities is None:
+            raise PreconditionError("the identity column no longer validates (see the log)")
+        gram = coll.rows @ coll.rows.T
+        np.fill_diagonal(gram, 1.0)  # unit rows: exactly 1, up to rounding
+        rel = release_gram(gram, cal, rng=np.random.default_rng(),
                            projector=job.params["projector"], tol=GRAM_TOLERANCE,
-                           max_iter=int(job.params["max_iterations"]), progress=progress)
+                           max_iter=int(job.params["max_iterations"]), progress=progress,
+                           identities=coll.identities if identity else None,
+                           max_records_per_identity=(cal.regime.max_records_per_identity
+                                                     if identity and cal.regime else None),
+                           dimension=coll.rows.shape[1])
         proj = rel.projection
         header = pb.GramHeader(
             spend=self._spend(job.charge, cal, repeated=False),
@@ -450,7 +608,9 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
             max_diag_error=proj.max_diag_error if proj else 0.0,
             eigendecompositions=proj.eigendecompositions if proj else 0,
             relative_residual=proj.relative_residual if proj else 0.0,
-            seconds=time.monotonic() - start)
+            seconds=time.monotonic() - start, baseline=baseline_message(rel.baseline))
+        if rel.baseline.warning:
+            log.info("Gram release %s/%s: %s", job.pid, job.request_id, rel.baseline.warning)
         return header, rel.matrix
 
     # -- budgets --------------------------------------------------------------------------------

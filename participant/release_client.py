@@ -1,4 +1,4 @@
-"""``noisyanchor release scores|gram|budget``: ask the analyst for differentially private
+"""``noisyanchor release scores|row|gram|budget``: ask the analyst for differentially private
 similarities, and see what is left of the budgets.
 
 A score query is one of this participant's records ``x`` (a ``.npy`` file, or a row of its local
@@ -7,7 +7,19 @@ data), projected by the public ``F`` and sent through the participant's own GDP 
 participant's alignment map and returns privatised cosine scores against every collection row
 (or the top k). The GDP key ``(O_i, Psi_i)`` is read from ``state_dir``, where it exists only when
 the upload ran with ``keep_secrets = true``; without it the query is refused here, before any
-connection. A Gram query needs no key.
+connection. A row query names a collection record by its index (regime (iii): that record is
+itself private, so the row carries ``sqrt(n - 1)`` times the noise of a score vector). A Gram
+query needs no key. Score and Gram queries may ask for identity-level privacy (the analyst's
+identity column and public bound), score and row queries for a public margin ``a`` (scores
+clipped to ``[a, 1]`` before the noise: less noise for the same epsilon). Every Gram release
+states its data-free baseline: whether it is expected to be closer to the truth than the
+identity matrix (releasing nothing), and from which epsilon it would be.
+
+What a release is charged. The analyst's ledger composes every release of a dataset exactly, as
+one Gaussian mechanism (``mu``-GDP), and states every epsilon at the budget's delta: a release
+asked at ``(epsilon, delta)`` is charged its epsilon at the budget's delta (smaller than
+``epsilon`` when the budget's delta is larger), and what is left is the largest epsilon one more
+release could have, not the budget minus the sum (composition is not additive).
 
 Every release carries a request id (``--request-id``; a fresh random one by default). The
 analyst charges an id once, computes it once and keeps the output, so asking again with the same
@@ -39,6 +51,7 @@ import numpy as np
 
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.gdp import GdpKey, gdp_map
+from noisyanchor.common.scoreshield.baseline import GramBaseline
 from noisyanchor.participant.config import ParticipantConfig
 
 #: Seconds between two polls of a Gram release's progress.
@@ -87,6 +100,9 @@ class Spend:
     participant: Account
     request_id: str
     repeated: bool
+    regime: str = ""
+    guarantee: str = ""
+    record_epsilon: float = 0.0
 
     @classmethod
     def from_proto(cls, msg) -> Spend:
@@ -113,6 +129,10 @@ class ScoreResult:
         Collection rows of a top-k release, highest privatised score first.
     seconds : float
         Round-trip wall time of the RPC.
+    noise_dominated : bool
+        The analyst's statement that the noise swamps the scores at this epsilon.
+    useful_epsilon : float
+        The epsilon (same regime and delta) at which it would not.
     """
 
     spend: Spend
@@ -121,6 +141,8 @@ class ScoreResult:
     scores: np.ndarray
     ids: np.ndarray | None
     seconds: float
+    noise_dominated: bool = False
+    useful_epsilon: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -142,6 +164,7 @@ class GramResult:
     relative_residual: float
     compute_seconds: float
     seconds: float
+    baseline: GramBaseline | None = None
 
 
 @dataclass(frozen=True)
@@ -207,31 +230,69 @@ def new_request_id() -> str:
 
 
 def release_scores(cfg: ParticipantConfig, t: np.ndarray, epsilon: float, delta: float, *,
-                   top_k: int = 0, dataset: str = "",
-                   request_id: str | None = None) -> ScoreResult:
+                   top_k: int = 0, dataset: str = "", request_id: str | None = None,
+                   adjacency: str = "", margin: float | None = None) -> ScoreResult:
     """Send query ``t`` (already in this participant's GDP frame) and receive the release.
 
-    The call is retried while the analyst is unavailable: with one request id it is charged
-    at most once.
+    ``adjacency`` ``"identity"`` asks for identity-level privacy; ``margin`` for the public
+    margin ``[margin, 1]``. The call is retried while the analyst is unavailable: with one
+    request id it is charged at most once.
     """
-    from noisyanchor.common.wire import ArraySpec, decode_array
-    from noisyanchor.participant.run import analyst_client
+    from noisyanchor.common.wire import ArraySpec
     from noisyanchor.protos.v1 import release_pb2 as pb
-    from noisyanchor.protos.v1 import release_pb2_grpc as pb_grpc
 
     t = np.ascontiguousarray(t, dtype="<f8")
     query = pb.ScoreQuery(federation_id=cfg.federation_id, dataset=dataset,
                           record_header=ArraySpec.of("record", t).to_proto(), record=t.tobytes(),
                           epsilon=epsilon, delta=delta, top_k=top_k,
-                          request_id=request_id or new_request_id())
+                          request_id=request_id or new_request_id(), adjacency=adjacency,
+                          margin=margin)
+    return _score_call(cfg, "score release", "ReleaseScores", query, top_k)
+
+
+def release_row(cfg: ParticipantConfig, row: int, epsilon: float, delta: float, *,
+                top_k: int = 0, dataset: str = "", request_id: str | None = None,
+                margin: float | None = None) -> ScoreResult:
+    """Record ``row``'s privatised similarities to every collection record (regime (iii),
+    sensitivity ``2 sqrt(n - 1)``), charged once per request id."""
+    from noisyanchor.protos.v1 import release_pb2 as pb
+
+    query = pb.RowQuery(federation_id=cfg.federation_id, dataset=dataset, row=row,
+                        epsilon=epsilon, delta=delta, top_k=top_k,
+                        request_id=request_id or new_request_id(), margin=margin)
+    return _score_call(cfg, "row release", "ReleaseRow", query, top_k)
+
+
+def _score_call(cfg: ParticipantConfig, what: str, rpc: str, query, top_k: int) -> ScoreResult:
+    """One score-vector or row RPC, retried while the analyst is unavailable."""
+    from noisyanchor.common.wire import decode_array
+    from noisyanchor.participant.run import analyst_client
+    from noisyanchor.protos.v1 import release_pb2_grpc as pb_grpc
+
     with analyst_client(cfg) as client:
         stub = pb_grpc.ReleaseStub(client.channel)
         start = time.perf_counter()
-        reply = client.call("score release", lambda: stub.ReleaseScores(query))
+        reply = client.call(what, lambda: getattr(stub, rpc)(query))
         seconds = time.perf_counter() - start
     scores = decode_array(reply.scores_header, reply.scores)
     return ScoreResult(Spend.from_proto(reply.spend), reply.records, reply.clipped, scores,
-                       np.array(reply.top_ids, dtype=np.int64) if top_k else None, seconds)
+                       np.array(reply.top_ids, dtype=np.int64) if top_k else None, seconds,
+                       reply.noise_dominated, reply.useful_epsilon)
+
+
+def baseline_from_proto(msg, n: int, sigma: float) -> GramBaseline:
+    """A :class:`common.scoreshield.GramBaseline` from a ``noisyanchor.v1.GramBaseline``."""
+    def opt(name: str) -> float | None:
+        return getattr(msg, name) if msg.HasField(name) else None
+
+    return GramBaseline(
+        n=n, sigma=sigma, noisy_distance=msg.noisy_distance,
+        projected_bound=msg.projected_bound, projected_estimate=opt("projected_estimate"),
+        projected_stderr=opt("projected_stderr"), identity_estimate=msg.identity_estimate,
+        identity_stderr=msg.identity_stderr, identity_max=msg.identity_max,
+        identity_floor=msg.identity_floor, no_better_than_identity=msg.no_better_than_identity,
+        useful_epsilon=opt("useful_epsilon"), useful_epsilon_basis=msg.useful_epsilon_basis,
+        warning=msg.warning or None)
 
 
 def _receive_gram(parts) -> tuple[Any, np.ndarray]:
@@ -265,7 +326,7 @@ GramProgress = Callable[[Any], None]
 def release_gram(cfg: ParticipantConfig, epsilon: float, delta: float, *,
                  projector: str = "newton", max_iterations: int = 0, dataset: str = "",
                  request_id: str | None = None, progress: GramProgress | None = None,
-                 poll: float = POLL_SECONDS) -> GramResult:
+                 poll: float = POLL_SECONDS, adjacency: str = "") -> GramResult:
     """Submit a Gram release (charged once per ``request_id``), wait for it, fetch it.
 
     ``max_iterations`` caps the analyst's projection (0: its default). Waiting is bounded by the
@@ -280,7 +341,7 @@ def release_gram(cfg: ParticipantConfig, epsilon: float, delta: float, *,
     rid = request_id or new_request_id()
     query = pb.GramQuery(federation_id=cfg.federation_id, dataset=dataset, epsilon=epsilon,
                          delta=delta, projector=projector, max_iterations=max_iterations,
-                         request_id=rid)
+                         request_id=rid, adjacency=adjacency)
     ref = pb.ReleaseRef(federation_id=cfg.federation_id, request_id=rid)
     start = time.perf_counter()
     with analyst_client(cfg) as client:
@@ -306,9 +367,12 @@ def release_gram(cfg: ParticipantConfig, epsilon: float, delta: float, *,
         header, matrix = client.call("Gram release fetch", lambda: _receive_gram(
             iter(stub.FetchGram(ref))))
     spend = replace(Spend.from_proto(header.spend), repeated=repeated)
+    baseline = (baseline_from_proto(header.baseline, matrix.shape[0], spend.sigma)
+                if header.HasField("baseline") else None)
     return GramResult(spend, matrix, header.projector, header.iterations, header.converged,
                       header.min_eigenvalue, header.max_diag_error, header.eigendecompositions,
-                      header.relative_residual, header.seconds, time.perf_counter() - start)
+                      header.relative_residual, header.seconds, time.perf_counter() - start,
+                      baseline)
 
 
 def release_budget(cfg: ParticipantConfig, dataset: str = "") -> BudgetReport:
@@ -328,7 +392,8 @@ def release_budget(cfg: ParticipantConfig, dataset: str = "") -> BudgetReport:
 
 # -- command line ------------------------------------------------------------------------------
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add the ``release`` group (``scores``, ``gram``, ``budget``) to the top-level parser."""
+    """Add the ``release`` group (``scores``, ``row``, ``gram``, ``budget``) to the top-level
+    parser."""
     from noisyanchor.common.cliargs import int_at_least, open_unit_float, positive_float
     from noisyanchor.participant.cli import COMMANDS
 
@@ -336,11 +401,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     inner = group.add_subparsers(dest="release_command", required=True, metavar="ACTION")
     sc = inner.add_parser("scores", help="privatised cosine scores of one of your records "
                           "against every collection row (needs keep_secrets at upload)")
+    ro = inner.add_parser("row", help="privatised similarities of one collection record to "
+                          "every other (that record is private too: sensitivity 2 sqrt(n - 1))")
     gr = inner.add_parser("gram", help="privatised, projected cosine Gram matrix of the "
-                          "collection (submitted, polled with progress, fetched)")
+                          "collection (submitted, polled with progress, fetched), with its "
+                          "data-free baseline")
     bu = inner.add_parser("budget", help="what is spent and left of the dataset's budget and "
                           "of every participant's quota")
-    for p in (sc, gr, bu):
+    for p in (sc, ro, gr, bu):
         p.add_argument("--config", type=Path, required=True, help="participant TOML file")
         p.add_argument("--dataset", default="", help="dataset (default: the federation's)")
         p.add_argument("--analyst", default=None, help="override [participant] analyst host:port")
@@ -348,7 +416,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="override [participant] timeout (seconds: retries while the "
                        "analyst is unavailable, and the wait for a Gram release)")
         p.add_argument("--json", action="store_true", help="print the outcome as JSON")
-    for p in (sc, gr):
+    for p in (sc, ro, gr):
         p.add_argument("--epsilon", type=positive_float, required=True,
                        help="epsilon of this release")
         p.add_argument("--delta", type=open_unit_float, required=True, help="delta of this release")
@@ -359,8 +427,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     which.add_argument("--record", type=Path, help=".npy file with one raw record (d_in,)")
     which.add_argument("--row-index", type=int_at_least(0),
                        help="row K of this participant's local data")
-    sc.add_argument("--top-k", type=int_at_least(0), default=0,
-                    help="return only the K highest scores")
+    for p in (sc, ro):
+        p.add_argument("--top-k", type=int_at_least(0), default=0,
+                       help="return only the K highest scores")
+        p.add_argument("--margin", type=float, default=None, metavar="A",
+                       help="public margin: clip the clean scores to [A, 1] before the noise "
+                       "(sensitivity 1 - A instead of 2; ScoreShield paper App. H.1)")
+    for p in (sc, gr):
+        p.add_argument("--identity", action="store_true",
+                       help="identity-level privacy: all records of one identity (the "
+                       "analyst's identity column, at most k each) may change")
+    ro.add_argument("--row", type=int_at_least(0), required=True,
+                    help="index K of the reference record in the collaboration matrix")
     gr.add_argument("--projector", choices=("newton", "aap", "dykstra", "none"),
                     default="newton", help="post-processing onto correlation matrices: "
                     "semismooth Newton (the nearest correlation matrix), averaged alternating "
@@ -371,6 +449,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="seconds between two progress polls")
     gr.add_argument("--out", type=Path, required=True, help="where to save the matrix (.npy)")
     sc.set_defaults(handler=_scores)
+    ro.set_defaults(handler=_row)
     gr.set_defaults(handler=_gram)
     bu.set_defaults(handler=_budget)
 
@@ -389,26 +468,65 @@ def _account_line(a: Account, delta: float) -> str:
 
 
 def _spend_line(s: Spend) -> str:
-    paid = ("a repeat of an earlier release: nothing charged now" if s.repeated else
-            f"charged epsilon={s.charged_epsilon:.4g}")
-    return (f"sigma={s.sigma:.4g} (sensitivity {s.sensitivity:.4g}) for epsilon={s.epsilon:g}, "
-            f"delta={s.delta:g}, request {s.request_id}, {paid}; dataset {s.dataset!r}: "
-            f"spent epsilon={s.spent_epsilon:.4g} of {s.budget_epsilon:g}, left "
-            f"{s.remaining_epsilon:.4g}; your quota: "
+    """What a release cost, in words: the charge, the composed spend, what is left, and why the
+    charge is not simply the epsilon asked for."""
+    if s.repeated:
+        paid = "a repeat of an earlier release: nothing charged now"
+    else:
+        paid = (f"charged epsilon={s.charged_epsilon:.4g}: this release alone, stated at the "
+                f"budget's delta={s.budget_delta:g} (the ledger composes all releases exactly as "
+                "one Gaussian mechanism, mu-GDP, and states every epsilon at that delta"
+                + ("" if s.delta == s.budget_delta else f"; asked at delta={s.delta:g}") + ")")
+    record = ("" if not s.record_epsilon or abs(s.record_epsilon - s.epsilon) <= 1e-9 * s.epsilon
+              else f"; record-level epsilon of this noise {s.record_epsilon:.4g}")
+    regime = f" [{s.regime}]" if s.regime else ""
+    return (f"sigma={s.sigma:.4g} (sensitivity {s.sensitivity:.4g}{regime}) for "
+            f"epsilon={s.epsilon:g}, delta={s.delta:g}{record}, request {s.request_id}, {paid}; "
+            f"dataset {s.dataset!r}: spent epsilon={s.spent_epsilon:.4g} of "
+            f"{s.budget_epsilon:g} (every release composed), left {s.remaining_epsilon:.4g} (the "
+            "largest epsilon one more release could have; composition is not additive, so "
+            "this is not budget minus spent); your quota: "
             f"{_account_line(s.participant, s.budget_delta)}")
 
 
-def score_warning(sigma: float, n: int, delta: float) -> str | None:
-    """The warning printed when the noise dominates a score vector of ``n`` records, or None."""
-    from noisyanchor.common.scoreshield import useful_score_epsilon, useful_score_sigma
-
-    if sigma <= useful_score_sigma(n):
+def score_warning(res: ScoreResult, what: str = "scores") -> str | None:
+    """The warning printed when the analyst reports that the noise dominates, or None."""
+    if not res.noise_dominated:
         return None
-    return (f"these scores are dominated by noise at this epsilon: sigma={sigma:.3g}, so the "
-            f"largest of the {n} noise draws (~{sigma * np.sqrt(2 * np.log(n)):.2g}) exceeds "
-            "the whole range of a cosine score and the ranking reflects the noise, not the "
-            f"query; for {n} records a useful signal needs epsilon >= "
-            f"{useful_score_epsilon(n, delta):.3g} at delta={delta:g}")
+    n = max(res.records, 2)
+    top = res.spend.sigma * np.sqrt(2 * np.log(n))
+    return (f"these {what} are dominated by noise at this epsilon: sigma={res.spend.sigma:.3g}, "
+            f"so the largest of the {n} noise draws (~{top:.2g}) exceeds half the range of a "
+            "score and the ranking reflects the noise, not the "
+            f"query; for {res.records} records a useful signal needs epsilon >= "
+            f"{res.useful_epsilon:.3g} at delta={res.spend.delta:g}")
+
+
+def _print_scores(args: argparse.Namespace, res: ScoreResult, what: str) -> int:
+    ids = res.ids if res.ids is not None else np.arange(len(res.scores))
+    warning = score_warning(res, what)
+    if args.json:
+        print(json.dumps({"spend": asdict(res.spend), "sigma": res.spend.sigma,
+                          "noise_dominated": res.noise_dominated,
+                          "useful_epsilon": res.useful_epsilon,
+                          "warning": warning, "records": res.records,
+                          "clipped": res.clipped, "top_k": args.top_k,
+                          "ids": ids.tolist(), "scores": res.scores.tolist(),
+                          "seconds": res.seconds}, indent=2))
+        return 0
+    print(f"released {len(res.scores)} of {res.records} privatised {what} in "
+          f"{res.seconds:.3f} s: {_spend_line(res.spend)}")
+    if res.spend.guarantee:
+        print(f"guarantee: {res.spend.guarantee}")
+    if warning:
+        print(f"warning: {warning}")
+    if res.ids is None:  # clipped ties make a ranking of the full vector misleading
+        print(f"  {res.clipped} of {res.records} {what} clipped to the score range; --json "
+              "prints the vector, --top-k K ranks the rows (by the unclipped noisy scores)")
+        return 0
+    for row, score in zip(res.ids, res.scores, strict=True):
+        print(f"  row {row}: {score:+.4f}")
+    return 0
 
 
 def _scores(args: argparse.Namespace) -> int:
@@ -416,31 +534,31 @@ def _scores(args: argparse.Namespace) -> int:
     key = load_key(cfg)
     t = transform_query(cfg, query_record(cfg, args.record, args.row_index), key)
     res = release_scores(cfg, t, args.epsilon, args.delta, top_k=args.top_k,
-                         dataset=args.dataset, request_id=args.request_id)
-    ids = res.ids if res.ids is not None else np.arange(len(res.scores))
-    warning = score_warning(res.spend.sigma, res.records, res.spend.delta)
-    if args.json:
-        from noisyanchor.common.scoreshield import useful_score_epsilon
+                         dataset=args.dataset, request_id=args.request_id,
+                         adjacency="identity" if args.identity else "", margin=args.margin)
+    return _print_scores(args, res, "scores")
 
-        print(json.dumps({"spend": asdict(res.spend), "sigma": res.spend.sigma,
-                          "noise_dominated": warning is not None,
-                          "useful_epsilon": useful_score_epsilon(res.records, res.spend.delta),
-                          "warning": warning, "records": res.records,
-                          "clipped": res.clipped, "top_k": args.top_k,
-                          "ids": ids.tolist(), "scores": res.scores.tolist(),
-                          "seconds": res.seconds}, indent=2))
-        return 0
-    print(f"released {len(res.scores)} of {res.records} privatised scores in "
-          f"{res.seconds:.3f} s: {_spend_line(res.spend)}")
-    if warning:
-        print(f"warning: {warning}")
-    if res.ids is None:  # clipped ties make a ranking of the full vector misleading
-        print(f"  {res.clipped} of {res.records} scores clipped to [-1, 1]; --json prints the "
-              "vector, --top-k K ranks the rows (by the unclipped noisy scores)")
-        return 0
-    for row, score in zip(res.ids, res.scores, strict=True):
-        print(f"  row {row}: {score:+.4f}")
-    return 0
+
+def _row(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    res = release_row(cfg, args.row, args.epsilon, args.delta, top_k=args.top_k,
+                      dataset=args.dataset, request_id=args.request_id, margin=args.margin)
+    return _print_scores(args, res, f"similarities of record {args.row}")
+
+
+def baseline_lines(b: GramBaseline) -> list[str]:
+    """The data-free baseline of a Gram release, in words."""
+    est = ("" if b.projected_estimate is None else
+           f", estimated {max(b.projected_estimate, 0.0):.4g} +- {b.projected_stderr:.2g}")
+    lines = [f"baseline (squared Frobenius distance to the true Gram): this release at most "
+             f"{b.projected_bound:.4g} expected{est}; the identity matrix (releasing nothing) "
+             f"{b.identity_estimate:.4g} +- {b.identity_stderr:.2g} (DP estimate from the same "
+             f"noise, no extra privacy; at most {b.identity_max:.4g} for any data)"]
+    if b.warning:
+        lines.append(f"warning: {b.warning}")
+    else:
+        lines.append("this release is expected to be closer to the true Gram than the identity")
+    return lines
 
 
 def _show_progress(job) -> None:
@@ -464,7 +582,8 @@ def _gram(args: argparse.Namespace) -> int:
     try:
         res = release_gram(cfg, args.epsilon, args.delta, projector=args.projector,
                            max_iterations=args.max_iter, dataset=args.dataset, request_id=rid,
-                           progress=None if args.json else _show_progress, poll=args.poll)
+                           progress=None if args.json else _show_progress, poll=args.poll,
+                           adjacency="identity" if args.identity else "")
     except KeyboardInterrupt:
         print(f"interrupted: Gram release {rid} is paid and kept on the analyst; fetch it "
               f"with the same command and --request-id {rid} (no further charge)",
@@ -480,7 +599,13 @@ def _gram(args: argparse.Namespace) -> int:
                           "converged": res.converged, "relative_residual": res.relative_residual,
                           "min_eigenvalue": res.min_eigenvalue,
                           "max_diag_error": res.max_diag_error, "out": str(args.out),
-                          "compute_seconds": res.compute_seconds, "seconds": res.seconds},
+                          "compute_seconds": res.compute_seconds, "seconds": res.seconds,
+                          "baseline": res.baseline.as_dict() if res.baseline else None,
+                          "no_better_than_identity": bool(res.baseline and
+                                                          res.baseline.no_better_than_identity),
+                          "useful_epsilon": res.baseline.useful_epsilon if res.baseline
+                          else None,
+                          "warning": res.baseline.warning if res.baseline else None},
                          indent=2))
         return 0
     n = res.matrix.shape[0]
@@ -488,6 +613,10 @@ def _gram(args: argparse.Namespace) -> int:
           f"{res.eigendecompositions} eigendecompositions, computed in "
           f"{res.compute_seconds:.1f} s) in {res.seconds:.1f} s to {args.out}: "
           f"{_spend_line(res.spend)}")
+    if res.spend.guarantee:
+        print(f"guarantee: {res.spend.guarantee}")
+    if res.baseline is not None:
+        print("\n".join(baseline_lines(res.baseline)))
     return 0
 
 

@@ -39,6 +39,11 @@ class ReleaseStub:
                 request_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreQuery.SerializeToString,
                 response_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreRelease.FromString,
                 _registered_method=True)
+        self.ReleaseRow = channel.unary_unary(
+                '/noisyanchor.v1.Release/ReleaseRow',
+                request_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.RowQuery.SerializeToString,
+                response_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreRelease.FromString,
+                _registered_method=True)
         self.SubmitGram = channel.unary_unary(
                 '/noisyanchor.v1.Release/SubmitGram',
                 request_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.GramQuery.SerializeToString,
@@ -66,6 +71,14 @@ class ReleaseServicer:
 
     def ReleaseScores(self, request, context):
         """Privatised cosine scores of one query record against every collection row (regime (i)).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseRow(self, request, context):
+        """Privatised similarities of one collection record to every other (regime (iii)), charged
+        once per request id like ReleaseScores.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -107,6 +120,11 @@ def add_ReleaseServicer_to_server(servicer, server):
             'ReleaseScores': grpc.unary_unary_rpc_method_handler(
                     servicer.ReleaseScores,
                     request_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreQuery.FromString,
+                    response_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreRelease.SerializeToString,
+            ),
+            'ReleaseRow': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseRow,
+                    request_deserializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.RowQuery.FromString,
                     response_serializer=noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreRelease.SerializeToString,
             ),
             'SubmitGram': grpc.unary_unary_rpc_method_handler(
@@ -156,6 +174,33 @@ class Release:
             target,
             '/noisyanchor.v1.Release/ReleaseScores',
             noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreQuery.SerializeToString,
+            noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreRelease.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseRow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/noisyanchor.v1.Release/ReleaseRow',
+            noisyanchor_dot_protos_dot_v1_dot_release__pb2.RowQuery.SerializeToString,
             noisyanchor_dot_protos_dot_v1_dot_release__pb2.ScoreRelease.FromString,
             options,
             channel_credentials,

@@ -10,6 +10,7 @@ import pytest
 
 from noisyanchor.analyst.config import DEFAULT_LEDGER_NAME, ReleaseLimits, load_analyst_config
 from noisyanchor.analyst.release_service import (
+    checked_identities,
     collection_rows,
     decode_record,
     query_direction,
@@ -181,3 +182,37 @@ def test_release_config_errors_name_the_key(tmp_path, privacy, release, match):
     budget = {"epsilon_budget": 3, "delta_budget": 1e-6, **privacy}
     with pytest.raises(ConfigError, match=match):
         load_analyst_config(_analyst_toml(tmp_path, budget, release))
+
+
+# --- the identity column of identity-level releases (issue 26) --------------------------------
+
+def test_identity_column_needs_its_public_bound(tmp_path):
+    budget = {"epsilon_budget": 3, "delta_budget": 1e-6}
+    with pytest.raises(ConfigError, match=r"\[release\] max_records_per_identity: identity-"):
+        load_analyst_config(_analyst_toml(tmp_path, budget, {"identities": "ids.txt"}))
+    with pytest.raises(ConfigError, match=r"\[release\] identities: identity-level"):
+        load_analyst_config(_analyst_toml(tmp_path, budget, {"max_records_per_identity": 2}))
+    cfg = load_analyst_config(_analyst_toml(tmp_path, budget, {
+        "identities": "ids.txt", "max_records_per_identity": 2}))
+    assert cfg.release.identities == (tmp_path / "ids.txt").resolve()
+    assert cfg.release.max_records_per_identity == 2
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".npy"])
+def test_identity_column_is_checked_against_n_and_its_bound(tmp_path, suffix):
+    labels = np.array(["ann", "ann", "bob", "cy", "cy", "cy"])
+    path = tmp_path / f"ids{suffix}"
+    if suffix == ".npy":
+        np.save(path, labels)
+    else:
+        path.write_text("\n".join(labels) + "\n")
+    ok = ReleaseLimits(identities=path, max_records_per_identity=3)
+    got, why = checked_identities(ok, 6)
+    assert why == "" and got.tolist() == labels.tolist()
+    got, why = checked_identities(ok, 7)
+    assert got is None and "6 labels for the 7 records" in why
+    got, why = checked_identities(ReleaseLimits(identities=path, max_records_per_identity=2), 6)
+    assert got is None and "'cy' has 3 records, above the public bound" in why
+    missing = ReleaseLimits(identities=tmp_path / "none.txt", max_records_per_identity=2)
+    assert checked_identities(missing, 6)[0] is None
+    assert checked_identities(ReleaseLimits(), 6) == (None, "")

@@ -30,6 +30,7 @@ from noisyanchor.common.errors import (
 )
 from noisyanchor.common.scoreshield import (
     calibrate_sigma,
+    gram_identity_sensitivity,
     gram_record_sensitivity,
     score_vector_sensitivity,
 )
@@ -38,6 +39,7 @@ from noisyanchor.participant.release_client import (
     load_key,
     query_record,
     release_gram,
+    release_row,
     release_scores,
     transform_query,
 )
@@ -51,6 +53,8 @@ EPS_BUDGET, DELTA = 1000.0, 1e-5
 #: "Large" epsilon of the accuracy checks: sigma = 0.19 for the score vector (sensitivity 2).
 EPS_LARGE = 100.0
 TIMEOUT = 60.0
+#: Public bound on the records of one identity (the analyst's identity column has 3 each).
+K = 3
 
 
 @dataclass
@@ -81,11 +85,15 @@ def fed(tmp_path_factory) -> Iterator[Released]:
         except PreconditionError as err:
             early.append(str(err))
 
+    root = tmp_path_factory.mktemp("release")
+    identities = root / "identities.txt"  # 40 people with 3 records each, one label a line
+    identities.write_text("".join(f"person-{k // K}\n" for k in range(len(IDS) * N_I)))
     running = release_federation(
-        tmp_path_factory.mktemp("release"), IDS, [_records(rng) for _ in IDS], dim=D, anchors=R,
+        root, IDS, [_records(rng) for _ in IDS], dim=D, anchors=R,
         tables=f"[privacy]\nepsilon_budget = {EPS_BUDGET}\ndelta_budget = {DELTA}\n"
                f"participant_epsilon_budget = {EPS_BUDGET}\n", timeout=TIMEOUT,
-        before_upload=before_upload)
+        before_upload=before_upload,
+        extra={"release": {"identities": str(identities), "max_records_per_identity": K}})
     try:
         yield Released(running.analyst, running.configs, running.records, "".join(early))
     finally:
@@ -205,7 +213,12 @@ def test_scores_cli_prints_human_text_by_default(fed, capsys):
     assert main([*args, "--top-k", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("released 2 of 120 privatised scores")
-    assert len(lines) == 3 and all(line.startswith("  row ") for line in lines[1:])
+    # what is charged and why it is a composed, delta-converted figure
+    assert "this release alone, stated at the budget's delta=1e-05" in lines[0]
+    assert "composition is not additive" in lines[0]
+    assert lines[1].startswith("guarantee: a query's score vector: (epsilon, delta)-DP for "
+                               "replacing any one record; Delta = 2")
+    assert len(lines) == 4 and all(line.startswith("  row ") for line in lines[2:])
     assert main(args) == 0
     assert "--json prints the vector" in capsys.readouterr().out
 
@@ -259,3 +272,85 @@ def test_release_crossing_the_budget_is_refused_also_after_a_restart(fed):
     assert after.spent_epsilon > spent and _charges(fed) == charged + 1
     # composition is not additive: what is left is more than budget - spent
     assert EPS_BUDGET - after.spent_epsilon < after.remaining_epsilon < EPS_BUDGET
+
+
+# --- issue 26: regimes, baseline, what is charged ---------------------------------------------
+
+def test_row_release_is_noised_for_its_own_sensitivity(fed, capsys):
+    cfg = load_participant_config(fed.configs["p1"])
+    n = len(fed.records)
+    res = release_row(cfg, 5, 50.0, DELTA)
+    assert res.scores.shape == (n,) and res.scores[5] == 1.0  # its own entry: public, no noise
+    assert res.spend.sensitivity == pytest.approx(2 * np.sqrt(n - 1))
+    assert res.spend.sigma == pytest.approx(calibrate_sigma(50.0, DELTA, 2 * np.sqrt(n - 1)),
+                                            rel=1e-12)
+    assert res.spend.regime == "row/record" and "App. D" in res.spend.guarantee
+    assert res.noise_dominated and res.useful_epsilon > 50.0
+    assert main(["release", "row", "--config", str(fed.configs["p1"]), "--row", "5",
+                 "--epsilon", "50", "--delta", str(DELTA), "--top-k", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["ids"]) == 4 and 5 not in out["ids"] and out["noise_dominated"]
+    with pytest.raises(InvalidInputError, match="outside the 120 records"):
+        release_row(cfg, n, 50.0, DELTA)
+
+
+def test_margin_release_clips_before_the_noise(fed):
+    cfg, _, t = query(fed, "p0", 4)
+    res = release_scores(cfg, t, EPS_LARGE, DELTA, margin=0.5)
+    assert res.spend.sensitivity == pytest.approx(0.5) and res.scores.min() >= 0.5
+    assert res.spend.sigma == pytest.approx(calibrate_sigma(EPS_LARGE, DELTA, 0.5), rel=1e-12)
+    assert res.spend.regime == "scores/record/margin=0.5"
+
+
+def test_identity_level_releases_use_the_analysts_identity_column(fed, tmp_path, capsys):
+    cfg, _, t = query(fed, "p2", 1)
+    res = release_scores(cfg, t, EPS_LARGE, DELTA, adjacency="identity")
+    assert res.spend.regime == f"scores/identity(k={K})"
+    assert res.spend.sensitivity == pytest.approx(2 * np.sqrt(K))
+    assert res.spend.record_epsilon < EPS_LARGE  # a record is part of an identity: cheaper
+    out = tmp_path / "gram.npy"
+    n = len(fed.records)
+    assert main(["release", "gram", "--config", str(fed.configs["p2"]), "--epsilon", "50",
+                 "--delta", str(DELTA), "--identity", "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["spend"]["regime"] == f"gram/identity(k={K})"
+    assert summary["spend"]["sensitivity"] == pytest.approx(gram_identity_sensitivity(n, K))
+    with pytest.raises(InvalidInputError, match="adjacency must be"):
+        release_scores(cfg, t, EPS_LARGE, DELTA, adjacency="household")
+
+
+def test_gram_release_states_its_data_free_baseline(fed, tmp_path, capsys):
+    out = tmp_path / "gram.npy"
+    args = ["release", "gram", "--config", str(fed.configs["p0"]), "--epsilon", "5",
+            "--delta", str(DELTA), "--out", str(out)]
+    assert main([*args, "--json", "--request-id", "baseline-json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    n = len(fed.records)
+    b = summary["baseline"]
+    assert b["identity_max"] == n * (n - 1) and b["noisy_distance"] == pytest.approx(
+        summary["spend"]["sigma"] ** 2 * n * (n + 1) / 2)
+    # record level at epsilon 5 on 120 records: no better than releasing nothing, and says so
+    assert summary["no_better_than_identity"] and b["no_better_than_identity"]
+    assert summary["useful_epsilon"] > 5.0 and "identity matrix" in summary["warning"]
+    g, clean = np.load(out), _clean_gram(fed)
+    assert np.linalg.norm(g - clean) ** 2 > 0.5 * np.linalg.norm(clean - np.eye(n)) ** 2
+    assert main([*args, "--request-id", "baseline-json"]) == 0  # the same release, as text
+    text = capsys.readouterr().out
+    assert "a repeat of an earlier release" in text and "baseline (squared Frobenius" in text
+    assert "warning: this Gram release is not expected to be closer" in text
+
+
+def _clean_gram(fed: Released) -> np.ndarray:
+    result = fed.analyst.files.store / "result"
+    z, c = np.load(result / "z.npy"), np.load(result / "shift.npy")
+    e = (z - c) / np.linalg.norm(z - c, axis=1, keepdims=True)
+    return e @ e.T
+
+
+def test_a_release_asked_at_another_delta_is_charged_at_the_budgets_delta(fed, capsys):
+    assert main(["release", "scores", "--config", str(fed.configs["p1"]), "--row-index", "0",
+                 "--epsilon", "1", "--delta", "1e-7", "--top-k", "1"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    charged = float(first.split("charged epsilon=")[1].split(":")[0])
+    assert charged < 1.0  # epsilon 1 at delta 1e-7 is less at the budget's delta 1e-5
+    assert "asked at delta=1e-07" in first
