@@ -37,7 +37,7 @@ def human_duration(seconds: float) -> str:
     largest = next((i for i, (_, unit) in enumerate(_SHOWN) if size >= unit), len(_SHOWN) - 1)
     step = _SHOWN[min(largest + 1, len(_SHOWN) - 1)][1]
     left = round(size / step) * step
-    parts = []
+    parts: list[tuple[int, str]] = []
     for name, unit in _SHOWN:
         count, left = divmod(left, unit)
         if count or parts:
@@ -56,7 +56,7 @@ def parse_duration(text: str) -> dt.timedelta:
     while rest:
         match = _TERM.match(rest)
         unit = _UNIT_NAMES.get(match.group(2)) if match else None
-        if unit is None:
+        if match is None or unit is None:
             raise InvalidInputError(
                 f"{text!r} is not a duration: write a number and a unit, e.g. '7 days', "
                 f"'1 week 2 days', '36 hours' (units: {', '.join(UNIT_SECONDS)})")

@@ -254,7 +254,7 @@ def gram_baseline(noisy: np.ndarray, sigma: float, *, projector: str, metric: bo
     else:
         bound = projected_distance_bound(n, sigma, metric=metric)
         est, se_p = risk if risk is not None else (None, None)
-        upper = bound if est is None else min(bound, est + CONFIDENCE_SE * se_p)
+        upper = bound if est is None or se_p is None else min(bound, est + CONFIDENCE_SE * se_p)
     lower = max(raw - CONFIDENCE_SE * se_i, floor)
     worse = not upper < lower
     resolved = raw > 0.0 and se_i <= raw / 2.0

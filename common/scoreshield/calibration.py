@@ -322,7 +322,8 @@ def calibrate(epsilon: float, delta: float, sensitivity: float | Regime,
     """
     eps, dlt = check_epsilon_delta(epsilon, delta)
     regime = sensitivity if isinstance(sensitivity, Regime) else None
-    sens = check_positive(regime.sensitivity if regime else sensitivity, "sensitivity")
+    sens = check_positive(sensitivity.sensitivity if isinstance(sensitivity, Regime)
+                          else sensitivity, "sensitivity")
     return Calibration(eps, dlt, sens, calibrate_sigma(eps, dlt, sens, method=method), method,
                        regime)
 
