@@ -12,7 +12,7 @@ from pathlib import Path
 from noisyanchor.common.blas import check_blas_threads
 from noisyanchor.common.downstream import MODELS, sklearn_available
 from noisyanchor.common.errors import ConfigError, InvalidInputError
-from noisyanchor.common.gopp import check_precision, check_stopping
+from noisyanchor.common.gopp import check_method, check_precision, check_stopping
 from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.schema import SCHEMA_DTYPES, RecordSchema
 from noisyanchor.common.tabular import TabularSchema
@@ -152,6 +152,8 @@ class AnalystConfig:
         GOPP products: ``"auto"``, ``"double"`` or ``"mixed"`` (:func:`common.gopp.solve_gopp`).
     stopping : str
         GOPP stopping rule: ``"objective"``, ``"relative"`` or ``"absolute"``.
+    gopp_method : str
+        GOPP method (``[solver] method``): ``"auto"`` or the paper's ``"gpm"``.
     output_dir : Path
         The analyst's store: committed uploads, relay, result.
     tls : TlsFiles
@@ -257,6 +259,7 @@ class AnalystConfig:
     translation_scale: float | None = None
     model: str = "logistic"
     stopping: str = "objective"
+    gopp_method: str = "auto"
 
     def __post_init__(self) -> None:
         # The relay accepts sealed shares from exactly one participant: always declared.
@@ -328,6 +331,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
     tol = solver.float("tol", 1e-7, check=lambda x: check_positive(x, "tol"))
     precision = solver.str("precision", "auto", check=check_precision)
     stopping = solver.str("stopping", "objective", check=check_stopping)
+    gopp_method = solver.str("method", "auto", check=check_method)
     solver.done()
     server = Table(doc, "server", path)
     privacy = _privacy(doc, path)
@@ -366,6 +370,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
                                                DEFAULT_MAX_QUEUED_CALLS_PER_CALLER, minimum=1),
         max_pending_calls=server.int("max_pending_calls", DEFAULT_MAX_PENDING_CALLS, minimum=1),
         privacy=privacy, release=release, precision=precision, stopping=stopping,
+        gopp_method=gopp_method,
         health_port=server.int("health_port", None, minimum=1, check=check_port),
         log_json=server.path("log_json", None), schema=schema, model=_model(doc, path),
         **declared)

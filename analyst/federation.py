@@ -566,7 +566,7 @@ class Federation:
         alignment = align(self.method, data, anchors,
                           reference=cfg.participants.index(cfg.reference),
                           max_iter=cfg.max_iter, tol=cfg.tol, precision=cfg.precision,
-                          stopping=cfg.stopping)
+                          stopping=cfg.stopping, gopp_method=cfg.gopp_method)
         d = data[0].shape[1]
         r = anchors[0].shape[0] if anchors else None
         summary = {

@@ -74,6 +74,7 @@ def align(
     solver: str | None = None,
     precision: str = "auto",
     stopping: str = "objective",
+    gopp_method: str = "auto",
 ) -> Alignment:
     """Align the uploads ``Y_i`` (with anchors ``B_i`` where the method has them) into ``Z``.
 
@@ -88,6 +89,8 @@ def align(
         Reference participant ``s`` for Procrustes.
     max_iter, tol, certify, precision, stopping
         GOPP solver parameters (:func:`common.gopp.solve_gopp`).
+    gopp_method : {"auto", "gpm"}
+        ``solve_gopp``'s ``method``.
     solver : {"procrustes", "gopp"}, optional
         Override the method's default solver (anchor methods only).
     """
@@ -125,7 +128,7 @@ def align(
                                 "seconds": res.seconds}
     else:
         gopp = solve_gopp(anchors, max_iter=max_iter, tol=tol, certify=certify,
-                          precision=precision, stopping=stopping)
+                          precision=precision, stopping=stopping, method=gopp_method)
         rotations, means, shift = gopp.rotations, gopp.means, np.zeros(d)
         diag = {"name": "gopp", "iterations": gopp.iterations, "converged": gopp.converged,
                 "stopping": stopping, "stopped_by": gopp.stopped_by,
@@ -135,6 +138,7 @@ def align(
                 "certificate_tol": gopp.certificate_tol, "certified": gopp.certified,
                 "mixed_precision_steps": gopp.mixed_precision_steps,
                 "product_drift": gopp.product_drift, "blas_threads": gopp.blas_threads,
-                "seconds": gopp.seconds}
+                "method": gopp.method, "switch_reason": gopp.switch_reason,
+                "certificate_path": gopp.certificate_path, "seconds": gopp.seconds}
     z = np.vstack([(y - means[i]) @ rotations[i] for i, y in enumerate(blocks)]) + shift
     return Alignment(z, row_ranges, rotations, means, shift, diag)

@@ -8,12 +8,15 @@ The analyst maximises ``tr(R^T G R)`` over stacked ``R = [R_1; ...; R_p]``, ``R_
 ``r <= pd``, else the triangular factor of its thin QR), ``G = K^T K`` and
 ``G R = K^T (K R)``; the top-``d`` eigenvectors of ``G`` come from the ``m x m`` problem ``K K^T``.
 Each GPM step splits the blocks across worker threads (one per core, BLAS held to one thread
-each); the certificate for large ``pd`` solves a secular equation of ``m x m`` problems. For large
-problems, once the steps are small, ``G R`` is carried forward by float32 increments
-``K^T (K Delta)`` within a drift budget, with exact float64 refreshes (:class:`_GpmStep`). The
-default stopping rule ends the iterations once the objective still to gain is predicted to be
-negligible, no later than the relative step rule (:class:`_StoppingRule`). An opt-in
-extrapolated GPM cuts iterations without changing the stopping rule or lowering the objective.
+each); the certificate takes the cheapest exact path, matrix-free (products with ``K`` and
+``K^T`` only) for large ``m`` (:mod:`common.gopp_certificate`). For large problems, once the
+steps are small, ``G R`` is carried forward by float32 increments ``K^T (K Delta)`` within a
+drift budget, with exact float64 refreshes (:class:`_GpmStep`). The default stopping rule ends
+the iterations once the objective still to gain is predicted to be negligible, no later than the
+relative step rule (:class:`_StoppingRule`). The extrapolated GPM (:class:`_Momentum`) cuts
+iterations without changing the stopping rule or lowering the objective: opt-in from the start
+(``accelerate``), and by default (``method="auto"``) once the plain GPM is seen to contract
+slowly, as it does above ``v_PT``, where it then carries ``G R`` by float32 increments too.
 
 References: SPEC.md section 2; noisy-anchor GDP paper, Algorithm 4 and Section 4.
 """
@@ -26,7 +29,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg
-import scipy.sparse.linalg
 
 from noisyanchor.common.blas import (
     available_cpus,
@@ -36,6 +38,12 @@ from noisyanchor.common.blas import (
     worker_budget,
 )
 from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.gopp_certificate import (
+    LOBPCG_BLOCK,
+    Certificate,
+    certificate_path,
+    certify,
+)
 from noisyanchor.common.linalg import (
     BlockWorkers,
     center_rows,
@@ -51,20 +59,30 @@ from noisyanchor.common.validation import (
     stack_blocks,
 )
 
-#: Largest ``pd`` for which the certificate uses a dense ``pd x pd`` eigensolver.
-DENSE_CERTIFICATE_MAX = 1500
-
-#: Newton steps allowed on the certificate's secular equation before falling back to Lanczos.
-SECULAR_MAX_STEPS = 50
-
-#: Newton step (relative to ``max |Lambda|``) below which the secular root counts as found.
-SECULAR_ATOL = 1e-13
-
 #: Consecutive plain GPM steps whose last ratio estimates the contraction rate (accelerated GPM).
 MOMENTUM_WARMUP = 3
 
 #: Largest contraction rate the accelerated GPM assumes (``beta`` stays below about 0.98).
 MOMENTUM_MAX_RATE = 0.9999
+
+#: ``method="auto"`` switches the extrapolated steps on once two consecutive ratios of plain step
+#: sizes are at least this: the plain GPM then contracts so slowly (about 0.99 per step above
+#: ``v_PT`` at the CelebA size; 0.2-0.5 below it, where nothing changes) that the paper's cap of
+#: 500 iterations ends far from the fixed point (issue 24).
+SLOW_CONTRACTION_RATE = 0.9
+
+#: Plain steps ``method="auto"`` always takes first (the spectral start's transient).
+SLOW_MIN_STEPS = 5
+
+#: Accepted values of ``solve_gopp(..., method=...)``.
+METHODS = ("auto", "gpm")
+
+#: While the extrapolated steps run (a slow contraction, far from the fixed point), the carried
+#: ``G R`` may drift by this fraction of the relative step ``||Delta||_F / ||R||_F`` before an
+#: exact refresh (the fixed budget ``PRODUCT_DRIFT_BUDGET`` is for small steps): an error of
+#: 1e-4 of a step moves the next polar factor by less than a thousandth of a step, and the gain
+#: that decides whether an extrapolation overshot is still exact to a few digits.
+SLOW_DRIFT_PER_STEP = 1e-4
 
 #: Smallest estimated flop count of one GPM step that is split across worker threads.
 PARALLEL_MIN_FLOPS = 5e7
@@ -148,6 +166,16 @@ class GoppResult:
     blas_threads : dict
         Threads chosen (:mod:`common.blas`): ``workers`` (GPM block workers), and the BLAS threads
         of the ``start``, of the ``steps`` (each worker's) and of the ``certificate``.
+    certificate_path : str
+        How the certificate was computed (:data:`common.gopp_certificate.CERTIFICATE_PATHS`;
+        empty when not computed).
+    method : str
+        What ran: ``"gpm"`` (plain steps throughout) or ``"gpm+momentum"`` (extrapolated steps:
+        ``accelerate=True``, or ``method="auto"`` after a slow contraction).
+    switched_at : int or None
+        Iteration after which ``method="auto"`` switched the extrapolated steps on.
+    switch_reason : str
+        Why (the measured contraction rate), empty when it did not.
     """
 
     rotations: np.ndarray
@@ -169,6 +197,10 @@ class GoppResult:
     product_drift_estimate: float = 0.0
     stopped_by: str = "max_iter"
     blas_threads: dict[str, int] = field(default_factory=dict)
+    certificate_path: str = ""
+    method: str = "gpm"
+    switched_at: int | None = None
+    switch_reason: str = ""
 
 
 class _GramOperator:
@@ -207,113 +239,25 @@ def _objective(r_blocks: np.ndarray, gr: np.ndarray) -> float:
     return float(np.vdot(r_blocks, gr))
 
 
-def _symmetric_multipliers(r_blocks: np.ndarray, gr: np.ndarray) -> np.ndarray:
-    """``Lambda_ii = sym((G R)_i R_i^T)`` as a ``(p, d, d)`` stack."""
-    lam = gr @ np.swapaxes(r_blocks, 1, 2)
-    return 0.5 * (lam + np.swapaxes(lam, 1, 2))
-
-
 def certificate_min_eig(op: _GramOperator, r_blocks: np.ndarray, gr: np.ndarray) -> float:
-    """``lambda_min(Lambda - G)`` with ``Lambda_ii = sym((G R)_i R_i^T)`` (block diagonal).
-
-    At a stationary point ``R`` spans a null space of ``Lambda - G``. For ``pd`` up to
-    ``DENSE_CERTIFICATE_MAX`` a dense solver is used. Above, the ``pd x pd`` problem is reduced to
-    ``m x m`` ones (``m`` = rows of ``K``) by the secular equation of ``Lambda - K^T K`` (see
-    :func:`_secular_min_eig`), started at the Rayleigh quotient on ``span(R)``; when that start is
-    outside the equation's domain, Lanczos (ARPACK) runs on the complement of ``span(R)``.
-    """
-    with blas_threads(eigh_threads(_certificate_order(op))):
-        return _certificate_min_eig(op, r_blocks, gr)
+    """``lambda_min(Lambda - G)`` with ``Lambda_ii = sym((G R)_i R_i^T)`` (block diagonal), by
+    the cheapest exact path (:mod:`common.gopp_certificate`)."""
+    return _certify(op, r_blocks, gr).min_eig
 
 
-def _certificate_order(op: _GramOperator) -> int:
-    """Order of the eigenproblems the certificate solves: ``pd`` (dense) or ``m``."""
-    n = op.p * op.d
-    return n if n <= DENSE_CERTIFICATE_MAX else op.k.shape[0]
+def _certify(op: _GramOperator, r_blocks: np.ndarray, gr: np.ndarray) -> Certificate:
+    with blas_threads(_certificate_threads(op)):
+        return certify(op.k, r_blocks, gr)
 
 
-def _certificate_min_eig(op: _GramOperator, r_blocks: np.ndarray, gr: np.ndarray) -> float:
-    p, d, _ = r_blocks.shape
-    lam = _symmetric_multipliers(r_blocks, gr)
-    n = p * d
-    if n <= DENSE_CERTIFICATE_MAX:
-        g = op.k.T @ op.k
-        return float(extreme_eigh(scipy.linalg.block_diag(*lam) - g, 1, largest=False,
-                                  vectors=False)[0][0])
-    basis = r_blocks.reshape(n, d) / np.sqrt(p)  # orthonormal columns spanning span(R)
-    on_span = basis.T @ _lam_minus_g(op, lam, basis)
-    span_min = float(np.linalg.eigvalsh(0.5 * (on_span + on_span.T))[0])
-    secular = _secular_min_eig(op.k, lam, span_min)
-    if secular is not None:
-        return secular
-    return min(span_min, _lanczos_complement_min_eig(op, lam, basis))
-
-
-def _lam_minus_g(op: _GramOperator, lam: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``(Lambda - G) X`` for ``X`` of shape ``(pd, k)``."""
-    p, d, _ = lam.shape
-    lx = np.matmul(lam, x.reshape(p, d, -1)).reshape(p * d, -1)
-    return lx - op.k.T @ (op.k @ x)
-
-
-def _secular_min_eig(k: np.ndarray, lam: np.ndarray, start: float) -> float | None:
-    """``lambda_min(Lambda - K^T K)`` by Newton's method on ``h(s) = 1``, or None off its domain.
-
-    With ``Lambda = Q diag(D) Q^T`` blockwise and ``L = K Q``, for ``s < min(D)``
-    ``h(s) = lambda_max(L diag(1/(D - s)) L^T)`` (an ``m x m`` problem) is increasing and convex,
-    and ``Lambda - s I - K^T K`` is PSD exactly when ``h(s) <= 1`` (Sylvester's law of inertia on
-    the Schur complement). So ``lambda_min`` is the root of ``h(s) = 1``; Newton's method started
-    to its right (``start`` is a Rayleigh quotient, hence ``>= lambda_min``) decreases
-    monotonically to it and stays an upper bound. Hand-written because no library solves this
-    secular equation for a block-diagonal plus low-rank matrix.
-    """
-    p, d, _ = lam.shape
-    m = k.shape[0]
-    dvals, q = np.linalg.eigh(lam)
-    dvals = dvals.reshape(p * d)
-    scale = max(1.0, float(np.abs(dvals).max()))
-    if not start < dvals.min() - 1e-9 * scale:
-        return None
-    l_mat = np.ascontiguousarray(
-        np.matmul(k.reshape(m, p, d).transpose(1, 0, 2), q).transpose(1, 0, 2)).reshape(m, p * d)
-    s = start
-    for _ in range(SECULAR_MAX_STEPS):
-        inv = 1.0 / (dvals - s)
-        w = l_mat * np.sqrt(inv)
-        mu, u = extreme_eigh(w @ w.T, 1, largest=True)
-        z = (l_mat.T @ u[:, 0]) * inv
-        newton = (float(mu[0]) - 1.0) / max(float(z @ z), np.finfo(float).tiny)
-        if not np.isfinite(newton):
-            return None  # rounding broke the iteration: the Lanczos path answers instead
-        s -= max(newton, 0.0)
-        if newton <= SECULAR_ATOL * scale:
-            return float(s)
-    return None
-
-
-def _lanczos_complement_min_eig(op: _GramOperator, lam: np.ndarray, basis: np.ndarray) -> float:
-    """``lambda_min`` of ``Lambda - G`` restricted to the orthogonal complement of ``span(R)``
-    (ARPACK Lanczos on the deflated operator)."""
-    n = basis.shape[0]
-
-    def deflate(x: np.ndarray) -> np.ndarray:
-        return x - basis @ (basis.T @ x)
-
-    def matvec(x: np.ndarray) -> np.ndarray:
-        return deflate(_lam_minus_g(op, lam, deflate(x.reshape(n, -1)))).reshape(x.shape)
-
-    linop = scipy.sparse.linalg.LinearOperator((n, n), matvec=matvec, matmat=matvec,
-                                               dtype=np.float64)
-    # A deterministic start vector keeps the certificate reproducible; it is deflated first.
-    v0 = deflate(np.random.default_rng(0).standard_normal((n, 1)))[:, 0]
-    try:
-        return float(scipy.sparse.linalg.eigsh(linop, k=1, which="SA", v0=v0, tol=1e-10,
-                                               ncv=min(n - 1, 64), maxiter=20 * n,
-                                               return_eigenvectors=False)[0])
-    except scipy.sparse.linalg.ArpackNoConvergence as err:
-        if not len(err.eigenvalues):
-            raise
-        return float(np.min(err.eigenvalues))
+def _certificate_threads(op: _GramOperator) -> int:
+    """BLAS threads of the certificate: by the order of its eigenproblems (``pd`` dense, ``m``
+    secular), or by the size of one block product with ``K`` and ``K^T`` (matrix-free)."""
+    m = op.k.shape[0]
+    path = certificate_path(op.p, op.d, m)
+    if path == "secular-matrix-free":
+        return gemm_threads(4.0 * m * op.p * op.d * LOBPCG_BLOCK)
+    return eigh_threads(op.p * op.d if path == "dense" else m)
 
 
 def _worker_count(op: _GramOperator) -> int:
@@ -368,6 +312,9 @@ class _GpmStep:
         self.workers = workers
         self.k32 = op.k.astype(np.float32) if mixed else None
         self.exact_below = exact_below
+        #: Drift allowed per unit of relative step on top of ``PRODUCT_DRIFT_BUDGET`` (set while
+        #: the extrapolated steps of ``method="auto"`` run: ``SLOW_DRIFT_PER_STEP``).
+        self.drift_per_step = 0.0
 
     def __call__(self, rot: np.ndarray, gr: np.ndarray, gr_prev: np.ndarray, beta: float,
                  drift: float) -> _Step:
@@ -386,9 +333,11 @@ class _GpmStep:
 
         size = float(np.sqrt(sum(self.workers.map(polar_part))))
         # ||R||_F = sqrt(p d) for orthogonal blocks.
-        growth = INCREMENT_ERROR_RATE * size / float(np.sqrt(rot.shape[0] * d))
+        relative_step = size / float(np.sqrt(rot.shape[0] * d))
+        growth = INCREMENT_ERROR_RATE * relative_step
+        budget = max(PRODUCT_DRIFT_BUDGET, self.drift_per_step * relative_step)
         increment = (self.k32 is not None and size > self.exact_below
-                     and drift + growth <= PRODUCT_DRIFT_BUDGET)
+                     and drift + growth <= budget)
         k = self.k32 if increment and self.k32 is not None else self.op.k
 
         def share_part(g: slice) -> np.ndarray:
@@ -490,6 +439,13 @@ class _Momentum:
             self.beta = (1.0 - np.sqrt(1.0 - self._rho)) ** 2 / self._rho
             self._steps = self._steps[-1:]
 
+    def start(self, steps: list[float]) -> None:
+        """Switch on, with the sizes of the last consecutive plain steps as the warm-up."""
+        self.enabled = True
+        self._steps = []
+        for size in steps:
+            self.record(size, extrapolated=False, restart=False)
+
     def record(self, step: float, *, extrapolated: bool, restart: bool) -> None:
         """Update after a step of size ``||R^(t+1) - R^(t)||_F``."""
         if not self.enabled:
@@ -523,6 +479,10 @@ class _PowerRun:
     drift: float = 0.0
     rejected: int = 0
     mixed_steps: int = 0
+    #: Iteration after which ``method="auto"`` switched the extrapolated steps on (None: never).
+    switched_at: int | None = None
+    #: Why it did (empty when it did not).
+    switch_reason: str = ""
 
     def advance(self, step: _Step) -> None:
         """Move to the outcome of ``step``."""
@@ -558,14 +518,20 @@ def _spectral_start(u: np.ndarray, workers: BlockWorkers) -> np.ndarray:
 
 
 def _power_iterations(op: _GramOperator, workers: BlockWorkers, rot: np.ndarray, *,
-                      max_iter: int, rule: _StoppingRule, accelerate: bool,
-                      mixed: bool) -> _PowerRun:
-    """The (optionally extrapolated) GPM from ``R^(0) = rot`` until ``rule`` or ``max_iter``."""
+                      max_iter: int, rule: _StoppingRule, accelerate: bool, mixed: bool,
+                      auto: bool = False) -> _PowerRun:
+    """The (optionally extrapolated) GPM from ``R^(0) = rot`` until ``rule`` or ``max_iter``.
+
+    ``auto``: plain steps until the plain GPM is seen to contract slowly (two consecutive step
+    ratios of at least ``SLOW_CONTRACTION_RATE`` after ``SLOW_MIN_STEPS`` steps), then the
+    extrapolated steps of ``accelerate`` with float32 increments of ``G R`` allowed a drift of
+    ``SLOW_DRIFT_PER_STEP`` of each step (when ``mixed``)."""
     gr = op.apply(rot)
     run = _PowerRun(rot, gr, [_objective(rot, gr)])
     gr_prev = gr
     momentum = _Momentum(accelerate)
     gpm_step = _GpmStep(op, workers, mixed=mixed, exact_below=EXACT_NEAR_TOL * rule.step_tol)
+    plain_sizes: list[float] = []
     while run.iterations < max_iter:
         beta = momentum.beta
         overshot = False
@@ -583,13 +549,39 @@ def _power_iterations(op: _GramOperator, workers: BlockWorkers, rot: np.ndarray,
             break
         momentum.record(nxt.size, extrapolated=beta > 0.0,
                         restart=overshot or nxt.size <= rule.step_tol)
+        if auto and not momentum.enabled:
+            plain_sizes = [*plain_sizes[-2:], nxt.size]
+            rate = _slow_contraction(plain_sizes, run.iterations)
+            if rate is not None:
+                run.switched_at = run.iterations
+                run.switch_reason = (f"plain GPM contracting at {rate:.4f} per step (>= "
+                                     f"{SLOW_CONTRACTION_RATE}) after {run.iterations} steps")
+                momentum.start(plain_sizes)
+                gpm_step.drift_per_step = SLOW_DRIFT_PER_STEP
     return run
+
+
+def _slow_contraction(sizes: list[float], iterations: int) -> float | None:
+    """The smaller of the last two step ratios when both are at least
+    ``SLOW_CONTRACTION_RATE`` (and below 1: a contraction) after ``SLOW_MIN_STEPS`` steps, else
+    None."""
+    if iterations < SLOW_MIN_STEPS or len(sizes) < 3 or not (sizes[0] > 0.0 and sizes[1] > 0.0):
+        return None
+    rate = min(sizes[1] / sizes[0], sizes[2] / sizes[1])
+    top = max(sizes[1] / sizes[0], sizes[2] / sizes[1])
+    return rate if rate >= SLOW_CONTRACTION_RATE and top < 1.0 else None
 
 
 def check_precision(precision: str) -> str:
     """``precision`` if it is one of :data:`PRECISIONS` (used by :func:`solve_gopp` and the
     analyst config)."""
     return check_choice(precision, "precision", PRECISIONS)
+
+
+def check_method(method: str) -> str:
+    """``method`` if it is one of :data:`METHODS` (used by :func:`solve_gopp` and the analyst
+    config)."""
+    return check_choice(method, "method", METHODS)
 
 
 def check_stopping(stopping: str) -> str:
@@ -607,6 +599,7 @@ def solve_gopp(
     accelerate: bool = False,
     precision: str = "auto",
     stopping: str = "objective",
+    method: str = "auto",
 ) -> GoppResult:
     """Solve the centered GOPP by spectral initialisation and the generalized power method.
 
@@ -639,6 +632,14 @@ def solve_gopp(
         step rule, or earlier once the objective still to gain is predicted below
         ``OBJECTIVE_GAP_RTOL`` relative. ``"relative"``: the step rule relative to
         ``||R||_F``. ``"absolute"``: the paper's rule.
+    method : {"auto", "gpm"}
+        ``"gpm"``: the paper's GPM (extrapolated only with ``accelerate``), for reproducing its
+        protocol with its cap. ``"auto"`` (default): the same plain steps while they contract
+        fast (below ``v_PT``: identical to ``"gpm"``); once two consecutive step ratios are at
+        least ``SLOW_CONTRACTION_RATE`` the extrapolated steps of ``accelerate`` take over
+        (never lowering the objective, converging only on a plain step), with float32
+        increments of ``G R`` where ``precision`` allows them. ``GoppResult.method`` and
+        ``switch_reason`` say what ran.
 
     Returns
     -------
@@ -655,6 +656,7 @@ def solve_gopp(
     max_iter = check_count(max_iter, "max_iter", minimum=0)
     tol = check_positive(tol, "tol")
     precision = check_precision(precision)
+    method = check_method(method)
     rule = _StoppingRule(check_stopping(stopping), tol, p, d)
     means, bc = center_rows(b)
     op = _GramOperator(bc)
@@ -671,16 +673,18 @@ def solve_gopp(
     with blas_threads(threads["steps"]), workers:
         rot = _spectral_start(u, workers)
         run = _power_iterations(op, workers, rot, max_iter=max_iter, rule=rule,
-                                accelerate=accelerate, mixed=mixed)
+                                accelerate=accelerate, mixed=mixed, auto=method == "auto")
     drift_estimate = run.drift
     with blas_threads(gemm_threads(op.product_flops)):
         product_drift = run.make_exact(op)
     objective = run.trace[-1]
 
     cert_start = time.perf_counter()
+    cert = None
     if certify:
-        threads["certificate"] = eigh_threads(_certificate_order(op))
-    min_eig = certificate_min_eig(op, run.rotations, run.gr) if certify else None
+        threads["certificate"] = _certificate_threads(op)
+        cert = _certify(op, run.rotations, run.gr)
+    min_eig = None if cert is None else cert.min_eig
     cert_seconds = time.perf_counter() - cert_start if certify else 0.0
     cert_tol = CERTIFICATE_RTOL * max(lambda_1, 1.0)
     return GoppResult(
@@ -703,6 +707,10 @@ def solve_gopp(
         product_drift_estimate=drift_estimate,
         stopped_by=rule.stopped_by,
         blas_threads=threads,
+        certificate_path="" if cert is None else cert.path,
+        method="gpm+momentum" if accelerate or run.switched_at is not None else "gpm",
+        switched_at=run.switched_at,
+        switch_reason=run.switch_reason,
     )
 
 

@@ -360,7 +360,8 @@ def prepare_bench(cfg: BenchConfig, p: int, data: Dataset | None = None) -> Benc
     sim = SimulationConfig(dataset=data.name, participants=p, anchors=cfg.anchors_per_dim * d,
                            dim=cfg.dim if projection is not None else None,
                            colluder=cfg.colluder, seed=cfg.seed, max_iter=cfg.max_iter,
-                           tol=cfg.tol, stopping=cfg.stopping, test_fraction=cfg.test_fraction,
+                           tol=cfg.tol, stopping=cfg.stopping, gopp_method="gpm",
+                           test_fraction=cfg.test_fraction,
                            validation_fraction=cfg.validation_fraction,
                            translation_scale=cfg.translation_scale,
                            utility=False)  # the sweep scores Z with every cfg.models itself

@@ -88,6 +88,7 @@ class SimulationConfig:
     tol: float = 1e-7
     precision: str = "auto"
     stopping: str = "objective"
+    gopp_method: str = "auto"
     test_fraction: float = 0.2
     validation_fraction: float = 0.0
     translation_scale: float = DEFAULT_TRANSLATION_SCALE
@@ -262,7 +263,7 @@ def simulate(config: SimulationConfig, federation: Federation | None = None, *,
     alignment = align(method, [u.data for u in uploads],
                       [u.anchor for u in uploads] if method.uses_anchor else None,
                       max_iter=config.max_iter, tol=config.tol, precision=config.precision,
-                      stopping=config.stopping)
+                      stopping=config.stopping, gopp_method=config.gopp_method)
 
     solver = {"iterations": 0, "converged": True, "certified": None, "certificate_min_eig": None,
               "seconds": 0.0, **alignment.solver}

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from noisyanchor.common.cliargs import int_at_least, nonnegative_float, positive_float
-from noisyanchor.common.gopp import PRECISIONS, STOPPING_RULES
+from noisyanchor.common.gopp import METHODS, PRECISIONS, STOPPING_RULES
 from noisyanchor.common.methods import DEFAULT_ANCHOR_NOISE, Method
 from noisyanchor.experiments.datasets import DATASETS
 
@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ps.add_argument("--precision", choices=PRECISIONS, default="auto",
                     help="GOPP products: float64 throughout (double), float32 increments once "
                          "steps are small (mixed), or mixed for large problems (auto)")
+    ps.add_argument("--gopp-method", choices=METHODS, default="auto",
+                    help="GOPP method: the GPM, extrapolated once it contracts slowly (auto); "
+                         "the paper's GPM throughout (gpm)")
     ps.add_argument("--blas-threads", type=int_at_least(0), default=0,
                     help="BLAS threads of every operation (0: one, more only for large problems "
                          "when CPUs are idle)")
@@ -60,7 +63,7 @@ def _run(args: argparse.Namespace) -> int:
         anchors=args.anchors, dim=args.dim, sigma=args.sigma, v=args.v,
         colluder=None if args.colluder < 0 else args.colluder, seed=args.seed,
         max_iter=args.max_iter, tol=args.tol, precision=args.precision, stopping=args.stopping,
-        utility=not args.no_utility)
+        gopp_method=args.gopp_method, utility=not args.no_utility)
     summary = simulate(config).summary()
     if args.json:
         print(json.dumps(summary, indent=2))

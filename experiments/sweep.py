@@ -18,7 +18,9 @@ Design:
 * Rows are appended to ``rows.jsonl`` as they finish, keyed by
   ``(p, method, draw, translation_scale)``: a killed sweep restarted with the same arguments
   skips the keys already written.
-* Draws run in a process pool (default 2 workers, one BLAS thread each).
+* Draws run in a process pool (default 2 workers, one BLAS thread each), or on a Dask cluster
+  (``--scheduler local`` or ``tcp://HOST:PORT``, :mod:`experiments.executors`): the same tasks,
+  results and results folder whatever runs them.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import argparse
 import dataclasses
 import datetime
 import json
-import multiprocessing
 import os
 import time
 from collections.abc import Iterator
@@ -43,6 +44,7 @@ from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.methods import Method, make_upload
 from noisyanchor.common.theory import phase_transition_v
 from noisyanchor.experiments.bench import Bench, BenchConfig, prepare_bench
+from noisyanchor.experiments.executors import POOL, check_scheduler, executor
 from noisyanchor.experiments.linkage import ATTACK_SETS, linkage_accuracy, strongest_attack
 from noisyanchor.experiments.simulate import Federation, SimulationResult, attack_errors, simulate
 
@@ -371,8 +373,11 @@ def bench_meta(bench: Bench) -> dict[str, Any]:
             "attacks": list(available_attacks())}
 
 
-def run_sweep(cfg: BenchConfig, out: Path, *, progress: bool = True) -> dict[str, Any]:
-    """Run (or resume) the sweep into ``out/rows.jsonl``; returns counts and wall time."""
+def run_sweep(cfg: BenchConfig, out: Path, *, progress: bool = True,
+              scheduler: str = POOL) -> dict[str, Any]:
+    """Run (or resume) the sweep into ``out/rows.jsonl`` on ``scheduler``
+    (:func:`experiments.executors.executor`); returns counts and wall time."""
+    scheduler = check_scheduler(scheduler)
     out.mkdir(parents=True, exist_ok=True)
     rows_path = out / ROWS_FILE
     meta_path = out / META_FILE
@@ -393,14 +398,14 @@ def run_sweep(cfg: BenchConfig, out: Path, *, progress: bool = True) -> dict[str
 
     bar = tqdm(total=total, initial=total - len(todo), unit="draw", disable=not progress,
                desc="sweep")
-    ctx = multiprocessing.get_context("fork")  # workers inherit the imported modules
     written = 0
-    with open(rows_path, "a") as fh, ctx.Pool(cfg.workers, _init_worker,
-                                              (cfg.to_dict(),)) as pool:
-        for rows in pool.imap_unordered(_worker_run, todo):
+    with open(rows_path, "a") as fh, executor(scheduler, cfg.workers, _init_worker,
+                                              (cfg.to_dict(),)) as run_all:
+        for rows in run_all(_worker_run, todo):
             for row in rows:
                 if row_key(row) not in done:
                     fh.write(json.dumps(row) + "\n")
+                    done.add(row_key(row))  # a task's result is written once, however often run
                     written += 1
             fh.flush()
             bar.update(1)
@@ -409,6 +414,7 @@ def run_sweep(cfg: BenchConfig, out: Path, *, progress: bool = True) -> dict[str
     run = {"finished_utc": now.isoformat(timespec="seconds"),
            "tasks": total, "ran": len(todo), "rows_written": written,
            "seconds": time.perf_counter() - start, "workers": cfg.workers,
+           "scheduler": scheduler,
            "cpu_count": os.cpu_count(), "load_average_start": load_start,
            "load_average_end": os.getloadavg()}
     with open(out / RUNS_FILE, "a") as fh:  # the measured conditions, quoted by the report
@@ -429,6 +435,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     ps.add_argument("--data", default=None,
                     help="override the config's data file (IDX images, .npz, .npy or .csv)")
     ps.add_argument("--labels", default=None, help="override the config's IDX labels file")
+    ps.add_argument("--scheduler", type=check_scheduler, default=POOL,
+                    help="where tasks run: this machine's process pool (pool), a Dask LocalCluster "
+                         "of --workers processes (local), or a Dask scheduler tcp://HOST:8786 "
+                         "(needs noisyanchor[cluster])")
     ps.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     ps.add_argument("--json", action="store_true", help="print the run summary as JSON")
     ps.set_defaults(handler=_run)
@@ -437,7 +447,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     cfg = BenchConfig.from_toml(args.config, draws=args.draws, workers=args.workers,
                                 seed=args.seed, path=args.data, labels_path=args.labels)
-    result = run_sweep(cfg, Path(args.out), progress=not args.no_progress)
+    result = run_sweep(cfg, Path(args.out), progress=not args.no_progress,
+                       scheduler=args.scheduler)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

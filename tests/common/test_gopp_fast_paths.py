@@ -1,6 +1,7 @@
 """The GOPP solver's fast paths agree with the straightforward ones (SPEC.md section 2): the
 eigh-based polar factor, the threaded GPM step, the extrapolated GPM, the secular-equation and
-Lanczos certificates, and the benchmark's straightforward solver."""
+Lanczos certificates (the matrix-free one: tests/common/test_gopp_certificate.py), and the
+benchmark's straightforward solver."""
 
 import itertools
 import json
@@ -11,10 +12,12 @@ import scipy.linalg
 
 from benchmarks import bench_gopp
 from noisyanchor.common import gopp as gopp_module
+from noisyanchor.common import gopp_certificate as certificate_module
 from noisyanchor.common.blas import blas_threads
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.gdp import make_anchor, sample_key
 from noisyanchor.common.gopp import solve_gopp
+from noisyanchor.common.gopp_certificate import certify
 from noisyanchor.common.linalg import (
     BlockWorkers,
     extreme_eigh,
@@ -122,39 +125,38 @@ def test_plain_gpm_is_unchanged_by_the_acceleration_switch_default():
     assert res.iterations == len(res.objective_trace) - 1
 
 
+def _certificates(b, res, paths):
+    """``lambda_min(Lambda - G)`` at ``res.rotations`` by each certificate path."""
+    op = gopp_module._GramOperator(np.stack(b) - np.stack(b).mean(axis=1, keepdims=True))
+    gr = op.apply(res.rotations)
+    return {path: certify(op.k, res.rotations, gr, path=path) for path in paths}
+
+
 @pytest.mark.parametrize(("p", "d", "r", "factor"),
                          [(5, 12, 60, 0.5), (5, 12, 60, 3.0), (3, 6, 40, 3.0), (6, 20, 50, 2.0),
                           (3, 6, 40, 0.5)])
-def test_secular_certificate_equals_the_dense_one(monkeypatch, p, d, r, factor):
+def test_secular_certificate_equals_the_dense_one(p, d, r, factor):
     """r < pd (K has r rows) and r > pd (QR triangle): lambda_min(Lambda - G) to 1e-10 * ||G||."""
     b = _anchors(7, p, d, r, factor)
     dense = solve_gopp(b, max_iter=50)
-    monkeypatch.setattr(gopp_module, "DENSE_CERTIFICATE_MAX", 0)
-    calls = []
-    secular = gopp_module._secular_min_eig
-
-    def spy(*args):
-        calls.append(secular(*args))
-        return calls[-1]
-
-    monkeypatch.setattr(gopp_module, "_secular_min_eig", spy)
-    reduced = solve_gopp(b, max_iter=50)
-    assert calls and calls[0] is not None  # the secular path answered
+    certs = _certificates(b, dense, ("dense", "secular"))
+    assert certs["secular"].path == "secular"  # the secular path answered
     scale = dense.certificate_tol / gopp_module.CERTIFICATE_RTOL
-    assert abs(reduced.certificate_min_eig - dense.certificate_min_eig) <= 1e-10 * scale
-    assert reduced.certified == dense.certified
+    for cert in certs.values():  # the solver's own path is one of the two
+        assert abs(cert.min_eig - dense.certificate_min_eig) <= 1e-10 * scale
+        assert (cert.min_eig >= -dense.certificate_tol) == dense.certified
     assert dense.certified or factor > 1  # below v_PT the converged runs certify
 
 
 def test_lanczos_fallback_equals_the_dense_certificate_at_a_stationary_point(monkeypatch):
     b = _anchors(8, 5, 12, 60, 0.5)
     dense = solve_gopp(b)
-    monkeypatch.setattr(gopp_module, "DENSE_CERTIFICATE_MAX", 0)
-    monkeypatch.setattr(gopp_module, "_secular_min_eig", lambda *args: None)
-    lanczos = solve_gopp(b)
+    monkeypatch.setattr(certificate_module._Secular, "solve", lambda *args, **kwargs: None)
+    lanczos = _certificates(b, dense, ("secular",))["secular"]
+    assert lanczos.path == "lanczos" and lanczos.products > 0
     scale = dense.certificate_tol / gopp_module.CERTIFICATE_RTOL
-    assert abs(lanczos.certificate_min_eig - dense.certificate_min_eig) <= 1e-8 * scale
-    assert lanczos.certified and dense.certified
+    assert abs(lanczos.min_eig - dense.certificate_min_eig) <= 1e-8 * scale
+    assert lanczos.min_eig >= -dense.certificate_tol and dense.certified
 
 
 def _evr_finds_nothing(monkeypatch):
@@ -193,15 +195,16 @@ def test_certificate_of_the_issue_13_draw_is_a_number_equal_to_the_lanczos_one(m
     b = list(bench_gopp.make_anchors(200, 20, 100, 0.5, seed=seed))
     res = solve_gopp(b)
     assert res.converged and res.certified and np.isfinite(res.certificate_min_eig)
+    assert res.certificate_path == "secular"
     _evr_finds_nothing(monkeypatch)  # every subset solve of the secular path fails
-    forced = solve_gopp(b)
-    monkeypatch.setattr(gopp_module, "_secular_min_eig", lambda *args: None)
-    lanczos = solve_gopp(b)
+    forced = _certificates(b, res, ("secular",))["secular"]
+    monkeypatch.setattr(certificate_module._Secular, "solve", lambda *args, **kwargs: None)
+    lanczos = _certificates(b, res, ("secular",))["secular"]
     scale = res.certificate_tol / gopp_module.CERTIFICATE_RTOL
     # Both at a certified stationary point: lambda_min is 0 up to rounding (1e-10 * ||G||).
     for other in (forced, lanczos):
-        assert abs(other.certificate_min_eig - res.certificate_min_eig) <= 1e-10 * scale
-        assert other.certified
+        assert abs(other.min_eig - res.certificate_min_eig) <= 1e-10 * scale
+        assert other.min_eig >= -res.certificate_tol
 
 
 def test_straightforward_baseline_runs_the_same_iteration_as_solve_gopp():

@@ -1,0 +1,54 @@
+"""GOPP methods (issue 24): ``method="auto"`` (the default) is the paper's GPM while it contracts
+fast and switches to the extrapolated GPM once it contracts slowly (above ``v_PT``), never
+lowering the objective; ``method="gpm"`` keeps the paper's iteration with its cap."""
+
+import numpy as np
+import pytest
+
+from benchmarks import bench_gopp
+from noisyanchor.common import gopp as gopp_module
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.gopp import METHODS, SLOW_CONTRACTION_RATE, solve_gopp
+
+
+@pytest.mark.parametrize(("seed", "p", "d", "r"), [(0, 6, 10, 40), (1, 12, 8, 30),
+                                                   (2, 4, 30, 120)])
+def test_below_v_pt_auto_is_exactly_the_papers_gpm(seed, p, d, r):
+    b = list(bench_gopp.make_anchors(p, d, r, 0.5, seed))
+    auto, gpm = solve_gopp(b), solve_gopp(b, method="gpm")
+    assert auto.method == gpm.method == "gpm" and auto.switched_at is None
+    assert auto.iterations == gpm.iterations and auto.stopped_by == gpm.stopped_by
+    np.testing.assert_array_equal(auto.rotations, gpm.rotations)
+    assert auto.certified and gpm.certified
+
+
+@pytest.mark.parametrize(("seed", "factor"), [(0, 1.5), (1, 2.0), (2, 3.0), (4, 1.5), (5, 2.5)])
+def test_above_v_pt_auto_extrapolates_and_reaches_the_capped_gpm_objective_sooner(seed, factor):
+    b = list(bench_gopp.make_anchors(6, 10, 40, factor, seed))
+    cap = 200
+    gpm = solve_gopp(b, max_iter=cap, method="gpm", certify=False)
+    auto = solve_gopp(b, max_iter=cap, certify=False)
+    assert auto.method == "gpm+momentum" and auto.switched_at is not None
+    assert f">= {SLOW_CONTRACTION_RATE}" in auto.switch_reason
+    trace = auto.objective_trace
+    # never lower: each objective at least the one before, up to 1e-12 relative rounding
+    assert np.all(np.diff(trace) >= -1e-12 * abs(trace[-1]))
+    assert auto.objective >= gpm.objective * (1 - 1e-12)
+    reached = int(np.argmax(trace >= gpm.objective * (1 - 1e-12)))
+    assert reached <= cap // 2  # the capped GPM's objective in at most half its iterations
+
+
+def test_auto_converges_on_a_plain_step_at_a_stationary_point():
+    b = list(bench_gopp.make_anchors(6, 10, 40, 2.0, seed=3))
+    res = solve_gopp(b, max_iter=5000, stopping="absolute")
+    assert res.converged and res.stopped_by == "step" and res.fixed_point_residual <= 1e-7
+    op = gopp_module._GramOperator(np.stack(b) - np.stack(b).mean(axis=1, keepdims=True))
+    gr = op.apply(res.rotations)
+    # a fixed point of the GPM map: R_i = Pi((G R)_i) to 1e-6
+    assert np.abs(gopp_module.polar_factor(gr) - res.rotations).max() < 1e-6
+
+
+def test_method_must_be_a_known_one():
+    assert METHODS == ("auto", "gpm")
+    with pytest.raises(InvalidInputError, match="method must be one of"):
+        solve_gopp(list(bench_gopp.make_anchors(3, 4, 10, 0.5, seed=0)), method="newton")
