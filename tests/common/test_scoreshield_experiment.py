@@ -30,5 +30,15 @@ def test_scores_experiment_writes_json_figures_and_markdown(tmp_path: Path, caps
         assert row["aap"]["projection"]["min_eigenvalue"] >= -1e-8
         # projection never makes the Frobenius error worse than the raw noisy release here
         assert row["aap"]["frobenius_sq_error"] < row["noisy"]["frobenius_sq_error"]
+        # every Gram row carries the release's own baseline beside the identity's true error
+        assert row["baseline"]["identity_max"] == 60 * 59
+        assert row["newton"]["projection"]["converged"]
+        assert "NOT converged" in row["aap"]["projection"]["label"]  # capped at 3 iterations
+    assert record[0]["baseline"]["no_better_than_identity"]  # record level, epsilon 1
+    r1 = summary["regime_i"]["epsilons"]
+    assert r1[0]["composed_epsilon"] > 5 * r1[0]["epsilon"]  # 30 probes at epsilon 1 compose
     text = (out / "summary.md").read_text()
     assert "NOT record-level DP" in text and "Command:" in text
+    assert "Composed totals of the 30 probes" in text and "vs identity" in text
+    assert "stated verdict" in text and "no better than identity" in text
+    assert "aap (feasibility method; 3 it., relative gap" in text
