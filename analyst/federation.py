@@ -574,6 +574,8 @@ class Federation:
             "participants": list(cfg.participants), "dim": d, "anchors": r,
             "records": int(alignment.z.shape[0]), "sigma": cfg.sigma, "v": cfg.v,
             "v_pt": phase_transition_v(len(data), d, r) if r else None,
+            "preprocessing_sha256": (cfg.schema.preprocessing_sha256.hex() or None
+                                     if cfg.schema is not None else None),
             "row_ranges": {pid: list(rr) for pid, rr in zip(cfg.participants,
                                                              alignment.row_ranges, strict=True)},
             "solver": alignment.solver,

@@ -1,9 +1,10 @@
 """A new operator's pilot, scripted: the README's quick start as separate processes on one
 machine (the end-to-end test and ``benchmarks/bench_pilot.py`` run it).
 
-``provision`` from a project file, the analyst from its kit, three sites started at different
-times (the last one ``late`` seconds after the others), each on its share of the digits data as
-a CSV file, and the analyst's ``result.json`` with the downstream model's metrics.
+``provision`` from a project file, ``data split`` into the kits, the analyst from its kit, three
+sites started at different times (the last one ``late`` seconds after the others), each on its
+share of the data as a CSV file (digits, or the breast cancer data with typed columns), and the
+analyst's ``result.json`` with the downstream model's metrics.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from noisyanchor.deploy.launch import start, stop, write_toml
 
@@ -37,49 +37,68 @@ class PilotRun:
         return (self.root / "logs" / f"{name}.log").read_text(errors="replace")
 
 
-def write_project(root: Path, port: int, *, deadline_minutes: float = 30.0) -> Path:
-    """A project file for three sites on this host (analyst on 127.0.0.1:``port``)."""
-    names = [f"f{j}" for j in range(64)]
+#: Project templates of the pilot's data sets: digits is declared here (plain schema), the
+#: typed tables take their [federation], [schema], [model] and sites from their template.
+TEMPLATES = {"breast-cancer": "federation-breast-cancer.toml"}
+
+
+def pilot_sites(dataset: str = "digits") -> tuple[str, ...]:
+    """The sites of the scripted pilot on ``dataset`` (its template's, for a typed table)."""
+    if dataset not in TEMPLATES:
+        return SITES
+    return tuple(s["name"] for s in _template(dataset)["site"])
+
+
+def _template(dataset: str) -> dict[str, Any]:
+    return tomllib.loads((Path(__file__).parent / "templates" / TEMPLATES[dataset]).read_text())
+
+
+def write_project(root: Path, port: int, *, deadline_minutes: float = 30.0,
+                  dataset: str = "digits") -> Path:
+    """A project file for three sites on this host (analyst on 127.0.0.1:``port``): digits
+    with a plain 64-feature schema, or a typed table's template with this port and deadline."""
+    deadline = f"in {deadline_minutes:g} minutes"
     tables: dict[str, dict[str, Any]] = {
         "project": {"name": "pilot", "validity_days": 30},
         "analyst": {"names": ["localhost"], "addresses": ["127.0.0.1"], "bind": "127.0.0.1",
-                    "port": port},
-        "federation": {"method": "aa-igdp-an", "anchors": 64, "dim": 16,
-                       "projection_seed": 20261129, "v": 0.02, "dealer": SITES[0],
-                       "deadline": f"in {deadline_minutes:g} minutes"},
-        "schema": {"features": 64, "dtype": "float64", "feature_names": names},
-        "model": {"name": "logistic"},
-    }
+                    "port": port}}
+    if dataset in TEMPLATES:
+        template = _template(dataset)
+        tables |= {"federation": template["federation"] | {"deadline": deadline},
+                   "schema": template["schema"], "model": template["model"]}
+    else:
+        tables |= {
+            "federation": {"method": "aa-igdp-an", "anchors": 64, "dim": 16,
+                           "projection_seed": 20261129, "v": 0.02, "dealer": SITES[0],
+                           "deadline": deadline},
+            "schema": {"features": 64, "dtype": "float64",
+                       "feature_names": [f"f{j}" for j in range(64)]},
+            "model": {"name": "logistic"}}
     path = write_toml(root / "federation.toml", tables)
-    with path.open("a") as fh:  # [[site]] array of tables (write_toml writes plain tables)
-        for site in SITES:
+    with path.open("a") as fh:  # [[site]] array of tables
+        for site in pilot_sites(dataset):
             fh.write(f'\n[[site]]\nname = "{site}"\ndata = "data/{site}.csv"\n')
     return path
 
 
-def write_site_data(kits: Path, seed: int = 0) -> None:
-    """Each site's share of the digits data as ``<kit>/data/<site>.csv`` (header f0..f63,
-    label): what a site would export from its own systems."""
-    from noisyanchor.experiments.datasets import load_digits
+def write_site_data(kits: Path, seed: int = 0, *, dataset: str = "digits") -> None:
+    """Each site's share of ``dataset`` as ``<kit>/data/<site>.csv``, what a site would export
+    from its own systems: ``noisyanchor data split`` (:mod:`deploy.datasplit`) into the kits."""
+    from noisyanchor.deploy.datasplit import read_source, split_table
 
-    digits = load_digits()
-    order = np.random.default_rng(seed).permutation(len(digits.x))
-    for site, rows in zip(SITES, np.array_split(order, len(SITES)), strict=True):
-        path = kits / site / "data" / f"{site}.csv"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        header = ",".join([*(f"f{j}" for j in range(64)), "label"])
-        table = np.column_stack([digits.x[rows], digits.y[rows]])
-        np.savetxt(path, table, delimiter=",", header=header, comments="",
-                   fmt=["%.6g"] * 64 + ["%d"])
+    split_table(read_source(dataset), pilot_sites(dataset), str(Path(kits) / "{site}" / "data"),
+                seed=seed)
 
 
 def run_pilot(root: Path, port: int, *, stagger: float = 3.0, late: float = 60.0,
-              timeout: float = 600.0) -> PilotRun:
-    """Run the scripted pilot under ``root`` (see the module docstring); every process is
+              timeout: float = 600.0, dataset: str = "digits") -> PilotRun:
+    """Run the scripted pilot under ``root`` (see the module docstring) on ``dataset``
+    (``digits`` or ``breast-cancer``, split by ``noisyanchor data split``); every process is
     stopped at the end."""
     root = Path(root)
     logs = root / "logs"
-    project = write_project(root, port)
+    sites = pilot_sites(dataset)
+    project = write_project(root, port, dataset=dataset)
     begin = time.monotonic()
     procs: dict[str, subprocess.Popen] = {}
     run = PilotRun(root, {})
@@ -88,17 +107,21 @@ def run_pilot(root: Path, port: int, *, stagger: float = 3.0, late: float = 60.0
         if procs["provision"].wait(120) != 0:
             raise RuntimeError(f"provision failed: {(logs / 'provision.log').read_text()}")
         kits = root / "kits"
-        write_site_data(kits)
+        procs["split"] = start(["data", "split", "--dataset", dataset, "--sites",
+                                ",".join(sites), "--out", kits / "{site}" / "data"],
+                               logs / "split.log")
+        if procs["split"].wait(120) != 0:
+            raise RuntimeError(f"data split failed: {(logs / 'split.log').read_text()}")
         procs["analyst"] = start(["analyst", "serve", "--config", kits / "analyst" /
                                   "analyst.toml"], logs / "analyst.log")
         run.seconds["analyst_started"] = time.monotonic() - begin
-        for i, site in enumerate(SITES):
+        for i, site in enumerate(sites):
             if i:
-                time.sleep(late if i == len(SITES) - 1 else stagger)
+                time.sleep(late if i == len(sites) - 1 else stagger)
             procs[site] = start(["participant", "upload", "--config",
                                  kits / site / f"{site}.toml"], logs / f"{site}.log")
             run.seconds[f"{site}_started"] = time.monotonic() - begin
-        for site in SITES:
+        for site in sites:
             run.exit_codes[site] = procs[site].wait(timeout)
         result = kits / "analyst" / "store" / "result" / "result.json"
         deadline = time.monotonic() + timeout

@@ -42,6 +42,7 @@ from noisyanchor.common.errors import (
     NotFoundError,
 )
 from noisyanchor.common.identity import participant_id
+from noisyanchor.common.tabular import TabularSchema
 from noisyanchor.common.tomlconfig import Table, check_id, read_toml
 from noisyanchor.deploy.certs import (
     certify,
@@ -271,8 +272,13 @@ def analyst_tables(project: Project) -> dict[str, dict[str, Any]]:
 
 
 def site_tables(project: Project, site: Site) -> dict[str, dict[str, Any]]:
-    """Site ``site``'s config: it connects to the analyst's first name, checked against it."""
+    """Site ``site``'s config: it connects to the analyst's first name, checked against it,
+    and pins the digest of the project's typed columns, if any (the site refuses an analyst
+    that serves another preprocessing)."""
     protocol = {k: project.federation[k] for k in PROTOCOL_KEYS if k in project.federation}
+    if project.schema and "column" in project.schema:
+        protocol["preprocessing_sha256"] = TabularSchema.from_toml(
+            project.schema, project.path).digest().hex()
     return {
         "participant": {"id": site.name, "federation_id": project.name,
                         "analyst": f"{project.analyst_names[0]}:{project.port}",

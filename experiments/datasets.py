@@ -16,7 +16,8 @@ import numpy as np
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.validation import check_count
 
-DATASETS = ("digits", "synthetic")
+DATASETS = ("digits", "synthetic", "breast-cancer", "breast-cancer-unscaled", "fair",
+            "fair-unscaled")
 
 
 @dataclass(frozen=True)
@@ -185,10 +186,120 @@ def load_array_file(
                    None if ids is None else ids.astype(np.int64), image_shape)
 
 
+@dataclass(frozen=True)
+class Table:
+    """A table as a site would export it: header names and rows of cell texts.
+
+    Attributes
+    ----------
+    label : str
+        The label column's name (its cells are the label texts).
+    """
+
+    name: str
+    header: tuple[str, ...]
+    rows: list[list[str]]
+    label: str
+
+    def column(self, name: str) -> list[str]:
+        """The cells of column ``name``."""
+        j = self.header.index(name)
+        return [row[j] for row in self.rows]
+
+
+#: Bundled tables (``noisyanchor data split --dataset``), all offline.
+TABLES = ("digits", "breast-cancer", "fair")
+
+#: The project template (``deploy/templates/``) whose ``[schema]`` types each bundled table.
+TABLE_TEMPLATES = {"breast-cancer": "federation-breast-cancer.toml",
+                   "fair": "federation-fair.toml"}
+
+#: Fair's occupation codes (statsmodels.datasets.fair's description) as category names.
+FAIR_OCCUPATIONS = {1: "student", 2: "unskilled", 3: "white-collar", 4: "skilled",
+                    5: "managerial", 6: "professional"}
+
+
+def _cell(value: float) -> str:
+    """A number as a CSV cell: exact for the bundled data's values (at most 10 digits)."""
+    return f"{value:.10g}"
+
+
+def bundled_table(name: str) -> Table:
+    """A bundled data set as the table a site exports: ``digits`` (64 pixel columns / 16 and an
+    integer label), ``breast-cancer`` (scikit-learn's Wisconsin diagnostic data: 30 numeric
+    columns by their published names, ``diagnosis`` malignant/benign) or ``fair`` (statsmodels'
+    Fair affairs survey: occupations as category names, ``affair`` no/yes)."""
+    if name == "digits":
+        digits = load_digits()
+        header = (*(f"f{j}" for j in range(64)), "label")
+        rows = [[*(f"{v:.6g}" for v in x), str(int(y))] for x, y in zip(digits.x, digits.y,
+                                                                         strict=True)]
+        return Table(name, header, rows, "label")
+    if name == "breast-cancer":
+        try:
+            from sklearn.datasets import load_breast_cancer
+        except ImportError as err:  # pragma: no cover - depends on the install
+            raise InvalidInputError("the breast cancer data set needs scikit-learn: "
+                                    "pip install 'noisyanchor[eval]'") from err
+        bunch = load_breast_cancer()
+        header = (*(str(n) for n in bunch.feature_names), "diagnosis")
+        rows = [[*(_cell(v) for v in x), str(bunch.target_names[y])]
+                for x, y in zip(bunch.data, bunch.target, strict=True)]
+        return Table(name, header, rows, "diagnosis")
+    if name == "fair":
+        try:
+            from statsmodels.datasets import fair
+        except ImportError as err:
+            raise InvalidInputError("the fair data set is bundled with statsmodels: pip install "
+                                    "statsmodels") from err
+        data = fair.load_pandas().data
+        numeric = ["rate_marriage", "age", "yrs_married", "children", "religious", "educ"]
+        header = (*numeric, "occupation", "occupation_husb", "affair")
+        rows = [[*(_cell(float(r[c])) for c in numeric), FAIR_OCCUPATIONS[int(r["occupation"])],
+                 FAIR_OCCUPATIONS[int(r["occupation_husb"])], "yes" if r["affairs"] > 0 else "no"]
+                for _, r in data.iterrows()]
+        return Table(name, header, rows, "affair")
+    raise InvalidInputError(f"unknown bundled table {name!r}; expected one of {', '.join(TABLES)}")
+
+
+def table_schema(name: str, *, scaled: bool = True):
+    """The typed schema of bundled table ``name`` (from its template in ``deploy/templates/``);
+    ``scaled=False`` drops every numeric column's public scaling (the bench's baseline)."""
+    import dataclasses
+    import tomllib
+
+    from noisyanchor import deploy
+    from noisyanchor.common.tabular import NumericColumn, TabularSchema
+
+    path = Path(deploy.__file__).parent / "templates" / TABLE_TEMPLATES[name]
+    schema = TabularSchema.from_toml(tomllib.loads(path.read_text())["schema"], path)
+    if scaled:
+        return schema
+    raw = tuple(dataclasses.replace(c, center=None, scale=None, min=None, max=None)
+                if isinstance(c, NumericColumn) else c for c in schema.columns)
+    return dataclasses.replace(schema, columns=raw)
+
+
+def load_tabular(name: str, *, scaled: bool = True) -> Dataset:
+    """Bundled table ``name`` encoded with its template's schema (``scaled=False``: numeric
+    columns in their own units), as every site of its pilot encodes its share."""
+    from noisyanchor.common.tabular.reader import encode_rows
+
+    table = bundled_table(name)
+    encoded = encode_rows(table_schema(name, scaled=scaled), table.header, table.rows,
+                          shown=name)
+    return Dataset(name if scaled else f"{name}-unscaled", encoded.x, encoded.labels)
+
+
 def load_dataset(name: str, rng: np.random.Generator) -> Dataset:
-    """Dataset by name (``digits`` or ``synthetic``); ``rng`` drives synthetic generation."""
+    """Dataset by name: ``digits``, ``synthetic`` (``rng`` drives its generation), or a
+    bundled typed table as its pilot encodes it (``breast-cancer``, ``fair``) or unscaled
+    (``breast-cancer-unscaled``, ``fair-unscaled``)."""
     if name == "digits":
         return load_digits()
     if name == "synthetic":
         return make_synthetic(rng)
+    base = name.removesuffix("-unscaled")
+    if base in TABLE_TEMPLATES:
+        return load_tabular(base, scaled=base == name)
     raise InvalidInputError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")

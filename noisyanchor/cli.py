@@ -25,7 +25,8 @@ from noisyanchor.common.errors import NoisyAnchorError
 
 #: Role modules that contribute subcommands, in the order they appear in ``--help``.
 ROLE_MODULES = ("noisyanchor.experiments.cli", "noisyanchor.analyst.cli",
-                "noisyanchor.participant.cli", "noisyanchor.deploy.cli")
+                "noisyanchor.participant.cli", "noisyanchor.deploy.cli",
+                "noisyanchor.deploy.data_cli")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

@@ -189,6 +189,13 @@ def check_fits_federation(cfg: ParticipantConfig, info: pb.FederationInfo, data:
     check_declared(declared, own, who=f"{cfg.id}'s config", analyst="the analyst")
 
 
+def _preprocessing(schema: RecordSchema | None) -> str:
+    """What the log says of the preprocessing: the typed schema and its digest."""
+    if schema is None or schema.tabular is None:
+        return "no typed columns"
+    return f"{schema.describe()}, preprocessing {schema.preprocessing_sha256.hex()[:16]}"
+
+
 @dataclass(frozen=True)
 class Joined:
     """A participant that joined: the declaration, its records as the federation's schema
@@ -229,8 +236,9 @@ def _join(client: AnalystClient, cfg: ParticipantConfig) -> Joined:
         limit = f"until the federation's deadline {until}"
     else:
         limit = f"at most {human_duration(client.timeout)} ([participant] timeout)"
-    log.info("%s joined federation %s (%d participants, %s); waiting for the others %s",
-             cfg.id, info.federation_id, len(info.participants), info.method, limit)
+    log.info("%s joined federation %s (%d participants, %s; %d records, %s); waiting for the "
+             "others %s", cfg.id, info.federation_id, len(info.participants), info.method,
+             len(data.x), _preprocessing(schema), limit)
     return Joined(info, data, x, schema.preprocessing_sha256 if schema is not None else b"")
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import codecs
 import csv
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +76,7 @@ class EncodedTable:
     ignored: tuple[str, ...] = ()
 
 
-def _open_text(path: Path, shown: str):
+def open_table_text(path: Path, shown: str):
     """``path`` as UTF-8 text for :mod:`csv` (a UTF-8 byte-order mark is skipped)."""
     try:
         with path.open("rb") as fh:
@@ -109,7 +109,7 @@ def _undecodable_line(path: Path) -> tuple[int, bytes]:
     return 0, b""
 
 
-def _rows(fh, path: Path, shown: str, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+def table_rows(fh, path: Path, shown: str, delimiter: str) -> Iterator[tuple[int, list[str]]]:
     """``(first line, fields)`` of every non-blank row, fields stripped of surrounding spaces."""
     reader = csv.reader(fh, delimiter=delimiter, strict=True)
     end = 0
@@ -132,7 +132,7 @@ def _rows(fh, path: Path, shown: str, delimiter: str) -> Iterator[tuple[int, lis
         yield start, [f.strip() for f in row]
 
 
-def _header(rows: Iterator[tuple[int, list[str]]], shown: str,
+def table_header(rows: Iterator[tuple[int, list[str]]], shown: str,
             delimiter: str) -> tuple[int, list[str]]:
     try:
         line, header = next(rows)
@@ -197,9 +197,9 @@ def read_table(path: Path, schema: TabularSchema | None, *, label_column: str = 
     if len(delimiter) != 1:
         raise TableError(shown, f"the delimiter must be one character, got {delimiter!r}")
     label = schema.label if schema is not None and schema.label else label_column
-    with _open_text(path, shown) as fh:
-        rows = _rows(fh, path, shown, delimiter)
-        header_line, header = _header(rows, shown, delimiter)
+    with open_table_text(path, shown) as fh:
+        rows = table_rows(fh, path, shown, delimiter)
+        header_line, header = table_header(rows, shown, delimiter)
         position = {name: j for j, name in enumerate(header)}
         if label not in position and require_label:
             raise TableError(shown, f"the header has no label column {label!r}",
@@ -241,6 +241,29 @@ def read_table(path: Path, schema: TabularSchema | None, *, label_column: str = 
     if not encoder.blocks:
         raise TableError(shown, "the file has a header but no records", line=header_line)
     return encoder.table(tuple(n for c in columns for n in c.encoded_names), ignored)
+
+
+def encode_rows(schema: TabularSchema, header: Sequence[str], rows: Sequence[Sequence[str]], *,
+                shown: str = "table", chunk_rows: int = CHUNK_ROWS) -> EncodedTable:
+    """Encode an in-memory table (``header`` and rows of cell texts, line 2 onward) exactly as
+    :func:`read_table` encodes a file: the bench and the demo encode bundled tables with it."""
+    header = list(header)
+    position = {name: j for j, name in enumerate(header)}
+    absent = [c.name for c in schema.columns if c.name not in position]
+    if absent:
+        raise TableError(shown, "the header has no such column, which the schema declares",
+                         line=1, column=absent[0])
+    encoder = _ChunkEncoder(shown, header, list(schema.columns), frozenset(schema.missing_tokens),
+                            schema.label_classes, position.get(schema.label or ""), None)
+    for start in range(0, len(rows), chunk_rows):
+        chunk = [[cell.strip() for cell in row] for row in rows[start:start + chunk_rows]]
+        for k, row in enumerate(chunk):
+            if len(row) != len(header):
+                raise _width_error(shown, start + 2 + k, row, header)
+        encoder.add(chunk, list(range(start + 2, start + 2 + len(chunk))))
+    if not encoder.blocks:
+        raise TableError(shown, "the table has no records", line=1)
+    return encoder.table(schema.encoded_names, ())
 
 
 def _listed(names, limit: int = 8) -> str:

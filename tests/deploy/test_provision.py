@@ -161,3 +161,22 @@ def test_provision_cli_prints_the_kits_and_refuses_a_second_run(project, capsys)
     assert main(["provision", "--project", str(project)]) == 1
     assert "already provisioned" in capsys.readouterr().err
     assert main(["provision", "--project", str(project), "--renew", "org-a"]) == 0
+
+
+@pytest.mark.parametrize("template", ["federation-breast-cancer.toml", "federation-fair.toml"])
+def test_typed_templates_provision_as_they_are_and_pin_the_preprocessing(tmp_path, template):
+    import tomllib
+
+    from noisyanchor.common.tabular import TabularSchema
+
+    path = tmp_path / template
+    path.write_text((TEMPLATE.parent / template).read_text())
+    done = provision(path, tmp_path / "kits")
+    analyst = load_analyst_config(done.kits["analyst"] / "analyst.toml")
+    digest = TabularSchema.from_toml(tomllib.loads(path.read_text())["schema"], path).digest()
+    assert analyst.schema.preprocessing_sha256 == digest
+    sites = [name for name in done.kits if name != "analyst"]
+    assert len(sites) == 3
+    for site in sites:
+        cfg = load_participant_config(done.kits[site] / f"{site}.toml")
+        assert cfg.preprocessing_sha256 == digest.hex()

@@ -1,0 +1,235 @@
+"""A draft ``[schema]`` from one site's table, for the operator to review
+(``noisyanchor schema draft --data site.csv``).
+
+One pass over the table (the reader's streaming rows, :mod:`common.tabular.reader`), keeping per
+column a count of cells, missing cells, numbers, their running mean and spread (Welford) and
+range, and up to ``max_categories + 1`` distinct texts. A column is drafted as numeric when every
+present cell is a number, boolean when every present cell is a true/false text, categorical when
+it holds at most ``max_categories`` distinct texts, and left out (commented) otherwise (an
+identifier or free text). The file says, at its top and beside every value, that centres,
+scales, ranges and categories taken from one site's data are that site's statistics, and should
+be replaced by public ones where they exist: they differ between sites, and they tell every
+party something about this site's records.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from noisyanchor.common.tabular.columns import FALSE_TOKENS, TRUE_TOKENS
+from noisyanchor.common.tabular.errors import TableError
+from noisyanchor.common.tabular.reader import open_table_text, table_header, table_rows
+
+#: Distinct texts up to which a text column is drafted as categorical.
+MAX_CATEGORIES = 30
+
+#: Scalings the draft can propose for numeric columns.
+SCALINGS = ("standard", "range")
+
+
+@dataclass
+class ColumnStats:
+    """What one pass saw of one column.
+
+    Attributes
+    ----------
+    n, missing : int
+        Cells, and empty ones among them.
+    numbers : int
+        Cells that are numbers; ``mean``, ``m2`` (Welford's sum of squared deviations),
+        ``low``, ``high`` over them.
+    texts : dict of str to int
+        Distinct cells and their counts, kept up to ``max_categories + 1`` texts.
+    overflow : bool
+        More distinct texts were seen than were kept.
+    whole : int
+        Numbers among them that are whole.
+    """
+
+    name: str
+    n: int = 0
+    missing: int = 0
+    numbers: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+    low: float = math.inf
+    high: float = -math.inf
+    texts: dict[str, int] = field(default_factory=dict)
+    overflow: bool = False
+    whole: int = 0
+
+    def add(self, cell: str, max_categories: int) -> None:
+        self.n += 1
+        if cell == "":
+            self.missing += 1
+            return
+        if cell in self.texts:
+            self.texts[cell] += 1
+        elif len(self.texts) <= max_categories:
+            self.texts[cell] = 1
+        else:
+            self.overflow = True
+        try:
+            value = float(cell)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or "_" in cell or not cell.isascii():
+            return
+        self.numbers += 1
+        self.whole += value.is_integer()
+        delta = value - self.mean
+        self.mean += delta / self.numbers
+        self.m2 += delta * (value - self.mean)
+        self.low, self.high = min(self.low, value), max(self.high, value)
+
+    @property
+    def present(self) -> int:
+        """Cells that are not empty."""
+        return self.n - self.missing
+
+    @property
+    def std(self) -> float:
+        """Sample standard deviation of the numbers (0 with fewer than two)."""
+        return math.sqrt(self.m2 / (self.numbers - 1)) if self.numbers > 1 else 0.0
+
+    @property
+    def kind(self) -> str | None:
+        """``numeric``, ``boolean``, ``categorical`` or None (left out)."""
+        if not self.present:
+            return None
+        if self.numbers == self.present:
+            return "numeric"
+        tokens = set(TRUE_TOKENS) | set(FALSE_TOKENS)
+        if not self.overflow and {t.casefold() for t in self.texts} <= tokens:
+            return "boolean"
+        if not self.overflow and len(self.texts) >= 2:
+            return "categorical"
+        return None
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A pass over one table: its name, records, every feature column's statistics and the
+    label's."""
+
+    source: str
+    records: int
+    columns: tuple[ColumnStats, ...]
+    label: ColumnStats | None
+    label_column: str
+    max_categories: int = MAX_CATEGORIES
+
+
+def survey(path: Path, *, label_column: str = "label", tag_column: str = "split",
+           delimiter: str = ",", max_categories: int = MAX_CATEGORIES) -> Draft:
+    """One streaming pass over ``path`` (errors as :func:`common.tabular.read_table`'s)."""
+    path = Path(path)
+    shown = str(path)
+    with open_table_text(path, shown) as fh:
+        rows = table_rows(fh, path, shown, delimiter)
+        header_line, header = table_header(rows, shown, delimiter)
+        stats = [ColumnStats(name) for name in header]
+        records = 0
+        for line, row in rows:
+            if len(row) != len(header):
+                raise TableError(shown, f"the row has {len(row)} fields, the header "
+                                 f"{len(header)}", line=line)
+            records += 1
+            for s, cell in zip(stats, row, strict=True):
+                s.add(cell, max_categories)
+    if not records:
+        raise TableError(shown, "the file has a header but no records", line=header_line)
+    label = next((s for s in stats if s.name == label_column), None)
+    features = tuple(s for s in stats if s.name not in (label_column, tag_column))
+    return Draft(path.name, records, features, label, label_column, max_categories)
+
+
+def _toml(value) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def _sig(value: float) -> float:
+    """``value`` to 6 significant digits (a draft's statistics need no more)."""
+    return float(f"{value:.6g}")
+
+
+def draft_text(draft: Draft, *, scaling: str = "standard",
+               today: datetime.date | None = None) -> str:
+    """The draft ``[schema]`` table as commented TOML (what ``schema draft`` writes)."""
+    if scaling not in SCALINGS:
+        raise TableError(draft.source, f"scaling must be one of {', '.join(SCALINGS)}, got "
+                         f"{scaling!r}")
+    day = (today or datetime.date.today()).isoformat()
+    out = [
+        f"# DRAFT [schema] from {draft.source} ({draft.records} records), written by",
+        f"# 'noisyanchor schema draft' on {day}. Review every column before the federation uses",
+        "# it, then paste it into the project file (federation.toml).",
+        "#",
+        "# The centres, scales, ranges and categories below are THIS SITE'S OWN STATISTICS, taken",
+        "# from one site's data: other sites' data differ, and every party of the federation",
+        "# reads the schema, so these numbers tell them about this site's records. Replace them",
+        "# with public values wherever they exist (a published reference range, a standard, the",
+        "# unit's natural bounds, values agreed before anyone looked at the data). Add the",
+        "# categories other sites hold, and say what a missing cell means.",
+        "",
+        "[schema]",
+    ]
+    label = draft.label
+    if label is None:
+        out.append(f"# no column {draft.label_column!r} in the table: name the label column")
+        out.append(f'# label = "{draft.label_column}"')
+    else:
+        out.append(f"label = {_toml(label.name)}")
+        if label.numbers != label.present and not label.overflow:
+            classes = sorted(label.texts)
+            out.append(f"label_classes = {_toml(classes)}  # seen at this site; every site maps "
+                       "them to 0, 1, ... in this order")
+        elif label.overflow:
+            out.append(f"# {label.name!r} holds more than {draft.max_categories} distinct texts: "
+                       "is it the label?")
+    for stats in draft.columns:
+        out += ["", *_column_lines(stats, scaling, draft.max_categories)]
+    return "\n".join(out) + "\n"
+
+
+def _column_lines(s: ColumnStats, scaling: str, max_categories: int) -> list[str]:
+    kind = s.kind
+    seen = f"{s.present} of {s.n} cells present"
+    if kind is None:
+        why = ("every cell is empty" if not s.present else
+               f"more than {max_categories} distinct texts (an identifier or free text?)"
+               if s.overflow else "one text only")
+        return [f"# column {s.name!r} left out: {why}; {seen}"]
+    lines = ["[[schema.column]]", f"name = {_toml(s.name)}", f'type = "{kind}"']
+    if kind == "numeric":
+        if s.whole == s.numbers and (s.overflow or len(s.texts) == s.present > 2):
+            lines.insert(0, "# distinct whole numbers in most cells: an identifier? If so, leave "
+                         "it out (it is no feature and it names records)")
+        lines.append(f'# unit = ""  # seen at this site: min {_sig(s.low):g}, max '
+                     f"{_sig(s.high):g}, mean {_sig(s.mean):g}, standard deviation "
+                     f"{_sig(s.std):g}")
+        if scaling == "standard":
+            scale = _sig(s.std) if s.std > 0 else 1.0
+            lines += [f"center = {_toml(_sig(s.mean))}  # this site's mean: use a public value",
+                      f"scale = {_toml(scale)}  # this site's standard deviation: use a public "
+                      "value"]
+        else:
+            high = _sig(s.high) if s.high > s.low else _sig(s.low) + 1.0
+            lines += [f"min = {_toml(_sig(s.low))}  # this site's minimum: use a public bound",
+                      f"max = {_toml(high)}  # this site's maximum: use a public bound"]
+    elif kind == "categorical":
+        cats = sorted(s.texts)
+        lines.append(f"categories = {_toml(cats)}  # seen at this site: add the others'")
+        lines.append('unknown = "refuse"  # or the category unknown values are read as')
+    if s.missing:
+        lines.append(f'missing = "refuse"  # {s.missing} of {s.n} cells empty at this site: '
+                     'fill them in, or missing = "fill" with fill = <a public value>')
+    return lines

@@ -1,0 +1,97 @@
+"""Subcommands that prepare a site's table: ``schema draft`` (a draft ``[schema]`` from one
+site's CSV, for the operator to review) and ``data split`` (one CSV per site from a bundled data
+set or the operator's own table)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+#: Top-level commands of this role and their one-line help (see :mod:`noisyanchor.cli`).
+COMMANDS = {"schema": "draft a typed [schema] from one site's CSV table, to review",
+            "data": "split a data set into one CSV table per site"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``schema draft`` and ``data split`` to the top-level parser."""
+    from noisyanchor.common.cliargs import nonnegative_float
+    from noisyanchor.common.tabular.draft import MAX_CATEGORIES, SCALINGS
+
+    schema = sub.add_parser("schema", help=COMMANDS["schema"])
+    inner = schema.add_subparsers(dest="schema_command", required=True, metavar="ACTION")
+    draft = inner.add_parser("draft", help="write a draft [schema] (types, categories, ranges) "
+                             "from one site's table; its statistics are that site's: replace "
+                             "them with public values")
+    draft.add_argument("--data", type=Path, required=True, help="the site's CSV table")
+    draft.add_argument("--label", default="label", help="the label column")
+    draft.add_argument("--tag", default="split", help="the optional split column (left out)")
+    draft.add_argument("--delimiter", default=",", help="between values")
+    draft.add_argument("--scaling", choices=SCALINGS, default="standard",
+                       help="numeric columns: center/scale (standard) or min/max (range)")
+    draft.add_argument("--max-categories", type=int, default=MAX_CATEGORIES,
+                       help="a text column with more distinct values is left out")
+    draft.add_argument("--out", type=Path, default=None,
+                       help="write the draft here (refused if it exists; default: print it)")
+    draft.set_defaults(handler=_draft)
+
+    data = sub.add_parser("data", help=COMMANDS["data"])
+    inner = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    split = inner.add_parser("split", help="one CSV per site, as each would export it")
+    split.add_argument("--dataset", required=True, metavar="digits|breast-cancer|fair|FILE",
+                       help="a bundled data set, or a CSV table with a label column")
+    split.add_argument("--sites", required=True, help="site names, comma-separated")
+    split.add_argument("--out", required=True, metavar="DIR",
+                       help="folder of the tables, or a pattern with {site} (e.g. "
+                       "'kits/{site}/data')")
+    split.add_argument("--alpha", type=float, default=None,
+                       help="label skew: Dirichlet concentration (small: strong skew; default: "
+                       "stratified, no skew)")
+    split.add_argument("--holdout", type=nonnegative_float, default=0.0,
+                       help="fraction of each site's records held back for prediction "
+                       "(<site>-new.csv without labels, <site>-new-labels.csv)")
+    split.add_argument("--label", default="label", help="the label column of a FILE")
+    split.add_argument("--delimiter", default=",", help="between the values of a FILE")
+    split.add_argument("--seed", type=int, default=0, help="of the split")
+    split.add_argument("--json", action="store_true", help="print what each site got as JSON")
+    split.set_defaults(handler=_split)
+
+
+def _draft(args: argparse.Namespace) -> int:
+    from noisyanchor.common.errors import AlreadyExistsError
+    from noisyanchor.common.files import atomic_write
+    from noisyanchor.common.tabular.draft import draft_text, survey
+
+    text = draft_text(survey(args.data, label_column=args.label, tag_column=args.tag,
+                             delimiter=args.delimiter, max_categories=args.max_categories),
+                      scaling=args.scaling)
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    if args.out.exists():
+        raise AlreadyExistsError(f"{args.out} exists; choose another --out (nothing written)")
+    atomic_write(args.out, text.encode())
+    print(f"draft schema of {args.data.name} in {args.out}: review it, and replace this site's "
+          "statistics (centres, scales, ranges, categories) with public values")
+    return 0
+
+
+def _split(args: argparse.Namespace) -> int:
+    from noisyanchor.deploy.datasplit import read_source, split_table
+
+    table = read_source(args.dataset, label_column=args.label, delimiter=args.delimiter)
+    shares = split_table(table, [s.strip() for s in args.sites.split(",") if s.strip()],
+                         args.out, alpha=args.alpha, holdout=args.holdout, seed=args.seed)
+    if args.json:
+        print(json.dumps([{"site": s.site, "table": str(s.path), "records": s.records,
+                           "labels": s.labels, "held_back": s.held_back,
+                           "new": str(s.new) if s.new else None,
+                           "new_labels": str(s.new_labels) if s.new_labels else None}
+                          for s in shares], indent=2))
+        return 0
+    for s in shares:
+        held = f"; {s.held_back} held back in {s.new}" if s.held_back else ""
+        print(f"{s.site}: {s.records} records in {s.path} (labels "
+              f"{', '.join(f'{k} {v}' for k, v in s.labels.items())}){held}")
+    return 0

@@ -1,0 +1,57 @@
+"""`noisyanchor schema draft`: a draft that loads as the federation's schema, types each column
+from what it holds, and says that its numbers are this one site's statistics."""
+
+from __future__ import annotations
+
+import tomllib
+
+import numpy as np
+
+from noisyanchor.cli import main
+from noisyanchor.common.tabular import (
+    BooleanColumn,
+    CategoricalColumn,
+    NumericColumn,
+    TabularSchema,
+    read_table,
+)
+
+TABLE = ("patient_id,area,region,smoker,note,diagnosis\n"
+         + "".join(f"{1000 + i},{100.0 + 10 * i},{['north', 'south'][i % 2]},"
+                   f"{['yes', 'no'][i % 3 == 0]},{'text ' * (i % 2)}{i},"
+                   f"{['benign', 'malignant'][i % 2]}\n" for i in range(40)))
+
+
+def test_the_draft_types_each_column_and_loads_as_a_schema(tmp_path, capsys):
+    (tmp_path / "site.csv").write_text(TABLE.replace(",110.0,", ",,", 1))
+    assert main(["schema", "draft", "--data", str(tmp_path / "site.csv"), "--label",
+                 "diagnosis", "--out", str(tmp_path / "draft.toml")]) == 0
+    text = (tmp_path / "draft.toml").read_text()
+    assert "THIS SITE'S OWN STATISTICS" in text and "use a public value" in text
+    assert "column 'note' left out" in text and "an identifier?" in text
+    schema = TabularSchema.from_toml(tomllib.loads(text)["schema"], tmp_path / "draft.toml")
+    kinds = {c.name: type(c) for c in schema.columns}
+    assert kinds == {"patient_id": NumericColumn, "area": NumericColumn,
+                     "region": CategoricalColumn, "smoker": BooleanColumn}
+    area = next(c for c in schema.columns if c.name == "area")
+    present = [100.0 + 10 * i for i in range(40) if i != 1]
+    # The draft's centre/scale are the site's mean and sample deviation, to 6 digits.
+    np.testing.assert_allclose([area.center, area.scale],
+                               [np.mean(present), np.std(present, ddof=1)], rtol=1e-5)
+    assert "1 of 40 cells empty" in text
+    assert schema.label == "diagnosis" and schema.label_classes == ("benign", "malignant")
+    (tmp_path / "full.csv").write_text(TABLE)
+    assert read_table(tmp_path / "full.csv", schema).x.shape == (40, 5)
+    assert main(["schema", "draft", "--data", str(tmp_path / "site.csv"), "--out",
+                 str(tmp_path / "draft.toml")]) == 1  # never overwritten
+    assert "exists" in capsys.readouterr().err
+
+
+def test_a_range_draft_proposes_min_and_max(tmp_path, capsys):
+    (tmp_path / "site.csv").write_text(TABLE)
+    assert main(["schema", "draft", "--data", str(tmp_path / "site.csv"), "--label",
+                 "diagnosis", "--scaling", "range"]) == 0
+    schema = TabularSchema.from_toml(tomllib.loads(capsys.readouterr().out)["schema"],
+                                     tmp_path / "x.toml")
+    area = next(c for c in schema.columns if c.name == "area")
+    assert (area.min, area.max) == (100.0, 490.0)
