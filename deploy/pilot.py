@@ -131,6 +131,12 @@ def run_pilot(root: Path, port: int, *, stagger: float = 3.0, late: float = 60.0
         run.seconds["result"] = time.monotonic() - begin
         if result.is_file():
             run.result = json.loads(result.read_text())
+            # result.json is committed just before the analyst logs the end of the alignment:
+            # wait (bounded) for that line before stopping it, so its log is complete.
+            analyst_log = logs / "analyst.log"
+            while "alignment done" not in analyst_log.read_text(errors="replace") \
+                    and time.monotonic() < deadline and procs["analyst"].poll() is None:
+                time.sleep(0.1)
     finally:
         for proc in procs.values():
             stop(proc)
