@@ -46,12 +46,18 @@ from pathlib import Path
 import numpy as np
 import scipy
 
-from noisyanchor.common.blas import THREAD_VARIABLES, blas_settings, configure_blas
+from noisyanchor.common.blas import (
+    THREAD_VARIABLES,
+    blas_settings,
+    blas_threads,
+    configure_blas,
+)
 from noisyanchor.common.gdp import make_anchor, sample_key
 from noisyanchor.common.gopp import solve_gopp
 from noisyanchor.common.theory import phase_transition_v
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gopp.json"
+PEER_RESULTS = RESULTS.with_name("gopp_peers.json")
 
 #: ``(p, d, r)``: the paper's CelebA size and the many-participants size of the issue.
 FULL_SIZES = ((10, 400, 1600), (50, 100, 400))
@@ -251,19 +257,220 @@ def peak_memory(anchors: np.ndarray) -> dict:
     }
 
 
+#: ``(p, d, r)`` of the peer comparison (issue 24): the CelebA size and the small sizes where
+#: fixed costs decide (``r = 4 d``, the paper's ratio).
+PEER_SIZES = ((10, 400, 1600), (10, 20, 80), (30, 20, 80))
+QUICK_PEER_SIZES = ((4, 20, 80), (5, 8, 32))
+
+#: ``v / v_PT`` below and above the phase transition, and the thread counts compared.
+PEER_FACTORS = (0.5, 1.5)
+PEER_THREADS = (1, 2)
+
+#: Repeats of each solve at sizes whose solve takes under a second (the median is kept).
+SMALL_REPEATS = 7
+
+
+def _use_threads(threads: int) -> None:
+    """Run on ``threads`` CPUs: this process's affinity (so the solver's block workers and the
+    BLAS policy see that many CPUs) and the project's BLAS policy."""
+    os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0) | set(range(os.cpu_count() or 1)))
+                                [:threads]))
+    configure_blas(announce=False)
+
+
+def _median_run(solve: Callable[[], object], seconds_of: Callable[[object], float],
+                repeats: int) -> tuple[object, float]:
+    """The last result and the median wall seconds of ``repeats`` calls."""
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = solve()
+        times.append(seconds_of(out) if seconds_of is not None else time.perf_counter() - t0)
+    return out, float(np.median(times))
+
+
+def peer_comparison(anchors: np.ndarray, threads: int, *, cap: int,
+                    pymanopt_seconds: float) -> dict:
+    """Every solver on ``anchors`` at ``threads`` CPUs: seconds to its stopping rule, objective,
+    gap to the best objective of the row, and our certificate of its answer.
+
+    ``ours`` is the default solve (certificate included in its seconds), ``paper-gpm`` the
+    paper's capped GPM (``method="gpm"``, the paper's rule, ``cap`` iterations; seconds without
+    its certificate), ``stacked-gpm`` the straightforward stacked GPM with SVD polar factors
+    (below ``v_PT`` only: above it is the same iteration as ``paper-gpm``), ``qc-procrustes``
+    and ``pymanopt`` the peers of :mod:`benchmarks.gopp_peers`. ``ours_time_to_paper_objective``
+    is when ours first held an objective at least the paper's GPM's (1e-12 relative)."""
+    from benchmarks import gopp_peers as peers
+    from noisyanchor.common.gopp_certificate import certify
+
+    bc = peers.centered(anchors)
+    listed = list(anchors)
+    small = solve_gopp(listed, max_iter=0, certify=False).seconds < 0.05
+    repeats = SMALL_REPEATS if small else 1
+    rows: dict[str, dict] = {}
+    paper, paper_s = _median_run(
+        lambda: solve_gopp(listed, max_iter=cap, method="gpm", stopping="absolute",
+                           certify=False), lambda r: r.seconds, repeats)
+    rows["paper-gpm"] = {"seconds": paper_s, "iterations": paper.iterations,
+                         "converged": paper.converged, "rotations": paper.rotations}
+    to_paper = []  # seconds at which each run of ours first held the paper GPM's objective
+
+    def ours_run() -> object:
+        res = solve_gopp(listed, max_iter=cap)
+        reached = np.flatnonzero(res.objective_trace >= paper.objective * (1 - 1e-12))
+        to_paper.append(float(res.trace_seconds[reached[0]]) if len(reached) else None)
+        return res
+
+    ours, ours_s = _median_run(ours_run, lambda r: r.seconds, repeats)
+    rows["ours"] = {"seconds": ours_s, "solve_seconds": ours.seconds - ours.certificate_seconds,
+                    "certificate_seconds": ours.certificate_seconds,
+                    "iterations": ours.iterations, "converged": ours.converged,
+                    "stopped_by": ours.stopped_by, "method": ours.method,
+                    "switch_reason": ours.switch_reason, "rotations": ours.rotations,
+                    "certificate_path": ours.certificate_path,
+                    "mixed_precision_steps": ours.mixed_precision_steps,
+                    "blas_threads": ours.blas_threads}
+    with blas_threads(threads):
+        below = not ours.switched_at
+        if below or small:
+            stacked, stacked_s = _median_run(lambda: peers.stacked_gpm(anchors, max_iter=cap),
+                                             lambda r: r.seconds, repeats)
+            rows["stacked-gpm"] = {"seconds": stacked_s, "iterations": stacked.iterations,
+                                   "converged": stacked.converged,
+                                   "rotations": stacked.rotations}
+        for name, solve in (("qc-procrustes", lambda: peers.qc_procrustes(anchors)),
+                            ("pymanopt", lambda: peers.pymanopt_trust_regions(
+                                anchors, max_time=pymanopt_seconds))):
+            try:
+                run_, secs = _median_run(solve, lambda r: r.seconds, repeats)
+            except ImportError as err:  # the optional extra "bench" is missing
+                rows[name] = {"missing": str(err)}
+                continue
+            rows[name] = {"seconds": secs, "iterations": run_.iterations,
+                          "converged": run_.converged, "rotations": run_.rotations}
+    k = gopp_module_factor(anchors)
+    p, _, d = anchors.shape
+    for row in rows.values():
+        if "rotations" not in row:
+            continue
+        rot = row.pop("rotations")
+        row["objective"] = peers.objective(bc, rot)
+        gr = (k.T @ (k @ rot.reshape(p * d, d))).reshape(p, d, d)
+        cert = certify(k, rot, gr)
+        tol = rows_tol(k)
+        row.update(certificate_min_eig=cert.min_eig, certificate_tol=tol,
+                   certified=bool(cert.min_eig >= -tol))
+    best = max(r["objective"] for r in rows.values() if "objective" in r)
+    for row in rows.values():
+        if "objective" in row:
+            row["objective_gap_to_best"] = (best - row["objective"]) / abs(best)
+    reached = np.flatnonzero(ours.objective_trace >= paper.objective * (1 - 1e-12))
+    times = [t for t in to_paper if t is not None]
+    return {"threads": threads, "repeats": repeats, "loadavg": os.getloadavg(),
+            "runs": rows, "best_objective": best,
+            "ours_time_to_paper_objective": (float(np.median(times))
+                                             if len(times) == len(to_paper) else None),
+            "ours_iterations_to_paper_objective": int(reached[0]) if len(reached) else None}
+
+
+def gopp_module_factor(anchors: np.ndarray) -> np.ndarray:
+    """The solver's factor ``K`` of ``G = K^T K`` for ``anchors``."""
+    from noisyanchor.common.gopp import _GramOperator
+
+    return _GramOperator(anchors - anchors.mean(axis=1, keepdims=True)).k
+
+
+def rows_tol(k: np.ndarray) -> float:
+    """The solver's certificate tolerance ``CERTIFICATE_RTOL * max(lambda_1(G), 1)``."""
+    from noisyanchor.common.gopp import CERTIFICATE_RTOL
+
+    return CERTIFICATE_RTOL * max(float(np.linalg.norm(k, 2)) ** 2, 1.0)
+
+
+def floors(report: dict) -> dict:
+    """Issue 24's floors at 1 thread, from the peer rows: (1) at the CelebA size and 1.5 v_PT,
+    ours holds the paper GPM's objective within 1/5 of its time; (2) below v_PT at the CelebA
+    size ours (certified) is at least 1.3x faster than the stacked GPM; (3) below v_PT at
+    p=10, d=20, ours is no slower than qc-procrustes."""
+    out = {}
+    for entry in report["peers"]:
+        for row in entry["rows"]:
+            if row["threads"] != 1:
+                continue
+            runs = row["runs"]
+            size = (entry["p"], entry["d"], entry["r"])
+            if size == (10, 400, 1600) and row["factor"] > 1:
+                t = row["ours_time_to_paper_objective"]
+                ratio = None if t is None else t / runs["paper-gpm"]["seconds"]
+                out["celeba_above_time_to_paper_objective_ratio"] = ratio
+                out["celeba_above_met"] = bool(ratio is not None and ratio <= 0.2)
+            if size == (10, 400, 1600) and row["factor"] < 1 and "stacked-gpm" in runs:
+                speed = runs["stacked-gpm"]["seconds"] / runs["ours"]["seconds"]
+                out["celeba_below_speedup_over_stacked_gpm"] = speed
+                out["celeba_below_met"] = bool(speed >= 1.3 and runs["ours"]["certified"])
+            if size[:2] == (10, 20) and row["factor"] < 1 and "seconds" in runs["qc-procrustes"]:
+                ratio = runs["ours"]["seconds"] / runs["qc-procrustes"]["seconds"]
+                out["small_below_ours_over_qc_procrustes"] = ratio
+                out["small_below_met"] = bool(ratio <= 1.0 and runs["ours"]["certified"])
+    return out
+
+
+def run_peers(quick: bool) -> dict:
+    """The peer comparison at every size, factor and thread count (issue 24)."""
+    sizes = QUICK_PEER_SIZES if quick else PEER_SIZES
+    cap = 100 if quick else 500
+    entries = []
+    for p, d, r in sizes:
+        entry = {"p": p, "d": d, "r": r, "v_pt": phase_transition_v(p, d, r), "rows": []}
+        for factor in PEER_FACTORS:
+            anchors = make_anchors(p, d, r, factor, seed=1 if factor < 1 else 2)
+            for threads in PEER_THREADS:
+                print(f"p={p} d={d} r={r} {factor} v_PT, {threads} thread(s)", file=sys.stderr,
+                      flush=True)
+                _use_threads(threads)
+                row = peer_comparison(anchors, threads, cap=cap,
+                                      pymanopt_seconds=10.0 if quick else 60.0)
+                row["factor"] = factor
+                entry["rows"].append(row)
+        entries.append(entry)
+    _use_threads(os.cpu_count() or 1)
+    return {"peers": entries}
+
+
+def peers_table(report: dict) -> str:
+    """Human-readable summary of :func:`run_peers`."""
+    lines = []
+    for e in report["peers"]:
+        for row in e["rows"]:
+            lines.append(f"p={e['p']} d={e['d']} r={e['r']} at {row['factor']} v_PT, "
+                         f"{row['threads']} thread(s), load {row['loadavg'][0]:.1f}: "
+                         f"ours at the paper GPM's objective after "
+                         f"{row['ours_time_to_paper_objective']} s")
+            for name, x in row["runs"].items():
+                if "missing" in x:
+                    lines.append(f"    {name:14s} missing ({x['missing']})")
+                    continue
+                lines.append(f"    {name:14s} {x['seconds']:9.4f} s  it {x['iterations']:4d}  "
+                             f"gap {x['objective_gap_to_best']:.2e}  "
+                             f"certified {x['certified']} ({x['certificate_min_eig']:.2e})")
+    lines.append(f"floors: {json.dumps(report.get('floors', {}))}")
+    return "\n".join(lines)
+
+
+def _meta(quick: bool) -> dict:
+    """Conditions of a run: time, load, CPUs, versions, BLAS policy and thread pins."""
+    return {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "loadavg_start": os.getloadavg(), "cpus": os.cpu_count(),
+            "python": platform.python_version(), "numpy": np.__version__,
+            "scipy": scipy.__version__, "blas": blas_settings(),
+            "env": {k: os.environ.get(k) for k in THREAD_VARIABLES}, "quick": quick}
+
+
 def run(quick: bool) -> dict:
     sizes = QUICK_SIZES if quick else FULL_SIZES
     counts = (5, 20) if quick else (20, 100)
     cap = 100 if quick else 500
-    report = {
-        "meta": {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "loadavg_start": os.getloadavg(), "cpus": os.cpu_count(),
-                 "python": platform.python_version(), "numpy": np.__version__,
-                 "scipy": scipy.__version__, "blas": blas_settings(),
-                 "env": {k: os.environ.get(k) for k in THREAD_VARIABLES},
-                 "quick": quick},
-        "sizes": [],
-    }
+    report = {"meta": _meta(quick), "sizes": []}
     for p, d, r in sizes:
         below = make_anchors(p, d, r, 0.5, seed=1)
         above = make_anchors(p, d, r, 1.5, seed=2)
@@ -362,6 +569,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help=f"JSON path (default {RESULTS}; --quick writes nothing unless set); "
                              "the bar chart goes beside it as .png")
+    parser.add_argument("--sections", default="fixed,rules",
+                        help="comma-separated: fixed,rules (issue 2/14 measurements, gopp.json) "
+                             "and/or peers (issue 24: peers, 1 and 2 threads, floors; "
+                             "gopp_peers.json)")
     parser.add_argument("--replot", action="store_true",
                         help="only redraw the chart of an existing JSON (--out or the default)")
     args = parser.parse_args(argv)
@@ -370,6 +581,19 @@ def main(argv: list[str] | None = None) -> int:
         plot(json.loads(out.read_text()), out.with_suffix(".png"))
         return 0
     configure_blas()
+    sections = set(args.sections.split(","))
+    if "peers" in sections:
+        peer_report = {"meta": _meta(args.quick), **run_peers(args.quick)}
+        peer_report["floors"] = floors(peer_report)
+        peer_report["meta"]["loadavg_end"] = os.getloadavg()
+        peer_out = args.out if args.out is not None and sections == {"peers"} else (
+            None if args.quick else PEER_RESULTS)
+        if peer_out is not None:
+            peer_out.parent.mkdir(parents=True, exist_ok=True)
+            peer_out.write_text(json.dumps(peer_report, indent=2) + "\n")
+        print(peers_table(peer_report))
+        if sections == {"peers"}:
+            return 0
     report = run(args.quick)
     out = args.out if args.out is not None else (None if args.quick else RESULTS)
     if out is not None:

@@ -8,7 +8,10 @@ Both servers are separate processes with the same TLS credentials and the same 1
   while sending, in the trailer); timed from the first message to the receipt, so it includes
   the participant's SHA-256, and at the analyst the incremental SHA-256, the NaN scan, the write
   to disk, fsync and rename.
-* baseline: a generic gRPC stream-unary handler that only counts the bytes it receives.
+* baseline: a generic gRPC stream-unary handler that only counts the bytes it receives;
+* durable baseline (issue 24): the same handler, but it writes every chunk to a file as it
+  arrives and fsyncs it before answering: the plain cost of a durable upload, which the system
+  should be judged against (it adds the two SHA-256 passes, the NaN scan and the rename).
 
 Peak memory is the analyst's ``VmHWM`` (peak resident set) from ``/proc/<pid>/status`` after the
 upload, next to its value just before. The upload must not be held in memory several times over.
@@ -19,7 +22,10 @@ alone (``per_byte_costs_alone``) and the best ratio they allow on this machine's
 (``cpu_bound``), next to every run's client and server CPU seconds, the load average at the start
 and the end, and the BLAS thread settings.
 
-Run: ``flock -x /work/cpu.lock python benchmarks/bench_upload.py`` (1 GiB, writes
+Every step's CPU seconds per GiB (client and server of each stream, the system's participant and
+analyst, SHA-256 and write + fsync alone) are in ``cpu_seconds_per_gib``.
+
+Run: ``flock -x /work/bench.lock python benchmarks/bench_upload.py`` (1 GiB, writes
 benchmarks/results/upload.json); ``--size-mib 64`` for a quick check.
 """
 
@@ -81,10 +87,28 @@ def own_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def serve_baseline(port_file: Path, cert: Path, key: Path, ca: Path) -> None:
-    """The baseline server: receive a bytes stream, answer with the byte count."""
-    def stream(request_iterator, context):
+def serve_baseline(port_file: Path, cert: Path, key: Path, ca: Path,
+                   durable_dir: Path | None = None) -> None:
+    """The baseline server: receive a bytes stream, answer with the byte count; with
+    ``durable_dir``, write the chunks to a file there as they arrive and fsync it first."""
+    def count(request_iterator, context):
         return str(sum(len(chunk) for chunk in request_iterator)).encode()
+
+    def durable(request_iterator, context):
+        path = durable_dir / f"upload-{time.monotonic_ns()}.bin"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            total = 0
+            for chunk in request_iterator:
+                os.write(fd, chunk)
+                total += len(chunk)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            path.unlink()
+        return str(total).encode()
+
+    stream = count if durable_dir is None else durable
 
     handler = grpc.method_handlers_generic_handler("baseline.Bytes", {
         "Stream": grpc.stream_unary_rpc_method_handler(stream)})
@@ -99,12 +123,17 @@ def serve_baseline(port_file: Path, cert: Path, key: Path, ca: Path) -> None:
     server.wait_for_termination()
 
 
-def run_baseline(files, tls: TlsFiles, payload: memoryview) -> dict:
-    """Time streaming ``payload`` in 1 MiB messages to the baseline server process."""
-    port_file = files.root / "baseline.port"
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve-baseline", str(port_file), str(files.pki.server_cert),
-         str(files.pki.server_key), str(files.pki.ca)], env=child_env())
+def run_baseline(files, tls: TlsFiles, payload: memoryview, *, durable: bool = False) -> dict:
+    """Time streaming ``payload`` in 1 MiB messages to the baseline server process (``durable``:
+    the one that writes and fsyncs, in the analyst's store folder's file system)."""
+    port_file = files.root / ("durable.port" if durable else "baseline.port")
+    args = [sys.executable, __file__, "--serve-baseline", str(port_file),
+            str(files.pki.server_cert), str(files.pki.server_key), str(files.pki.ca)]
+    if durable:
+        folder = files.root / "durable-baseline"
+        folder.mkdir(exist_ok=True)
+        args += ["--durable-dir", str(folder)]
+    proc = subprocess.Popen(args, env=child_env())
     try:
         port = wait_for_port(port_file, proc)
         creds = grpc.ssl_channel_credentials(tls.ca.read_bytes(), tls.key.read_bytes(),
@@ -196,6 +225,24 @@ def component_costs(payload: memoryview, folder: Path) -> dict:
             "write_fsync_wall_seconds": time.perf_counter() - began}
 
 
+def cpu_per_gib(runs: list[dict], costs: dict, nbytes: int) -> dict:
+    """Median CPU seconds per GiB of each step: both ends of the plain and the durable stream,
+    the system's participant and analyst, and SHA-256 and write + fsync measured alone."""
+    gib = nbytes / 2**30
+
+    def med(kind: str, key: str) -> float:
+        return float(np.median([r[kind][key] for r in runs])) / gib
+
+    return {"plain_stream_client": med("baseline_plain_grpc_bytes", "client_cpu_seconds"),
+            "plain_stream_server": med("baseline_plain_grpc_bytes", "server_cpu_seconds"),
+            "durable_stream_client": med("baseline_durable_grpc_bytes", "client_cpu_seconds"),
+            "durable_stream_server": med("baseline_durable_grpc_bytes", "server_cpu_seconds"),
+            "system_participant": med("system", "client_cpu_seconds"),
+            "system_analyst": med("system", "analyst_cpu_seconds"),
+            "sha256_one_pass_alone": costs["sha256_cpu_seconds"] / gib,
+            "write_fsync_alone": costs["write_fsync_cpu_seconds"] / gib}
+
+
 def cpu_bound(runs: list[dict], costs: dict, cpus: int) -> dict:
     """The best throughput ratio the system could reach on ``cpus`` shared cores: the plain
     stream's CPU (client and server) plus two SHA-256 passes and one write, spread perfectly over
@@ -217,9 +264,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/upload.json")
     parser.add_argument("--serve-baseline", nargs=4, type=Path, default=None,
                         help=argparse.SUPPRESS)
+    parser.add_argument("--durable-dir", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_baseline:
-        serve_baseline(*args.serve_baseline)
+        serve_baseline(*args.serve_baseline, durable_dir=args.durable_dir)
         return
     configure_blas()
     load_start = list(os.getloadavg())
@@ -237,11 +285,13 @@ def main() -> None:
                                   accept_collusion=False)
             tls = TlsFiles(files.pki.ca, *files.pki.clients["p0"])
             runs.append({"baseline_plain_grpc_bytes": run_baseline(files, tls, payload),
+                         "baseline_durable_grpc_bytes": run_baseline(files, tls, payload,
+                                                                     durable=True),
                          "system": run_system(files, tls, arrays)})
     with tempfile.TemporaryDirectory(prefix="bench-upload-") as tmp:
         costs = component_costs(payload, Path(tmp))
     med = {k: float(np.median([r[k]["mb_per_s"] for r in runs]))
-           for k in ("system", "baseline_plain_grpc_bytes")}
+           for k in ("system", "baseline_plain_grpc_bytes", "baseline_durable_grpc_bytes")}
     growth = max(r["system"]["analyst_peak_rss_mib"] - r["system"]["analyst_idle_peak_rss_mib"]
                  for r in runs)
     result = {
@@ -249,6 +299,9 @@ def main() -> None:
         "size_mib": args.size_mib, "chunk_bytes": CHUNK_SIZE, "repeats": args.repeat,
         "median_mb_per_s": med,
         "system_over_baseline_throughput": med["system"] / med["baseline_plain_grpc_bytes"],
+        "system_over_durable_baseline_throughput": (med["system"]
+                                                    / med["baseline_durable_grpc_bytes"]),
+        "cpu_seconds_per_gib": cpu_per_gib(runs, costs, len(payload)),
         "per_byte_costs_alone": costs,
         "cpu_bound": cpu_bound(runs, costs, available_cpus()),
         "analyst_peak_rss_mib": max(r["system"]["analyst_peak_rss_mib"] for r in runs),

@@ -166,6 +166,9 @@ class GoppResult:
     blas_threads : dict
         Threads chosen (:mod:`common.blas`): ``workers`` (GPM block workers), and the BLAS threads
         of the ``start``, of the ``steps`` (each worker's) and of the ``certificate``.
+    trace_seconds : (iterations + 1,) ndarray
+        Seconds from the call's start at which each objective of ``objective_trace`` was known
+        (a carried one; the last is made exact afterwards).
     certificate_path : str
         How the certificate was computed (:data:`common.gopp_certificate.CERTIFICATE_PATHS`;
         empty when not computed).
@@ -198,6 +201,7 @@ class GoppResult:
     stopped_by: str = "max_iter"
     blas_threads: dict[str, int] = field(default_factory=dict)
     certificate_path: str = ""
+    trace_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))
     method: str = "gpm"
     switched_at: int | None = None
     switch_reason: str = ""
@@ -474,6 +478,8 @@ class _PowerRun:
     rotations: np.ndarray
     gr: np.ndarray
     trace: list[float]
+    #: ``time.perf_counter()`` when each objective of ``trace`` was known.
+    times: list[float] = field(default_factory=list)
     iterations: int = 0
     step: float = np.inf
     drift: float = 0.0
@@ -490,6 +496,7 @@ class _PowerRun:
                                                           step.size)
         self.mixed_steps += int(step.drift > 0.0)
         self.trace.append(step.objective)
+        self.times.append(time.perf_counter())
         self.iterations += 1
 
     def make_exact(self, op: _GramOperator) -> float:
@@ -527,7 +534,7 @@ def _power_iterations(op: _GramOperator, workers: BlockWorkers, rot: np.ndarray,
     extrapolated steps of ``accelerate`` with float32 increments of ``G R`` allowed a drift of
     ``SLOW_DRIFT_PER_STEP`` of each step (when ``mixed``)."""
     gr = op.apply(rot)
-    run = _PowerRun(rot, gr, [_objective(rot, gr)])
+    run = _PowerRun(rot, gr, [_objective(rot, gr)], [time.perf_counter()])
     gr_prev = gr
     momentum = _Momentum(accelerate)
     gpm_step = _GpmStep(op, workers, mixed=mixed, exact_below=EXACT_NEAR_TOL * rule.step_tol)
@@ -700,6 +707,7 @@ def solve_gopp(
         certified=bool(min_eig is not None and min_eig >= -cert_tol),
         seconds=time.perf_counter() - start,
         objective_trace=np.asarray(run.trace),
+        trace_seconds=np.asarray(run.times) - start,
         rejected_extrapolations=run.rejected,
         certificate_seconds=cert_seconds,
         mixed_precision_steps=run.mixed_steps,

@@ -52,3 +52,25 @@ def test_method_must_be_a_known_one():
     assert METHODS == ("auto", "gpm")
     with pytest.raises(InvalidInputError, match="method must be one of"):
         solve_gopp(list(bench_gopp.make_anchors(3, 4, 10, 0.5, seed=0)), method="newton")
+
+
+@pytest.mark.slow  # every peer at two small sizes, below and above v_PT, 1 and 2 threads
+def test_quick_peer_benchmark_writes_every_solver_and_its_certificate(tmp_path):
+    pytest.importorskip("procrustes")
+    pytest.importorskip("pymanopt")
+    import json
+
+    out = tmp_path / "peers.json"
+    assert bench_gopp.main(["--quick", "--sections", "peers", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {"loadavg_start", "loadavg_end", "blas"} <= set(report["meta"])
+    for entry in report["peers"]:
+        assert {(row["factor"], row["threads"]) for row in entry["rows"]} == {
+            (f, t) for f in bench_gopp.PEER_FACTORS for t in bench_gopp.PEER_THREADS}
+        for row in entry["rows"]:
+            runs = row["runs"]
+            assert {"ours", "paper-gpm", "qc-procrustes", "pymanopt"} <= set(runs)
+            assert min(r["objective_gap_to_best"] for r in runs.values()) == 0.0
+            assert all(isinstance(r["certified"], bool) for r in runs.values())
+            if row["factor"] < 1:
+                assert runs["ours"]["certified"] and "stacked-gpm" in runs
