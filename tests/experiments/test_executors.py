@@ -118,5 +118,18 @@ def test_bad_schedulers_are_refused(bad):
 
 
 def test_scheduler_names_and_addresses_are_accepted():
-    for good in ("pool", "local", "tcp://10.0.0.5:8786", "tcp://scheduler.example:8786"):
+    for good in ("pool", "local", "tcp://127.0.0.1:8786", "tcp://scheduler.example:8786"):
         assert check_scheduler(good) == good
+
+
+def test_scheduler_benchmark_compares_rows_but_not_wall_times():
+    from benchmarks.bench_sweep_scheduler import compare
+
+    row = {"p": 3, "method": "c-gdp", "draw": -1, "translation_scale": 1.0, "utility": 0.5,
+           "seconds": 1.0, "solver": {"iterations": 3, "seconds": 0.1}}
+    slower = {**row, "seconds": 9.0, "solver": {"iterations": 3, "seconds": 0.9}}
+    other = {**row, "utility": 0.6}
+    key = row_key(row)
+    assert compare({key: row}, {key: slower})["identical"]
+    assert compare({key: row}, {key: other})["differ"] == [list(key)]
+    assert not compare({key: row}, {})["identical"]
