@@ -46,6 +46,16 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+def private_dir(path: Path) -> Path:
+    """Create folder ``path`` (and its parents) readable by its owner only (mode 0700), or
+    narrow an existing one to 0700: it holds secrets (a site's key) or private results."""
+    path = Path(path)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+    return path
+
+
 def stale_prefix(path: Path) -> str:
     """Prefix of the temporary names :func:`atomic_write` uses for ``path``
     (``.tmp-<name>.``), so the leftovers of one file can be found in a shared folder."""

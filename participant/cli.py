@@ -11,7 +11,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 #: Top-level commands of this role and their one-line help (see :mod:`noisyanchor.cli`).
-COMMANDS = {"participant": "a participant: upload once, or disclose as the colluder",
+COMMANDS = {"participant": "a participant: upload once, predict locally, or disclose as the "
+                           "colluder",
             "release": "differentially private similarity release from the analyst's "
                        "collaboration matrix"}
 
@@ -35,6 +36,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.set_defaults(handler=_upload)
     co.set_defaults(handler=_collude)
     st.set_defaults(handler=_status)
+    pr = inner.add_parser("predict", help="predict new records locally with this site's key, "
+                          "its map and the federation's model (fetched once, then offline)")
+    pr.add_argument("--config", type=Path, required=True, help="participant TOML file")
+    pr.add_argument("--input", type=Path, required=True,
+                    help="new records: a table like the upload's (.csv, .npz, .npy); a label "
+                    "column is not needed and not used")
+    pr.add_argument("--out", type=Path, required=True,
+                    help="predictions CSV: row, line, label, p_<class> per input record")
+    pr.add_argument("--refresh", action="store_true",
+                    help="fetch the site model from the analyst again (default: the copy kept "
+                    "in state_dir)")
+    pr.add_argument("--analyst", default=None, help="override [participant] analyst host:port")
+    pr.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    pr.set_defaults(handler=_predict)
     kg = inner.add_parser("keygen", help="make this site's private key and a certificate "
                           "signing request for the operator (the key never leaves this host)")
     kg.add_argument("--id", required=True, help="this site's participant id")
@@ -94,16 +109,69 @@ def status_summary(reply) -> dict:
     return status
 
 
+def _site_gain(cfg, refresh: bool = False) -> dict:
+    """The site model (cached or fetched) and ``gain.json``; ``{"error": ...}`` instead when
+    either cannot be had (status reports it rather than failing)."""
+    from noisyanchor.common.errors import NoisyAnchorError
+    from noisyanchor.participant.gain import ensure_gain
+    from noisyanchor.participant.predict import site_model
+    from noisyanchor.participant.site_state import load_site_key
+
+    try:
+        key = load_site_key(cfg)
+        return ensure_gain(cfg, key, site_model(cfg, refresh=refresh), refresh=refresh)
+    except (NoisyAnchorError, ImportError) as err:
+        return {"error": str(err)}
+
+
 def _status(args: argparse.Namespace) -> int:
+    from noisyanchor.participant.gain import gain_line
     from noisyanchor.participant.run import federation_progress
 
-    reply, progress = federation_progress(_config(args))
+    cfg = _config(args)
+    reply, progress = federation_progress(cfg)
+    # Once done, what joining gained this site (the site model is fetched once and kept).
+    gain = _site_gain(cfg) if reply.state == "done" else None
     if args.json:
         steps = {k: v for k, v in progress.as_dict().items()
                  if k in ("keys", "commitments", "waiting_for")}
-        print(json.dumps(status_summary(reply) | steps, indent=2))
+        print(json.dumps(status_summary(reply) | steps | {"gain": gain}, indent=2))
     else:
         print("\n".join(progress.lines()))
+        if gain is not None:
+            print(f"gain: {gain['error']}" if "error" in gain else f"gain {gain_line(gain)}")
+    return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from noisyanchor.participant.gain import gain_line
+    from noisyanchor.participant.predict import (
+        SITE_MODEL_FILE,
+        load_predictor,
+        predict_with,
+        prediction_records,
+    )
+
+    cfg = _config(args)
+    fetched = args.refresh or not (cfg.state_dir / SITE_MODEL_FILE).is_file()
+    predictor = load_predictor(cfg, refresh=args.refresh)
+    data = prediction_records(cfg, args.input, predictor.key)
+    out = predict_with(predictor, data.x, data.lines)
+    out.write_csv(args.out)
+    gain = _site_gain(cfg)
+    summary = {"participant": cfg.id, "input": str(args.input), "out": str(args.out),
+               "records": len(out.labels), "classes": out.classes.tolist(),
+               "model": predictor.model.name, "fetched": fetched,
+               "site_model": str(cfg.state_dir / SITE_MODEL_FILE), "gain": gain}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    source = ("fetched from the analyst and kept in" if fetched else "kept in")
+    print(f"{cfg.id}: predicted {summary['records']} records of {args.input} into {args.out} "
+          f"(label and the probability of each class {', '.join(map(str, out.classes))}) with "
+          f"the federation's {predictor.model.name} model and {cfg.id}'s own map, "
+          f"{source} {summary['site_model']}; nothing about the records left this host")
+    print(f"gain: {gain['error']}" if "error" in gain else f"gain {gain_line(gain)}")
     return 0
 
 

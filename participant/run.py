@@ -22,7 +22,7 @@ from noisyanchor.common.errors import (
     NoisyAnchorError,
     NotFoundError,
 )
-from noisyanchor.common.files import atomic_write
+from noisyanchor.common.files import atomic_write, private_dir
 from noisyanchor.common.gdp import anchor_from_seed, gaussian_projection, secret_rng
 from noisyanchor.common.progress import Progress
 from noisyanchor.common.schema import RecordSchema, check_declared
@@ -34,6 +34,14 @@ from noisyanchor.participant.client import AnalystClient
 from noisyanchor.participant.compute import compute_upload
 from noisyanchor.participant.config import ParticipantConfig
 from noisyanchor.participant.data import LocalData, load_local_data
+from noisyanchor.participant.site_state import (
+    SiteKey,
+    UploadSeeds,
+    keep_site_key,
+    records_digest,
+    upload_seed_path,
+    upload_seeds,
+)
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -54,13 +62,18 @@ class Sent:
     bytes: int
 
 
-def working_data(cfg: ParticipantConfig, x: np.ndarray) -> np.ndarray:
-    """``X_i F`` with the public Gaussian ``F`` drawn from ``projection_seed`` (``X_i`` if no
-    projection), exactly as the simulator computes it."""
+def public_projection(cfg: ParticipantConfig, d_in: int) -> np.ndarray | None:
+    """The public Gaussian ``F`` (``d_in x h``) drawn from ``projection_seed``, exactly as the
+    simulator draws it; None without a projection."""
     if cfg.dim is None:
-        return x
-    f = gaussian_projection(x.shape[1], cfg.dim, np.random.default_rng(cfg.projection_seed))
-    return x @ f
+        return None
+    return gaussian_projection(d_in, cfg.dim, np.random.default_rng(cfg.projection_seed))
+
+
+def working_data(cfg: ParticipantConfig, x: np.ndarray) -> np.ndarray:
+    """``X_i F`` (``X_i`` if no projection)."""
+    f = public_projection(cfg, x.shape[1])
+    return x if f is None else x @ f
 
 
 def schema_path(cfg: ParticipantConfig) -> Path:
@@ -129,12 +142,13 @@ def withdrawal_reason(cfg: ParticipantConfig, err: Exception) -> str:
     return "".join(ch if ch.isprintable() else " " for ch in " ".join(text.split()))
 
 
-def _tags(cfg: ParticipantConfig, data: LocalData) -> np.ndarray:
+def _tags(cfg: ParticipantConfig, data: LocalData, seeds: UploadSeeds | None) -> np.ndarray:
     # Tags are not secret; without given tags hold out a stratified 20% test split, drawn from
-    # a generator separate from the secret one (so keys do not depend on it).
+    # a generator separate from the secret one (so keys do not depend on it), and kept with the
+    # key: the site's gain is measured on the same test rows.
     if data.tags is not None:
         return data.tags
-    rng = np.random.default_rng(None if cfg.seed is None else [cfg.seed, 1])
+    rng = np.random.default_rng([cfg.seed, 1] if seeds is None else seeds.split)
     return split_tags(data.labels, rng).astype("|i1")
 
 
@@ -254,15 +268,20 @@ def _write_secrets(cfg: ParticipantConfig, arrays: dict[str, np.ndarray]) -> Pat
 
 def run_upload(cfg: ParticipantConfig) -> Sent:
     """Join (load and preprocess the data with the federation's schema), agree on the anchor,
-    compute the upload with the engine, stream it once."""
-    rng = secret_rng(cfg.seed)
+    compute the upload with the engine, stream it once; keep the key
+    (:mod:`participant.site_state`) once the analyst committed it."""
+    private_dir(cfg.state_dir)  # 0700: schema, exchange key, seeds and the kept key go there
+    # An experiment's seed makes every run identical; otherwise the seeds are kept until the
+    # upload commits, so an interrupted run repeats the same upload.
+    seeds = None if cfg.seed is not None else upload_seeds(cfg)
+    rng = secret_rng(cfg.seed if seeds is None else seeds.secret)
     # Kept until an upload is committed (by this run or an earlier one): after that the
     # agreement cannot be resumed any more, so the key need not stay on disk.
     key_file = exchange_key_path(cfg.state_dir, cfg.federation_id)
     with analyst_client(cfg) as client:
         joined = _join(client, cfg)
         data, x = joined.data, joined.x
-        tags = _tags(cfg, data)
+        tags = _tags(cfg, data, seeds)
         d = x.shape[1]
         r = cfg.anchors or 4 * d
         seed = None
@@ -285,8 +304,14 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
         try:
             receipt = client.send_bundle("upload", spec, arrays)
         except AlreadyExistsError:
+            # A different upload is committed: these seeds did not make it, so no key is kept.
+            upload_seed_path(cfg).unlink(missing_ok=True)
             key_file.unlink(missing_ok=True)
             raise
+    keep_site_key(cfg, SiteKey(cfg.federation_id, cfg.id, cfg.method, state.key,
+                               public_projection(cfg, data.x.shape[1]), data.x.shape[1], tags,
+                               records_digest(data.x, data.labels), data.feature_names))
+    upload_seed_path(cfg).unlink(missing_ok=True)
     key_file.unlink(missing_ok=True)
     if cfg.keep_secrets:
         kept = {"rotation": state.key.rotation, "translation": state.key.translation}

@@ -135,3 +135,21 @@ def test_a_large_site_model_streams_in_bounded_chunks():
     assert parts[0].header.nbytes == len(raw) and len(parts) == 1 + 4
     assert [len(p.chunk) for p in parts[1:]] == [SITE_MODEL_CHUNK] * 3 + [len(raw) - 3 *
                                                                           SITE_MODEL_CHUNK]
+
+
+def test_a_sites_key_and_map_decode_every_row_of_z_as_the_am_attack_does(tmp_path, rng):
+    """THREAT_MODEL.md: a stolen site state (key O_a) with its map R_a is the AM attack's
+    calibration Q = Pi(O_a R_a); with the analyst's Z it decodes every other site's records."""
+    from noisyanchor.common.attacks import relative_error
+    from noisyanchor.common.linalg import polar_factor
+
+    fed, keys, data = _federation(tmp_path, rng)
+    part = load_site_model(fed.site_model("a"))
+    q = polar_factor(keys["a"].rotation @ part.rotation)
+    z = np.load(fed.store.result / "z.npy")
+    result = json.loads((fed.store.result / "result.json").read_text())
+    for pid in ("b", "c"):
+        a, b = result["row_ranges"][pid]
+        x_hat = (z[a:b] - part.shift) @ q.T
+        # v = 0.01, d = 5: the alignment's residual rotation only (a random one: ~1.4).
+        assert relative_error(x_hat, data[pid][0]) < 0.1

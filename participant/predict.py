@@ -1,0 +1,233 @@
+"""Local prediction on new records: ``noisyanchor participant predict`` and its Python twin.
+
+A site maps each new record exactly as it mapped its uploaded records and applies the
+federation's model: ``h(N_i(M_i(x F)))`` (:class:`SitePredictor`). Its key ``M_i`` and the
+public ``F`` come from its state folder (:mod:`participant.site_state`); the map ``N_i`` and
+the model ``h`` from the analyst, fetched once (``FetchSiteModel``) and cached in the state
+folder as the verified bytes the analyst sent (``--refresh`` fetches again). After that nothing
+touches the network: nothing about the new records leaves the site.
+
+In a notebook::
+
+    from noisyanchor.participant.predict import predict
+    out = predict("kits/org-a/org-a.toml", "monday.csv")   # or an (n, d_in) array
+    out.labels, out.probabilities, out.classes
+
+References: SPEC.md sections 1-2; issue 20 (item 3).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from noisyanchor.common.errors import InvalidInputError, PreconditionError
+from noisyanchor.common.files import atomic_write, private_dir
+from noisyanchor.common.models import Classifier, SiteModel, load_site_model
+from noisyanchor.participant.config import ParticipantConfig, load_participant_config
+from noisyanchor.participant.data import LocalData, load_local_data
+from noisyanchor.participant.site_state import SiteKey, load_site_key
+
+log = logging.getLogger(__name__)
+
+#: The site model as fetched from the analyst (verified bytes), in ``state_dir``.
+SITE_MODEL_FILE = "site-model.bin"
+
+#: Seconds a fetch retries an unavailable analyst (predict and status ask, they do not wait).
+FETCH_WAIT = 30.0
+
+
+def _checked(cfg: ParticipantConfig, site: SiteModel, where: str) -> SiteModel:
+    if (site.federation_id, site.participant) != (cfg.federation_id, cfg.id):
+        raise PreconditionError(f"{where} is the site model of {site.participant!r} in "
+                                f"federation {site.federation_id!r}, not of {cfg.id!r} in "
+                                f"{cfg.federation_id!r}")
+    return site
+
+
+def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
+               wait: float = FETCH_WAIT) -> SiteModel:
+    """This site's part of the result: from the state folder, else (or with ``refresh``)
+    fetched from the analyst, checked and cached.
+
+    Raises
+    ------
+    PreconditionError
+        The federation is not done (the analyst's refusal names what it waits for).
+    InvalidInputError
+        The cached file is not a valid site model (a pickle, altered bytes...); it is never
+        executed. ``refresh`` replaces it.
+    """
+    path = cfg.state_dir / SITE_MODEL_FILE
+    if path.is_file() and not refresh:
+        return _checked(cfg, load_site_model(path.read_bytes(), what=str(path)), str(path))
+    from noisyanchor.participant.run import analyst_client
+
+    with analyst_client(cfg, min(cfg.wait_seconds, wait)) as client:
+        raw = client.fetch_site_model(cfg.id)
+    site = _checked(cfg, load_site_model(raw, what="the site model from the analyst"),
+                    "the analyst's answer")
+    private_dir(cfg.state_dir)
+    atomic_write(path, raw)
+    log.info("%s: site model fetched from the analyst (%d bytes) and kept in %s", cfg.id,
+             len(raw), path)
+    return site
+
+
+@dataclass(frozen=True)
+class SitePredictor:
+    """``x -> h(N_i(M_i(x F)))``: a site's key, its map and the federation's model.
+
+    Attributes
+    ----------
+    key : SiteKey
+        ``F`` and ``(O_i, Psi_i)``.
+    site : SiteModel
+        ``N_i`` and ``h``.
+    """
+
+    key: SiteKey
+    site: SiteModel
+
+    def __post_init__(self) -> None:
+        if self.site.model is None:
+            raise PreconditionError(f"the analyst did not return a model to "
+                                    f"{self.site.participant}: {self.site.model_withheld}")
+        if self.key.key.dim != self.site.dim:
+            raise PreconditionError(f"the kept key has width {self.key.key.dim} but the site "
+                                    f"model's map takes {self.site.dim}")
+
+    @property
+    def model(self) -> Classifier:
+        """The federation's model ``h``."""
+        assert self.site.model is not None
+        return self.site.model
+
+    @property
+    def classes(self) -> np.ndarray:
+        """Labels in the order of the probability columns."""
+        return self.model.classes
+
+    def rows(self, x: np.ndarray) -> np.ndarray:
+        """``N_i(M_i(x F))``: raw records ``x`` (``n x d_in``) as rows of ``Z``'s frame."""
+        return self.site.map_rows(self.key.encode(x))
+
+    def predict_proba(self, x: np.ndarray) -> np.ndarray:
+        """Class probabilities ``(n, c)`` of raw records ``x``."""
+        return self.model.predict_proba(self.rows(x))
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Predicted labels ``(n,)`` of raw records ``x``."""
+        return self.model.predict(self.rows(x))
+
+
+def load_predictor(cfg: ParticipantConfig, *, refresh: bool = False) -> SitePredictor:
+    """The (cached or fetched) site model and the kept key of ``cfg``'s site. The site model
+    comes first: before the federation is done, the analyst's refusal says what it waits for."""
+    site = site_model(cfg, refresh=refresh)
+    return SitePredictor(load_site_key(cfg), site)
+
+
+def prediction_records(cfg: ParticipantConfig, path: Path, key: SiteKey) -> LocalData:
+    """New records through the upload's own chain (:func:`participant.data.load_local_data`
+    with the schema kept when the site joined: read, schema checks, public preprocessing; a
+    label column may be absent and is not used), then checked against the upload: the same
+    columns, named in the same order when both name them."""
+    from noisyanchor.participant.run import kept_schema
+
+    schema = kept_schema(cfg)
+    data = load_local_data(path, schema=schema, label_column=cfg.label_column,
+                           tag_column=cfg.tag_column, label_index=cfg.label_index,
+                           require_labels=False, delimiter=cfg.delimiter)
+    if schema is not None:
+        schema.check(data.x, data.feature_names, who=str(path), federation=cfg.federation_id)
+    check_records(key, data.x, data.feature_names, str(path))
+    return data
+
+
+def check_records(key: SiteKey, x: np.ndarray, names, who: str) -> None:
+    """Refuse records that do not have the uploaded records' columns, naming both sides."""
+    if x.ndim != 2 or x.shape[1] != key.d_in:
+        raise InvalidInputError(f"{who} has {x.shape[1] if x.ndim == 2 else x.shape} feature "
+                                f"columns but {key.participant}'s upload had {key.d_in}")
+    if names is not None and key.feature_names is not None and tuple(names) != key.feature_names:
+        diff = next(i for i, (a, b) in enumerate(zip(names, key.feature_names, strict=True))
+                    if a != b)
+        raise InvalidInputError(f"{who}: column {diff + 1} is {names[diff]!r} but the upload's "
+                                f"column {diff + 1} was {key.feature_names[diff]!r}; the columns "
+                                "must come in the upload's order")
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """Predicted labels and class probabilities of ``n`` records.
+
+    Attributes
+    ----------
+    labels : (n,) ndarray of int64
+    probabilities : (n, c) ndarray
+        Columns in the order of ``classes``.
+    classes : (c,) ndarray of int64
+    rows : (n,) ndarray of int64
+        Each record's 1-based position in its input.
+    lines : (n,) ndarray of int64
+        The line each record starts on in its CSV file (header: line 1); its row otherwise.
+    """
+
+    labels: np.ndarray
+    probabilities: np.ndarray
+    classes: np.ndarray
+    rows: np.ndarray
+    lines: np.ndarray
+
+    def write_csv(self, path: Path) -> Path:
+        """One line per input record: ``row``, ``line``, ``label``, ``p_<class>`` for every
+        class (probabilities with every digit: ``repr`` of the float)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as fh:
+            out = csv.writer(fh)
+            out.writerow(["row", "line", "label", *(f"p_{c}" for c in self.classes)])
+            for row, line, label, p in zip(self.rows, self.lines, self.labels,
+                                           self.probabilities, strict=True):
+                out.writerow([int(row), int(line), int(label), *(repr(float(v)) for v in p)])
+        return path
+
+
+def predict_with(predictor: SitePredictor, x: np.ndarray,
+                 lines: np.ndarray | None = None) -> Predictions:
+    """:class:`Predictions` of raw records ``x`` (``n x d_in``; ``lines``: where each is in
+    its file)."""
+    x = np.asarray(x, dtype=np.float64)
+    check_records(predictor.key, x, None, "the records")
+    proba = predictor.predict_proba(x)
+    rows = np.arange(1, len(x) + 1, dtype=np.int64)
+    return Predictions(predictor.predict(x), proba, predictor.classes, rows,
+                       rows if lines is None else np.asarray(lines, dtype=np.int64))
+
+
+def predict(config: Path | str | ParticipantConfig, records: Path | str | np.ndarray, *,
+            refresh: bool = False) -> Predictions:
+    """Predict new records locally (the Python twin of ``participant predict``).
+
+    Parameters
+    ----------
+    config : path or ParticipantConfig
+        The site's kit config.
+    records : path or (n, d_in) ndarray
+        A table as the upload's (``.csv``, ``.npz``, ``.npy``; a label column is not needed
+        and not used), or raw records.
+    refresh : bool
+        Fetch the site model from the analyst again.
+    """
+    cfg = config if isinstance(config, ParticipantConfig) else load_participant_config(
+        Path(config))
+    predictor = load_predictor(cfg, refresh=refresh)
+    if isinstance(records, np.ndarray):
+        return predict_with(predictor, records)
+    data = prediction_records(cfg, Path(records), predictor.key)
+    return predict_with(predictor, data.x, data.lines)

@@ -1,0 +1,233 @@
+"""Every site leaves with a model it can use, over real processes and mutual TLS: three sites
+upload once, each fetches its own part of the result and predicts records it never uploaded;
+on its own test rows its predictions equal the analyst's for those rows of Z; another site's map
+is refused; a model file altered to carry a pickle payload is refused at load without running
+it; predict before the federation is done says whom it waits for."""
+
+from __future__ import annotations
+
+import csv
+import json
+import pickle
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+from e2e_support import FEDERATION, free_port
+
+from noisyanchor.common.errors import PermissionDeniedError
+from noisyanchor.common.models import load_model
+from noisyanchor.common.splits import TEST
+from noisyanchor.deploy.demo import wait_for_result, write_analyst, write_participant
+from noisyanchor.deploy.launch import start, stop, wait_for_port
+from noisyanchor.experiments.datasets import load_digits
+from noisyanchor.participant.config import load_participant_config
+from noisyanchor.participant.gain import GAIN_FILE
+from noisyanchor.participant.predict import SITE_MODEL_FILE, predict
+from noisyanchor.participant.site_state import SITE_KEY_FILE, load_site_key
+
+pytestmark = pytest.mark.e2e
+
+IDS = ("p0", "p1", "p2")
+#: Records each site holds back from its upload (its "Monday's records").
+HELD_BACK = 40
+#: Predicted probabilities at a site against the analyst's for the same rows of Z (absolute):
+#: the same arithmetic on the same numbers, apart from BLAS summation order.
+PROBA_ATOL = 1e-9
+TIMEOUT = 120.0
+NAMES = [f"f{j}" for j in range(64)]
+
+
+def _csv(path: Path, x: np.ndarray, labels: np.ndarray | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(NAMES + (["label"] if labels is not None else []))
+        for k, row in enumerate(x):
+            out.writerow([repr(float(v)) for v in row]
+                         + ([int(labels[k])] if labels is not None else []))
+    return path
+
+
+def _read_predictions(path: Path) -> tuple[list[str], np.ndarray, np.ndarray]:
+    with path.open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    body = np.array(rows[1:], dtype=float)
+    np.testing.assert_array_equal(body[:, 1], body[:, 0] + 1)  # record k on line k + 1
+    return rows[0], body[:, 2].astype(int), body[:, 3:]
+
+
+def _run(args: list, log: Path, procs: list, timeout: float = TIMEOUT) -> tuple[int, str]:
+    proc = start(args, log)
+    procs.append(proc)
+    code = proc.wait(timeout)
+    return code, log.read_text(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sites")
+    digits = load_digits()
+    order = np.random.default_rng(3).permutation(len(digits.x))
+    shares = np.array_split(order, len(IDS))
+    data, held = {}, {}
+    for pid, rows in zip(IDS, shares, strict=True):
+        keep, back = rows[HELD_BACK:], rows[:HELD_BACK]
+        data[pid] = _csv(root / "data" / f"{pid}.csv", digits.x[keep], digits.y[keep])
+        held[pid] = (digits.x[back], digits.y[back], digits.x[keep], digits.y[keep])
+    files = write_analyst(root, IDS, federation_id=FEDERATION, method="aa-igdp-an", anchors=64,
+                          dim=16, sigma=0.0, v=0.02, accept_collusion=False, data=data,
+                          extra={"federation": {"projection_seed": 7}})
+    procs: list = []
+    port = free_port()
+    analyst = start(["analyst", "serve", "--config", files.analyst_config, "--port", port],
+                    root / "analyst.log")
+    procs.append(analyst)
+    try:
+        assert wait_for_port(files.port_file, analyst) == port
+        configs = {pid: write_participant(files, pid, federation_id=FEDERATION,
+                                          address=f"127.0.0.1:{port}", method="aa-igdp-an",
+                                          anchors=64, dim=16, projection_seed=7, sigma=0.0,
+                                          v=0.02, timeout=TIMEOUT)
+                   for pid in IDS}
+        # Before any upload: predict says what the federation is waiting for.
+        early = _run(["participant", "predict", "--config", configs["p0"], "--input",
+                      data["p0"], "--out", root / "early.csv"], root / "early.log", procs)
+        uploads = [start(["participant", "upload", "--config", configs[pid]],
+                         root / f"{pid}-upload.log") for pid in IDS]
+        procs.extend(uploads)
+        for pid, p in zip(IDS, uploads, strict=True):
+            assert p.wait(TIMEOUT) == 0, (root / f"{pid}-upload.log").read_text()
+        wait_for_result(files.store, analyst, TIMEOUT)
+        yield {"root": root, "files": files, "configs": configs, "held": held, "data": data,
+               "early": early, "procs": procs}
+    finally:
+        for p in procs:
+            stop(p)
+
+
+def test_predict_before_the_federation_is_done_names_whom_it_waits_for(federation):
+    code, text = federation["early"]
+    assert code == 1
+    assert "FAILED_PRECONDITION" in text and "waiting for the upload(s) of p0, p1, p2" in text
+    assert not (federation["root"] / "early.csv").exists()
+
+
+def test_every_site_predicts_records_it_never_uploaded(federation):
+    root = federation["root"]
+    for pid, cfg in federation["configs"].items():
+        x_new, y_new, _, _ = federation["held"][pid]
+        new = _csv(root / "new" / f"{pid}.csv", x_new)  # no label column
+        out = root / "out" / f"{pid}.csv"
+        code, text = _run(["participant", "predict", "--config", cfg, "--input", new, "--out",
+                           out], root / f"{pid}-predict.log", federation["procs"])
+        assert code == 0, text
+        header, labels, proba = _read_predictions(out)
+        assert header == ["row", "line", "label", *(f"p_{c}" for c in range(10))]
+        assert len(labels) == HELD_BACK  # one output row per input row
+        np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-12)
+        np.testing.assert_array_equal(labels, np.argmax(proba, axis=1))
+        # Digits with anchor noise v = 0.02 and h = 16: the federation's model scores ~0.9;
+        # chance is 0.1.
+        assert np.mean(labels == y_new) > 0.75, (pid, np.mean(labels == y_new))
+        assert "nothing about the records left this host" in text
+        assert f"on {pid}'s" in text and "from joining" in text
+
+
+def test_predictions_on_own_test_rows_equal_the_analysts_rows_of_z(federation):
+    store = federation["files"].store / "result"
+    result = json.loads((store / "result.json").read_text())
+    model = load_model((store / "downstream.model").read_bytes())
+    z = np.load(store / "z.npy")
+    root = federation["root"]
+    for pid, cfg_path in federation["configs"].items():
+        cfg = load_participant_config(cfg_path)
+        key = load_site_key(cfg)
+        _, _, x_up, y_up = federation["held"][pid]
+        test = key.tags == TEST
+        a, b = result["row_ranges"][pid]
+        z_test = z[a:b][test]
+        rows = _csv(root / "own" / f"{pid}.csv", x_up[test])
+        out = root / "own-out" / f"{pid}.csv"
+        code, text = _run(["participant", "predict", "--config", cfg_path, "--input", rows,
+                           "--out", out], root / f"{pid}-own.log", federation["procs"])
+        assert code == 0, text
+        _, labels, proba = _read_predictions(out)
+        np.testing.assert_array_equal(labels, model.predict(z_test))
+        np.testing.assert_allclose(proba, model.predict_proba(z_test), rtol=0, atol=PROBA_ATOL)
+        # The Python function gives the same, from the records as an array.
+        again = predict(cfg, x_up[test])
+        np.testing.assert_array_equal(again.labels, labels)
+        # The analyst's per-site metrics are those rows' (same labels, same predictions).
+        site = result["model"]["sites"][pid]
+        assert site["n_test"] == int(test.sum())
+        assert site["accuracy"] == pytest.approx(float(np.mean(labels == y_up[test])), abs=1e-12)
+
+
+def test_gain_is_reported_and_the_state_folder_is_private(federation):
+    for pid, cfg_path in federation["configs"].items():
+        cfg = load_participant_config(cfg_path)
+        gain = json.loads((cfg.state_dir / GAIN_FILE).read_text())
+        assert gain["participant"] == pid and gain["test_rows"] > 0
+        assert gain["gain"] == pytest.approx(gain["federation_balanced_accuracy"]
+                                             - gain["local_only_balanced_accuracy"], abs=1e-12)
+        assert gain["federation"]["balanced_accuracy"] == pytest.approx(
+            gain["federation"]["analyst_reported_balanced_accuracy"], abs=1e-12)
+        assert stat.S_IMODE(cfg.state_dir.stat().st_mode) == 0o700
+        for name in (SITE_KEY_FILE, SITE_MODEL_FILE, GAIN_FILE):
+            assert stat.S_IMODE((cfg.state_dir / name).stat().st_mode) == 0o600, name
+        # Only what prediction needs: no pending seeds, no exchange key, no colluder secrets.
+        assert sorted(p.name for p in cfg.state_dir.iterdir()) == sorted(
+            [SITE_KEY_FILE, SITE_MODEL_FILE, GAIN_FILE])
+    root = federation["root"]
+    code, text = _run(["participant", "status", "--config", federation["configs"]["p1"]],
+                      root / "p1-status.log", federation["procs"])
+    assert code == 0 and "gain on p1's" in text and "local-only" in text, text
+
+
+def test_another_sites_map_is_refused(federation):
+    cfg = load_participant_config(federation["configs"]["p0"])
+    from noisyanchor.participant.run import analyst_client
+
+    with analyst_client(cfg, 10.0) as client, pytest.raises(
+            PermissionDeniedError, match="'p0' may fetch only its own site model, not 'p1'"):
+        client.fetch_site_model("p1")
+
+
+class _Payload:
+    """Unpickling this creates ``marker``: the tests check it never happens."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_model_file_carrying_a_pickle_is_refused_without_running_it(federation):
+    root = federation["root"]
+    marker = root / "payload-ran"
+    payload = pickle.dumps(_Payload(marker))
+    cfg_path = federation["configs"]["p2"]
+    cfg = load_participant_config(cfg_path)
+    (cfg.state_dir / SITE_MODEL_FILE).write_bytes(payload)  # the site's cached copy
+    new = _csv(root / "new" / "p2-again.csv", federation["held"]["p2"][0][:5])
+    code, text = _run(["participant", "predict", "--config", cfg_path, "--input", new, "--out",
+                       root / "p2-again.csv"], root / "p2-pickle.log", federation["procs"])
+    assert code == 1 and "a Python pickle, which is never loaded" in text, text
+    # At the analyst: the stored part replaced by the payload is refused, not sent.
+    stored = federation["files"].store / "result" / "site-p2.model"
+    original = stored.read_bytes()
+    stored.write_bytes(payload)
+    code, text = _run(["participant", "predict", "--config", cfg_path, "--input", new, "--out",
+                       root / "p2-again.csv", "--refresh"], root / "p2-refresh.log",
+                      federation["procs"])
+    assert code == 1 and "DATA_LOSS" in text, text
+    assert not marker.exists()
+    stored.write_bytes(original)
+    code, text = _run(["participant", "predict", "--config", cfg_path, "--input", new, "--out",
+                       root / "p2-again.csv", "--refresh"], root / "p2-fixed.log",
+                      federation["procs"])
+    assert code == 0, text  # fetched again: the verified copy replaces the altered one
+    assert len(_read_predictions(root / "p2-again.csv")[1]) == 5
