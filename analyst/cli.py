@@ -47,6 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                               "store: who is missing for which step, the model once done "
                               "(the analyst running or not)")
     status.add_argument("--config", type=Path, required=True, help="analyst TOML file")
+    status.add_argument("--wait", action="store_true",
+                        help="first wait until the federation is done (exit 0), failed or a "
+                        "site withdrew (exit 1), saying whom it waits for; at most until the "
+                        "deadline, then for the alignment")
+    status.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
+                        help="with --wait: wait at most this long (exit 1 if not done)")
     status.add_argument("--json", action="store_true", help="print the progress as JSON")
     status.set_defaults(handler=_status)
 
@@ -113,17 +119,27 @@ def _health(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from noisyanchor.analyst.config import load_analyst_config
     from noisyanchor.analyst.kit import store_progress
+    from noisyanchor.common.errors import InvalidInputError
 
+    if args.timeout is not None and not args.wait:
+        raise InvalidInputError("--timeout is a bound of --wait: give both")
     config = load_analyst_config(args.config)
-    progress = store_progress(config)
+    if args.wait:
+        from noisyanchor.analyst.kit import wait_for_outcome
+        from noisyanchor.common.logs import configure_logging
+
+        configure_logging()  # whom it waits for, at INFO
+        progress = wait_for_outcome(config, args.timeout)
+    else:
+        progress = store_progress(config)
     running = _running(config)
     if args.json:
         print(json.dumps(progress.as_dict() | {"store": str(config.output_dir),
                                                "analyst": running}, indent=2))
-        return 0
-    print("\n".join(progress.lines()))
-    print(f"store {config.output_dir}" + (f"; analyst {running}" if running else ""))
-    return 0
+    else:
+        print("\n".join(progress.lines()))
+        print(f"store {config.output_dir}" + (f"; analyst {running}" if running else ""))
+    return 0 if not args.wait or progress.state == "done" else 1
 
 
 def _running(config) -> str | None:

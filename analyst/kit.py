@@ -15,20 +15,24 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import re
 import stat
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from noisyanchor.analyst.config import AnalystConfig, load_analyst_config
 from noisyanchor.analyst.federation import FAILED_FILE, WITHDRAWN_DIR
 from noisyanchor.analyst.storage import Store
-from noisyanchor.common.durations import human_time, parse_deadline
+from noisyanchor.common.durations import human_duration, human_time, parse_deadline
 from noisyanchor.common.errors import ConfigError, InvalidInputError, PreconditionError
 from noisyanchor.common.files import fsync_dir, stale_prefix
 from noisyanchor.common.progress import Progress
+
+log = logging.getLogger(__name__)
 
 
 def _names(folder: Path, suffix: str) -> tuple[str, ...]:
@@ -61,6 +65,51 @@ def store_progress(cfg: AnalystConfig) -> Progress:
         _names(store.keys, ".pb") if agreement else None,
         _names(store.commitments, ".bin") if agreement else None,
         cfg.dealer, withdrawn, error, result, cfg.deadline)
+
+
+#: Seconds between two looks at the store while waiting, and between two progress lines.
+POLL_SECONDS, REPORT_EVERY = 0.5, 10.0
+
+#: Seconds :func:`wait_for_outcome` waits for the alignment once every upload is in.
+ALIGN_WAIT = 3600.0
+
+#: Seconds it waits for the uploads when the federation has no deadline (sites wait 1 h).
+NO_DEADLINE_WAIT = 3600.0
+
+
+def wait_for_outcome(cfg: AnalystConfig, timeout: float | None = None) -> Progress:
+    """Watch the store until the federation is done or failed or a site withdrew, logging
+    whom it waits for whenever that changes (and every :data:`REPORT_EVERY` seconds).
+
+    Without ``timeout`` it waits while the sites may still come (until the deadline, or
+    :data:`NO_DEADLINE_WAIT` without one) and then, once every upload is in,
+    :data:`ALIGN_WAIT` for the alignment. Returns the last progress seen (its state says
+    whether the wait ended with the outcome).
+    """
+    started = time.monotonic()
+    if timeout is not None:
+        limit = started + timeout
+    elif cfg.deadline is not None:
+        limit = started + max(0.0, cfg.deadline.timestamp() - time.time())
+    else:
+        limit = started + NO_DEADLINE_WAIT
+    last, reported, aligning_since = None, started, None
+    while True:
+        progress = store_progress(cfg)
+        if progress.state in ("done", "failed") or progress.withdrawn:
+            return progress
+        now = time.monotonic()
+        if progress.state == "aligning" and aligning_since is None:
+            aligning_since = now
+            if timeout is None:  # every upload is in: the alignment may outlast the deadline
+                limit = max(limit, now + ALIGN_WAIT)
+        waiting = progress.pending() or "the analyst to align every upload"
+        if waiting != last or now - reported >= REPORT_EVERY:
+            log.info("waiting for %s (%s so far)", waiting, human_duration(now - started))
+            last, reported = waiting, now
+        if now >= limit:
+            return progress
+        time.sleep(min(POLL_SECONDS, max(0.0, limit - now)))
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,15 @@ import datetime as dt
 import json
 import shutil
 import stat
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from noisyanchor import deploy
 from noisyanchor.analyst.config import load_analyst_config
-from noisyanchor.analyst.kit import extend_deadline, store_progress
+from noisyanchor.analyst.kit import extend_deadline, store_progress, wait_for_outcome
 from noisyanchor.cli import main
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.progress import Pending
@@ -32,6 +34,11 @@ def _touch(store: Path, *names: str) -> None:
     for name in names:
         (store / name).parent.mkdir(parents=True, exist_ok=True)
         (store / name).write_bytes(b"x")
+
+
+def _result(store: Path) -> None:
+    (store / "result").mkdir(parents=True, exist_ok=True)
+    (store / "result" / "result.json").write_text(json.dumps({"model": None}))
 
 
 def test_progress_is_read_from_the_store_step_by_step(kit):
@@ -129,3 +136,29 @@ def test_the_deadline_command_shows_and_moves_it(kit, capsys):
                  "--json"]) == 0
     moved = json.loads(capsys.readouterr().out)
     assert dt.datetime.fromisoformat(moved["deadline"]) == load_analyst_config(kit).deadline
+
+
+def test_waiting_for_the_outcome_ends_when_done_or_a_site_withdraws_or_at_the_bound(kit):
+    cfg = load_analyst_config(kit)
+    store = cfg.output_dir
+    started = time.monotonic()
+    assert wait_for_outcome(cfg, timeout=0.6).state == "collecting"
+    assert 0.5 < time.monotonic() - started < 5
+    done = threading.Timer(0.4, lambda: _result(store))
+    done.start()
+    try:
+        assert wait_for_outcome(cfg, timeout=30).state == "done"
+    finally:
+        done.cancel()
+    (store / "result" / "result.json").unlink()
+    _touch(store, "withdrawn/org-b.txt")
+    assert wait_for_outcome(cfg, timeout=30).withdrawn == {"org-b": "x"}
+
+
+def test_status_wait_exits_0_only_once_done(kit, capsys):
+    assert main(["analyst", "status", "--config", str(kit), "--wait", "--timeout", "0.2"]) == 1
+    assert "waiting for org-a, org-b, org-c" in capsys.readouterr().out
+    _result(load_analyst_config(kit).output_dir)
+    assert main(["analyst", "status", "--config", str(kit), "--wait"]) == 0
+    assert main(["analyst", "status", "--config", str(kit), "--timeout", "1"]) == 1
+    assert "--timeout is a bound of --wait" in capsys.readouterr().err
