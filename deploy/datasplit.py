@@ -99,7 +99,7 @@ def split_table(table: Table, sites: Sequence[str], out: str, *, alpha: float | 
         raise InvalidInputError(f"--holdout must be in [0, 1), got {holdout}")
     if alpha is not None and not alpha > 0:
         raise InvalidInputError(f"--alpha must be > 0, got {alpha}")
-    texts = table.column(table.label)
+    texts = [t.strip() for t in table.column(table.label)]
     classes, y = np.unique(np.asarray(texts, dtype=str), return_inverse=True)
     rng = np.random.default_rng(seed)
     parts = (stratified_iid(y, len(sites), rng) if alpha is None

@@ -27,8 +27,10 @@ from noisyanchor.experiments.auditors import (
     fit_auditors,
 )
 from noisyanchor.experiments.datasets import (
+    TABLE_DATASETS,
     Dataset,
     load_array_file,
+    load_dataset,
     load_digits,
     load_mnist_idx,
     make_synthetic,
@@ -46,7 +48,7 @@ from noisyanchor.experiments.partition import (
 )
 from noisyanchor.experiments.simulate import Federation, SimulationConfig
 
-DATA_KINDS = ("digits", "synthetic", "mnist-idx", "file")
+DATA_KINDS = ("digits", "synthetic", "mnist-idx", "file", *TABLE_DATASETS)
 PARTITIONS = ("stratified", "label-skew")
 SPLITS = ("stratified", "identity")
 PROJECTIONS = ("gaussian", "svd", "none")
@@ -58,7 +60,9 @@ class BenchConfig:
 
     Attributes
     ----------
-    dataset : {"digits", "synthetic", "mnist-idx", "file"}
+    dataset : {"digits", "synthetic", "mnist-idx", "file", "breast-cancer", "fair", ...}
+        ``breast-cancer`` and ``fair`` (and their ``-unscaled`` forms) are bundled typed tables
+        encoded as their pilot template declares (:func:`experiments.datasets.load_tabular`).
     path, labels_path : str or None
         User files: an ``.npz``/``.npy``/``.csv`` (``file``) or IDX images and labels
         (``mnist-idx``). Relative paths are taken from the config file's folder.
@@ -235,6 +239,8 @@ def load_bench_data(cfg: BenchConfig) -> Dataset:
         data = load_digits()
     elif cfg.dataset == "synthetic":
         data = make_synthetic(rng, n=cfg.synthetic_records, identities=cfg.synthetic_identities)
+    elif cfg.dataset in TABLE_DATASETS:
+        data = load_dataset(cfg.dataset, rng)
     elif cfg.path is None:
         raise InvalidInputError(f"dataset {cfg.dataset!r} needs config key 'path'")
     elif cfg.dataset == "mnist-idx":

@@ -17,7 +17,7 @@ from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.validation import check_count
 
 DATASETS = ("digits", "synthetic", "breast-cancer", "breast-cancer-unscaled", "fair",
-            "fair-unscaled")
+            "fair-unscaled")  # the last four: TABLE_DATASETS
 
 
 @dataclass(frozen=True)
@@ -213,6 +213,9 @@ TABLES = ("digits", "breast-cancer", "fair")
 #: The project template (``deploy/templates/``) whose ``[schema]`` types each bundled table.
 TABLE_TEMPLATES = {"breast-cancer": "federation-breast-cancer.toml",
                    "fair": "federation-fair.toml"}
+
+#: Dataset names of the bundled typed tables: encoded as declared, or in their own units.
+TABLE_DATASETS = tuple(f"{name}{form}" for name in TABLE_TEMPLATES for form in ("", "-unscaled"))
 
 #: Fair's occupation codes (statsmodels.datasets.fair's description) as category names.
 FAIR_OCCUPATIONS = {1: "student", 2: "unskilled", 3: "white-collar", 4: "skilled",

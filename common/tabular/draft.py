@@ -140,7 +140,7 @@ def survey(path: Path, *, label_column: str = "label", tag_column: str = "split"
                                  f"{len(header)}", line=line)
             records += 1
             for s, cell in zip(stats, row, strict=True):
-                s.add(cell, max_categories)
+                s.add(cell.strip(), max_categories)
     if not records:
         raise TableError(shown, "the file has a header but no records", line=header_line)
     label = next((s for s in stats if s.name == label_column), None)

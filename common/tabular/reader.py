@@ -7,8 +7,9 @@ faster but add heavy core dependencies every site must install, and their errors
 the line nor the column of a bad cell.
 
 Rows are encoded in chunks of :data:`CHUNK_ROWS` (:meth:`Column.encode`), so the text of at most
-one chunk is held at a time; memory is the encoded float64 matrix (8 bytes a value, about a CSV
-cell's own size) plus one chunk, and twice the matrix while the chunks are joined at the end.
+one chunk is held at a time, into arrays allocated once for as many records as the file has
+lines (one fast pass counting newlines): memory is the encoded float64 matrix (8 bytes a value,
+about a CSV cell's own size) plus one chunk (``benchmarks/bench_tabular.py`` measures it).
 
 Every problem is a :class:`~common.tabular.errors.TableError` naming the file, the line, the
 column and the value: an empty file, a header without records, a duplicated or empty header
@@ -110,7 +111,8 @@ def _undecodable_line(path: Path) -> tuple[int, bytes]:
 
 
 def table_rows(fh, path: Path, shown: str, delimiter: str) -> Iterator[tuple[int, list[str]]]:
-    """``(first line, fields)`` of every non-blank row, fields stripped of surrounding spaces."""
+    """``(first line, fields)`` of every non-blank row (fields as read: the columns ignore
+    surrounding spaces)."""
     reader = csv.reader(fh, delimiter=delimiter, strict=True)
     end = 0
     while True:
@@ -129,7 +131,7 @@ def table_rows(fh, path: Path, shown: str, delimiter: str) -> Iterator[tuple[int
         start, end = end + 1, reader.line_num
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
-        yield start, [f.strip() for f in row]
+        yield start, row
 
 
 def table_header(rows: Iterator[tuple[int, list[str]]], shown: str,
@@ -139,6 +141,7 @@ def table_header(rows: Iterator[tuple[int, list[str]]], shown: str,
     except StopIteration:
         raise TableError(shown, "the file is empty", hint="expected a header line naming the "
                          "columns, then one record a line") from None
+    header = [name.strip() for name in header]
     if len(header) == 1:
         for other, name in OTHER_DELIMITERS.items():
             if other != delimiter and other in header[0]:
@@ -225,7 +228,8 @@ def read_table(path: Path, schema: TabularSchema | None, *, label_column: str = 
         if ignored:
             log.info("%s: columns not in the schema are left out: %s", shown, _listed(ignored))
         encoder = _ChunkEncoder(shown, header, columns, frozenset(tokens), classes,
-                                position.get(label), position.get(tag_column or ""))
+                                position.get(label), position.get(tag_column or ""),
+                                count_lines(path) - header_line)
         chunk: list[list[str]] = []
         starts: list[int] = []
         for line, row in rows:
@@ -238,7 +242,7 @@ def read_table(path: Path, schema: TabularSchema | None, *, label_column: str = 
                 chunk, starts = [], []
         if chunk:
             encoder.add(chunk, starts)
-    if not encoder.blocks:
+    if not encoder.n:
         raise TableError(shown, "the file has a header but no records", line=header_line)
     return encoder.table(tuple(n for c in columns for n in c.encoded_names), ignored)
 
@@ -254,14 +258,15 @@ def encode_rows(schema: TabularSchema, header: Sequence[str], rows: Sequence[Seq
         raise TableError(shown, "the header has no such column, which the schema declares",
                          line=1, column=absent[0])
     encoder = _ChunkEncoder(shown, header, list(schema.columns), frozenset(schema.missing_tokens),
-                            schema.label_classes, position.get(schema.label or ""), None)
+                            schema.label_classes, position.get(schema.label or ""), None,
+                            len(rows))
     for start in range(0, len(rows), chunk_rows):
-        chunk = [[cell.strip() for cell in row] for row in rows[start:start + chunk_rows]]
+        chunk = [list(row) for row in rows[start:start + chunk_rows]]
         for k, row in enumerate(chunk):
             if len(row) != len(header):
                 raise _width_error(shown, start + 2 + k, row, header)
         encoder.add(chunk, list(range(start + 2, start + 2 + len(chunk))))
-    if not encoder.blocks:
+    if not encoder.n:
         raise TableError(shown, "the table has no records", line=1)
     return encoder.table(schema.encoded_names, ())
 
@@ -283,48 +288,65 @@ def _width_error(shown: str, line: int, row: list[str], header: list[str]) -> Ta
 
 
 class _ChunkEncoder:
-    """Encodes chunks of rows and collects the blocks (see :func:`read_table`)."""
+    """Encodes chunks of rows into arrays allocated once for ``capacity`` records (see
+    :func:`read_table`), grown by half when a file holds more records than it has newlines
+    (old Mac ``\r`` line ends)."""
 
     def __init__(self, shown: str, header: list[str], columns, tokens: frozenset[str],
-                 classes: tuple[str, ...], label_at: int | None, tag_at: int | None) -> None:
+                 classes: tuple[str, ...], label_at: int | None, tag_at: int | None,
+                 capacity: int) -> None:
         self.shown, self.header, self.columns, self.tokens = shown, header, columns, tokens
         self.classes, self.label_at, self.tag_at = classes, label_at, tag_at
         self.at = [header.index(c.name) for c in columns]
-        self.blocks: list[np.ndarray] = []
-        self.labels: list[np.ndarray] = []
-        self.tags: list[np.ndarray] = []
-        self.lines: list[np.ndarray] = []
+        capacity = max(capacity, 1)
+        self.x = np.empty((capacity, sum(c.width for c in columns)), dtype=np.float64)
+        self.labels = np.empty(capacity, dtype=np.int64) if label_at is not None else None
+        self.tags = np.empty(capacity, dtype=np.int8) if tag_at is not None else None
+        self.lines = np.empty(capacity, dtype=np.int64)
+        self.n = 0
 
     def _fail(self, err: CellError, starts: list[int], column: str) -> TableError:
         return TableError(self.shown, err.problem, line=starts[err.index], column=column,
                           value=err.value, hint=err.hint)
 
+    def _grow(self, needed: int) -> None:
+        size = max(needed, len(self.lines) * 3 // 2)
+        for name in ("x", "labels", "tags", "lines"):
+            old = getattr(self, name)
+            if old is not None:
+                new = np.empty((size, *old.shape[1:]), dtype=old.dtype)
+                new[:self.n] = old[:self.n]
+                setattr(self, name, new)
+
     def add(self, chunk: list[list[str]], starts: list[int]) -> None:
-        width = sum(c.width for c in self.columns)
-        block = np.empty((len(chunk), width), dtype=np.float64)
+        """Encode one chunk of rows (each as wide as the header) starting on lines ``starts``."""
+        rows = slice(self.n, self.n + len(chunk))
+        if rows.stop > len(self.lines):
+            self._grow(rows.stop)
+        fields = list(zip(*chunk, strict=True))  # the chunk's columns, transposed at C speed
         j = 0
         for column, at in zip(self.columns, self.at, strict=True):
             try:
-                block[:, j:j + column.width] = column.encode([r[at] for r in chunk], self.tokens)
+                self.x[rows, j:j + column.width] = column.encode(fields[at], self.tokens)
             except CellError as err:
                 raise self._fail(err, starts, column.name) from None
             j += column.width
-        self.blocks.append(block)
-        self.lines.append(np.asarray(starts, dtype=np.int64))
-        if self.label_at is not None:
+        self.lines[rows] = starts
+        if self.labels is not None and self.label_at is not None:
             try:
-                self.labels.append(encode_labels([r[self.label_at] for r in chunk],
-                                                 self.classes))
+                self.labels[rows] = encode_labels(fields[self.label_at], self.classes)
             except CellError as err:
                 raise self._fail(err, starts, self.header[self.label_at]) from None
-        if self.tag_at is not None:
-            self.tags.append(self._tags([r[self.tag_at] for r in chunk], starts))
+        if self.tags is not None:
+            self.tags[rows] = self._tags(fields[self.tag_at or 0], starts)
+        self.n = rows.stop
 
-    def _tags(self, cells: list[str], starts: list[int]) -> np.ndarray:
+    def _tags(self, cells, starts: list[int]) -> np.ndarray:
         codes = {name: code for code, name in SPLIT_NAMES.items()}
         codes |= {str(code): code for code in SPLIT_NAMES}
         out = np.empty(len(cells), dtype=np.int8)
-        for k, cell in enumerate(cells):
+        for k, raw in enumerate(cells):
+            cell = raw.strip()
             if cell not in codes:
                 raise TableError(self.shown, "{value} is not a split tag", line=starts[k],
                                  column=self.header[self.tag_at or 0], value=cell,
@@ -333,7 +355,24 @@ class _ChunkEncoder:
         return out
 
     def table(self, names: tuple[str, ...], ignored: tuple[str, ...]) -> EncodedTable:
-        return EncodedTable(
-            np.concatenate(self.blocks), np.concatenate(self.labels) if self.labels else None,
-            np.concatenate(self.tags) if self.tags else None, np.concatenate(self.lines),
-            names, ignored)
+        """The records encoded so far. Views of the arrays when they are nearly full (the
+        capacity counts the header and blank lines too), else copies of the used part."""
+        n = self.n
+
+        def used(arr: np.ndarray | None) -> np.ndarray | None:
+            if arr is None:
+                return None
+            return arr[:n] if n >= 0.99 * len(arr) else arr[:n].copy()
+
+        x, lines = used(self.x), used(self.lines)
+        assert x is not None and lines is not None
+        return EncodedTable(x, used(self.labels), used(self.tags), lines, names, ignored)
+
+
+def count_lines(path: Path) -> int:
+    """Newlines in ``path`` plus one (an upper bound on its records), read in 1 MiB blocks."""
+    count = 1
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 20):
+            count += block.count(b"\n")
+    return count

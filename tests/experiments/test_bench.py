@@ -12,7 +12,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "experiments" / "configs"
 
 
 @pytest.mark.parametrize("name", ["digits", "digits_participants", "mnist", "celeba",
-                                  "synthetic_identities"])
+                                  "synthetic_identities", "breast_cancer"])
 def test_shipped_configs_load(name):
     cfg = BenchConfig.from_toml(CONFIGS / f"{name}.toml")
     assert cfg.anchors_per_dim == 4 and cfg.max_iter == 500

@@ -188,3 +188,31 @@ def test_utf16_and_bytes_that_are_not_utf8_are_refused_with_the_line(tmp_path):
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(TableError, match="does not exist"):
         read_table(tmp_path / "none.csv", None)
+
+
+def test_spaces_around_cells_and_names_do_not_matter(tmp_path):
+    text = (" area , ratio,region ,smoker, diagnosis\n"
+            " 750 ,0.5 , north,YES , benign\n250,1.5,east,no,malignant\n")
+    np.testing.assert_array_equal(read_table(_write(tmp_path, text), SCHEMA).x,
+                                  read_table(_write(tmp_path, GOOD, "b.csv"), SCHEMA).x)
+
+
+def test_integer_labels_with_digit_separators_are_refused(tmp_path):
+    err = _refused(tmp_path, "a,label\n1,1_0\n", None)
+    assert (err.line, err.column, err.value) == (2, "label", "1_0")
+
+
+def test_old_mac_line_ends_grow_the_arrays_beyond_the_counted_lines(tmp_path):
+    text = GOOD.replace("\n", "\r") * 1
+    rows = GOOD.splitlines()
+    many = "\r".join([rows[0], *rows[1:] * 40]) + "\r"
+    assert read_table(_write(tmp_path, text), SCHEMA).x.shape == (2, 6)
+    table = read_table(_write(tmp_path, many, "many.csv"), SCHEMA, chunk_rows=7)
+    assert table.x.shape == (80, 6) and table.lines[-1] == 81
+
+
+def test_a_numeric_missing_text_such_as_nan_is_filled_when_declared(tmp_path):
+    schema = TabularSchema((NumericColumn("a", missing="fill", fill=1.0),),
+                           missing_tokens=("", "nan"))
+    table = read_table(_write(tmp_path, "a,label\nnan,0\n2.5,1\n"), schema)
+    np.testing.assert_array_equal(table.x, [[1.0], [2.5]])
