@@ -204,10 +204,11 @@ def _guide_commands(text: str, inline: bool) -> list[str]:
     inline code that gives options."""
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL):
-        for line in block.splitlines():
-            for part in re.split(r"&&|\|", line.split(" #")[0]):
-                if part.strip().startswith("noisyanchor "):
-                    commands.append(part.strip())
+        for line in block.splitlines():  # commands joined by && | ; & and inside for loops
+            for part in re.split(r"&&|\||;|&", line.split(" #")[0]):
+                part = part.strip().removeprefix("do ").strip()
+                if part.startswith("noisyanchor "):
+                    commands.append(part)
     if inline:
         commands += re.findall(r"`(noisyanchor [^`]*--[^`]*)`", text.replace("\n", " "))
     # Not a usage synopsis ("[--option ...]", "upload\|status" in a table).
