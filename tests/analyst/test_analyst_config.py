@@ -28,7 +28,7 @@ def test_templates_load_with_paths_relative_to_the_file(workdir):
     assert a.output_dir == (workdir / "store").resolve() and not a.accept_collusion
     assert a.stream_idle_timeout == 60.0 and a.precision == "auto"
     assert (a.stream_min_rate, a.stream_deadline, a.max_streams_per_caller) == (1024.0, 3600.0, 4)
-    assert a.stopping == "objective" and a.blas_threads == 0
+    assert a.stopping == "objective" and a.blas_threads == 0 and a.gopp_method == "auto"
     p = load_participant_config(workdir / "participant.toml")
     assert p.id == "org-a" and p.dim == 16 and p.anchor_seed is None and p.seed is None
     assert p.tls.cert == (workdir / "pki" / "org-a.pem").resolve()
@@ -75,6 +75,7 @@ def test_every_transport_limit_is_a_key_and_reaches_grpc_with_port_sharing_off(w
     ("blas_threads = 0", "blas_threads = 1.5", r"\[server\] blas_threads must be an integer"),
     ('stopping = "objective"', 'stopping = "soon"',
      r"\[solver\] stopping: stopping must be one of objective, relative, absolute"),
+    ('method = "auto"', 'method = "newton"', r"\[solver\] method: method must be one of auto, gpm"),
     ("stream_idle_timeout = 60.0", "stream_idle_timeout = 0.0",
      r"\[server\] stream_idle_timeout: must be a finite number > 0"),
     ("stream_idle_timeout = 60.0", "stream_idle_timeout = inf",
