@@ -473,8 +473,9 @@ def _known_sample_pooled(view: AttackerView, i: int) -> np.ndarray | None:
     if frame is None:
         return None
     if "known_sample_pooled" not in view.cache:  # one decoder for every target
+        # p times the rows of one target: skewness signs are surer, so one flip is tried.
         view.cache["known_sample_pooled"] = known_sample_attack(np.vstack(frame),
-                                                                view.public_sample)
+                                                                view.public_sample, flips=1)
     res = view.cache["known_sample_pooled"]
     view.note("known_sample_pooled", i, _sample_facts(res))
     return res.decode(frame[i])

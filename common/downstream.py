@@ -41,6 +41,11 @@ class Utility:
     """Held-out balanced accuracy of the downstream classifier and the chosen hyper-parameter
     ``c`` (``C`` of the regularised models, ``k`` of k-NN).
 
+    ``converged`` says whether the chosen fit's optimiser met its own tolerance within its
+    iteration cap (scikit-learn's ``ConvergenceWarning`` is caught and recorded here, never
+    printed); ``fits_not_converged`` counts the fits of the hyper-parameter search that did
+    not.
+
     ``participant_only_balanced_accuracy`` (when participants are given) is the same model
     trained on the one-hot participant index alone: what a classifier gets from knowing whose
     record it is, without any shared feature. A method whose ``Z`` keeps participants apart but
@@ -54,6 +59,8 @@ class Utility:
     n_train: int
     n_test: int
     participant_only_balanced_accuracy: float | None = None
+    converged: bool = True
+    fits_not_converged: int = 0
 
 
 def _logistic(c: float) -> Any:
@@ -93,21 +100,39 @@ def sklearn_available() -> bool:
 
 
 def _fit_predict(x_tr, y_tr, x_ev, c: float, model: Callable[[float], Any]) -> np.ndarray:
-    return model(c).fit(x_tr, y_tr).predict(x_ev)
+    return fit_model(model, c, x_tr, y_tr)[0].predict(x_ev)
+
+
+def fit_model(model: Callable[[float], Any], c: float, x: np.ndarray,
+              y: np.ndarray) -> tuple[Any, bool]:
+    """``model(c)`` fitted on ``(x, y)``, and whether its optimiser converged (no
+    ``ConvergenceWarning``; the warning is recorded by the caller, not printed)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        fitted = model(c).fit(x, y)
+    return fitted, not any(issubclass(w.category, ConvergenceWarning) for w in caught)
 
 
 def _select(x_tr, y_tr, x_va, y_va, grid: tuple[float, ...], model: Callable[[float], Any],
-            score: Callable[[np.ndarray, np.ndarray], float]) -> tuple[float, float, Any]:
-    """Fit one model per grid value on the training rows; the best on validation, its score and
-    its fitted estimator (kept for the test rows: refitting the same data would repeat it)."""
-    best: tuple[float, float, Any] | None = None
+            score: Callable[[np.ndarray, np.ndarray], float]
+            ) -> tuple[float, float, Any, bool, int]:
+    """Fit one model per grid value on the training rows; the best on validation, its score,
+    its fitted estimator (kept for the test rows: refitting the same data would repeat it),
+    whether it converged and how many fits of the grid did not."""
+    best: tuple[float, float, Any, bool] | None = None
+    missed = 0
     for c in grid:
-        fitted = model(c).fit(x_tr, y_tr)
+        fitted, converged = fit_model(model, c, x_tr, y_tr)
+        missed += not converged
         s = float(score(y_va, fitted.predict(x_va)))
         if best is None or s > best[1]:
-            best = (c, s, fitted)
+            best = (c, s, fitted, converged)
     assert best is not None
-    return best
+    return (*best, missed)
 
 
 @dataclass(frozen=True)
@@ -186,13 +211,16 @@ def fit_downstream(
     scale = float(np.sqrt(((z[tr] - mean) ** 2).mean())) or 1.0
     x = (z - mean) / scale
     if va.any():
-        best_c, val, fitted = _select(x[tr], labels[tr], x[va], labels[va], grid, model, score)
+        best_c, val, fitted, converged, missed = _select(x[tr], labels[tr], x[va], labels[va],
+                                                         grid, model, score)
         val_score: float | None = val
     else:
         best_c, val_score = grid[len(grid) // 2], None
-        fitted = model(best_c).fit(x[tr], labels[tr])
+        fitted, converged = fit_model(model, best_c, x[tr], labels[tr])
+        missed = int(not converged)
     utility = Utility(float(score(labels[te], fitted.predict(x[te]))), val_score, best_c,
-                      int(tr.sum()), int(te.sum()))
+                      int(tr.sum()), int(te.sum()), converged=converged,
+                      fits_not_converged=missed)
     return FittedDownstream(utility, fitted, mean, scale)
 
 
@@ -236,6 +264,15 @@ def evaluate_utility(
     fitted = fit_downstream(z, labels, tags, model=model)
     if participants is None:
         return fitted.utility
+    participant_only = participant_only_accuracy(labels, tags, participants, model=model,
+                                                 c=fitted.utility.c)
+    return replace(fitted.utility, participant_only_balanced_accuracy=participant_only)
+
+
+def participant_only_accuracy(labels: np.ndarray, tags: np.ndarray, participants: np.ndarray,
+                              *, model: str | Callable[[float], Any], c: float) -> float:
+    """Test balanced accuracy of ``model`` (hyper-parameter ``c``) trained on the one-hot
+    participant index of each row alone (:class:`Utility`)."""
     labels, tags = np.asarray(labels), np.asarray(tags)
     participants = np.asarray(participants)
     if participants.shape != labels.shape:
@@ -244,7 +281,5 @@ def evaluate_utility(
     tr, te = (tags == TRAIN), (tags == TEST)
     onehot = (participants[:, None] == np.unique(participants)[None, :]).astype(float)
     estimator, _ = _model_and_grid(model)
-    participant_only = float(_balanced_accuracy()(
-        labels[te], _fit_predict(onehot[tr], labels[tr], onehot[te], fitted.utility.c,
-                                 estimator)))
-    return replace(fitted.utility, participant_only_balanced_accuracy=participant_only)
+    return float(_balanced_accuracy()(
+        labels[te], _fit_predict(onehot[tr], labels[tr], onehot[te], c, estimator)))

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from noisyanchor.common.attacks import SideKnowledge
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.gdp import DEFAULT_TRANSLATION_SCALE, gaussian_projection, pool_projection
 from noisyanchor.common.splits import split_tags
@@ -94,6 +95,25 @@ class BenchConfig:
         distribution of its translations; only I-GDP's utility depends on it (every other
         method removes or shares the translations), so the I-GDP control is also run at each
         of ``control_translation_scales``.
+    replicates : int
+        Replicated deployments: each has its own seeded public pool, split, partition, ``F``,
+        anchor, galleries, known records, noise levels and keys (replicate 0 keeps the streams
+        of a sweep without replicates); every claim is judged in each.
+    known_records : list of int
+        ``m`` of the known-input attacks (one attack ``known_input_<m>`` each; the attacker
+        knows ``m`` records of every target, drawn once per replicate). Empty: none.
+    known_sample : bool
+        Run the known-sample attacks against the public pool (in the working space).
+    holdout_fraction : float
+        Records held out of every upload and never public: the non-members of membership
+        inference against ``Z``. 0: no membership inference against ``Z``.
+    membership_every : int or None
+        Membership inference against the returned model on the controls and every
+        ``membership_every``-th draw (the shadow models cost fits); None: never.
+    shadow_models : int
+        Shadow models of that attack (each trained on half of the public pool).
+    min_draws : int
+        Fewest draws of each compared method for a claim to be judged ("not enough draws").
     """
 
     name: str = "digits"
@@ -137,6 +157,13 @@ class BenchConfig:
     workers: int = 2
     grid_every: int = 10
     bootstrap: int = 500
+    replicates: int = 1
+    known_records: list[int] = field(default_factory=list)
+    known_sample: bool = False
+    holdout_fraction: float = 0.0
+    membership_every: int | None = None
+    shadow_models: int = 2
+    min_draws: int = 50
 
     def __post_init__(self) -> None:
         for key, value, allowed in (("dataset", self.dataset, DATA_KINDS),
@@ -185,6 +212,17 @@ class BenchConfig:
             raise InvalidInputError("config keys 'draws', 'episodes', 'workers' must be >= 1")
         if not 0 < self.public_fraction < 1:
             raise InvalidInputError("config key 'public_fraction' must be in (0, 1)")
+        if not 0 <= self.holdout_fraction < 1 - self.public_fraction:
+            raise InvalidInputError("config key 'holdout_fraction' must be in [0, 1 - "
+                                    "public_fraction)")
+        if self.replicates < 1 or self.min_draws < 1 or self.shadow_models < 1:
+            raise InvalidInputError("config keys 'replicates', 'min_draws', 'shadow_models' "
+                                    "must be >= 1")
+        if any(m < 2 for m in self.known_records):
+            raise InvalidInputError("config key 'known_records': the known-input attack needs "
+                                    "m >= 2 known records")
+        if self.membership_every is not None and self.membership_every < 1:
+            raise InvalidInputError("config key 'membership_every' must be >= 1")
 
     @classmethod
     def from_toml(cls, config_path: str | Path, /, **overrides: Any) -> BenchConfig:
@@ -226,6 +264,11 @@ class BenchConfig:
         """The ``p`` that keys the random streams: 0 in the nested design (the same deployment,
         noise levels and seeds for every ``p``), else ``p``."""
         return 0 if self.nested else p
+
+    def spawn_key(self, purpose: int, p: int, *rest: int, replicate: int = 0) -> tuple[int, ...]:
+        """Spawn key of a random stream: ``(purpose, stream(p), *rest)``, then the replicate
+        index unless it is 0 (replicate 0 keeps the streams of a sweep without replicates)."""
+        return (purpose, self.stream(p), *rest) + ((replicate,) if replicate else ())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (written beside the sweep's rows)."""
@@ -278,6 +321,17 @@ class Bench:
         Cross-record identity episodes (data sets with identity ids only).
     grid : (g,) int ndarray
         Bank indices of the records drawn in reconstruction grids (one per label, at most 10).
+    replicate : int
+    selection : Galleries
+        Exact-source episodes held out from ``exact``: the strongest attack of a draw is chosen
+        on these and its linkage reported on ``exact``.
+    identity_selection : Galleries or None
+        The same for identity linkage.
+    known : dict of int to (m, d_in) ndarray
+        Bank indices of the records of each target the known-input attacker knows (``m`` the
+        largest of ``known_records``), drawn once per replicate.
+    holdout : (h,) int ndarray
+        Bank indices of records never uploaded nor public (membership non-members for ``Z``).
     """
 
     config: BenchConfig
@@ -290,11 +344,29 @@ class Bench:
     exact: Galleries
     identity: Galleries | None
     grid: np.ndarray
+    replicate: int = 0
+    selection: Galleries | None = None
+    identity_selection: Galleries | None = None
+    known: dict[int, np.ndarray] = field(default_factory=dict)
+    holdout: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def auditor(self) -> FittedAuditor:
         """The configured primary auditor."""
         return self.auditors[self.config.auditor]
+
+    def working(self, rows: np.ndarray) -> np.ndarray:
+        """Bank records ``rows`` in the working space (``X F``)."""
+        f = self.federation.projection
+        x = self.bank[rows]
+        return x if f is None else x @ f
+
+    def side_knowledge(self, data_noise: float = 0.0) -> SideKnowledge:
+        """What the attacks without a colluder know: each target's known records and the
+        public pool, in the working space, and the draw's ``sigma``."""
+        known = {i: self.working(rows) for i, rows in self.known.items()}
+        public = self.working(np.flatnonzero(self.public)) if self.config.known_sample else None
+        return SideKnowledge(known, public, data_noise)
 
 
 def _public_pool(data: Dataset, fraction: float, rng: np.random.Generator) -> np.ndarray:
@@ -340,14 +412,19 @@ def _projection(cfg: BenchConfig, data: Dataset, public: np.ndarray,
     return pool_projection(data.x[public], cfg.dim)
 
 
-def prepare_bench(cfg: BenchConfig, p: int, data: Dataset | None = None) -> Bench:
+def prepare_bench(cfg: BenchConfig, p: int, data: Dataset | None = None, *,
+                  replicate: int = 0) -> Bench:
     """Fix the deployment for ``p`` participants: public pool, splits, partition, ``F``,
-    auditors and galleries, all from ``cfg.seed`` (the same for every method and draw; in the
-    nested design also for every ``p``)."""
+    auditors, galleries, known records and held-out records, all from ``cfg.seed`` and the
+    replicate index (the same for every method and draw; in the nested design also for every
+    ``p``)."""
     data = load_bench_data(cfg) if data is None else data
-    seq = np.random.SeedSequence(cfg.seed, spawn_key=(1, cfg.stream(p)))
-    rng_pool, rng_split, rng_part, rng_proj, rng_gal, rng_shared = (
-        np.random.default_rng(s) for s in seq.spawn(6))
+    if not 0 <= replicate < cfg.replicates:
+        raise InvalidInputError(f"replicate {replicate} is not in [0, {cfg.replicates})")
+    seq = np.random.SeedSequence(cfg.seed, spawn_key=cfg.spawn_key(1, p, replicate=replicate))
+    # Children are fixed by their index: streams added after the sixth leave the first alone.
+    rng_pool, rng_split, rng_part, rng_proj, rng_gal, rng_shared, rng_sel, rng_known = (
+        np.random.default_rng(s) for s in seq.spawn(8))
     public = _public_pool(data, cfg.public_fraction, rng_pool)
     if cfg.split == "identity":
         if data.ids is None:
@@ -358,7 +435,15 @@ def prepare_bench(cfg: BenchConfig, p: int, data: Dataset | None = None) -> Benc
         tags = split_tags(data.y, rng_split, test_fraction=cfg.test_fraction,
                           validation_fraction=cfg.validation_fraction)
         reference = np.zeros(len(data.y), dtype=bool)
-    rows = _partition(cfg, data, np.flatnonzero(~public & ~reference), p, rng_part)
+    uploadable = np.flatnonzero(~public & ~reference)
+    holdout = np.zeros(0, dtype=np.int64)
+    if cfg.holdout_fraction:
+        held = _public_pool(Dataset(data.name, data.x[uploadable], data.y[uploadable],
+                                    None if data.ids is None else data.ids[uploadable],
+                                    data.image_shape),
+                            cfg.holdout_fraction / (1 - cfg.public_fraction), rng_known)
+        holdout, uploadable = uploadable[held], uploadable[~held]
+    rows = _partition(cfg, data, uploadable, p, rng_part)
 
     projection_seed = int(rng_proj.integers(2**63))
     projection = _projection(cfg, data, public, projection_seed)
@@ -386,10 +471,18 @@ def prepare_bench(cfg: BenchConfig, p: int, data: Dataset | None = None) -> Benc
     in_bank = ~public  # distractors are clean participant-side records, never public ones
     labels_for_gallery = np.where(in_bank, data.y, -1)
     exact = exact_source_galleries(labels_for_gallery, targets, rng_gal, episodes=cfg.episodes)
-    identity = None
+    identity = identity_selection = None
     if data.ids is not None and reference.any():
         identity = identity_galleries(data.ids, reference, targets, rng_gal,
                                       episodes=cfg.episodes)
+        identity_selection = identity_galleries(data.ids, reference, targets, rng_sel,
+                                                episodes=cfg.episodes)
+    selection = exact_source_galleries(labels_for_gallery, targets, rng_sel,
+                                       episodes=cfg.episodes)
     grid = np.asarray([targets[data.y[targets] == label][0]
                        for label in np.unique(data.y[targets])[:10]])
-    return Bench(cfg, data, fed, data.x, rows, public, auditors, exact, identity, grid)
+    most = max(cfg.known_records, default=0)
+    known = {i: r[rng_known.permutation(len(r))[:min(most, len(r))]]
+             for i, r in enumerate(rows) if i != cfg.colluder} if most else {}
+    return Bench(cfg, data, fed, data.x, rows, public, auditors, exact, identity, grid,
+                 replicate, selection, identity_selection, known, holdout)

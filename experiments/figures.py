@@ -6,6 +6,7 @@ Every curve drawn here is a :class:`experiments.fits.SplineFit` also written to 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,63 +25,110 @@ def pyplot():
 
 
 def save_figure(plt, fig, path: Path, dpi: int = 120) -> None:
-    """Write ``fig`` to ``path`` (PNG, ``dpi``, default 120) and close it."""
-    fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
+    """Write ``fig`` to ``path`` (PNG, ``dpi``, default 120) and close it (room is kept for a
+    figure title, and legends outside the axes are kept in the file)."""
+    fig.tight_layout(rect=(0, 0, 1, 0.96) if fig._suptitle is not None else None)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
 
 
-def _curve(ax, fit, color, label):
-    ax.plot(fit.grid, fit.fit, color=color, label=label)
+def fit_to_points(ax, values) -> None:
+    """Y limits around the observed points (a spline can swing far outside them where the
+    draws are sparse; the curve is then cut, never the data)."""
+    v = np.asarray([x for x in values if x is not None], dtype=float)
+    v = v[np.isfinite(v)]
+    if len(v):
+        pad = 0.08 * max(float(v.max() - v.min()), 0.02)
+        ax.set_ylim(float(v.min()) - pad, float(v.max()) + pad)
+
+
+def title(study: Study, dataset: str = "", *, model: bool = True, auditor: bool = True) -> str:
+    """What a figure shows: data set, ``p``, replicate, and the model and auditor its numbers
+    come from (a figure about linkage alone needs no model, one about utility no auditor)."""
+    parts = [dataset or "sweep", f"p = {study.meta['p']}", f"replicate {study.replicate}"]
+    if model and study.model:
+        parts.append(f"model {study.model}")
+    if auditor and study.auditor:
+        parts.append(f"{study.auditor} auditor")
+    return ", ".join(parts)
+
+
+def outside_legend(ax, **kwargs) -> None:
+    """A legend to the right of the axes, so it covers no data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=7,
+              **kwargs)
+
+
+#: How a curve identical to another by construction (the coupled C-GDP-pn / AA-I-GDP-pn runs)
+#: is drawn: dashed over the solid one, hollow markers, and said so in its label.
+IDENTICAL = {"ls": "--", "lw": 2.2}
+IDENTICAL_NOTE = " (= C-GDP-pn: coupled, identical)"
+
+
+def _curve(ax, fit, color, label, **style):
+    ax.plot(fit.grid, fit.fit, color=color, label=label, **style)
     ax.fill_between(fit.grid, fit.low, fit.high, color=color, alpha=0.2)
 
 
-def _scatter_fit(ax, study, method, key, color, label, value):
+def _scatter_fit(ax, study, method, key, color, label, value, identical=False):
     rs = study.draws.get(method, [])
     if not rs:
         return
-    ax.scatter([r["noise"] for r in rs], [value(r) for r in rs], s=6, color=color, alpha=0.5)
+    marker = {"facecolors": "none", "edgecolors": color} if identical else {"color": color}
+    ax.scatter([r["noise"] for r in rs], [value(r) for r in rs], s=10 if identical else 6,
+               alpha=0.5, **marker)
     fit = study.fits.get(f"{method}/{key}")
     if fit is not None:
-        _curve(ax, fit, color, label)
+        _curve(ax, fit, color, label + (IDENTICAL_NOTE if identical else ""),
+               **(IDENTICAL if identical else {}))
 
 
-def linkage(study: Study, path: Path) -> None:
+def linkage(study: Study, path: Path, dataset: str = "") -> None:
     """Fig. 2/6: linkage (exact-source or identity) vs noise per attack; (a) the paired
-    private-data-noise trajectory, (b) every attack on anchor noise."""
+    private-data-noise trajectory (the coupled AA-I-GDP-pn curve dashed over C-GDP-pn's: they
+    are identical), (b) every colluder attack on anchor noise."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
     _scatter_fit(axes[0], study, "c-gdp-pn", "known_secret", "C0", "C-GDP-pn known-secret",
                  lambda r: r["linkage"]["known_secret"])
     _scatter_fit(axes[0], study, "aa-igdp-pn", "known_anchor", "C1",
-                 "AA-I-GDP-pn known-anchor (paired)", lambda r: r["linkage"]["known_anchor"])
+                 "AA-I-GDP-pn known-anchor", lambda r: r["linkage"]["known_anchor"],
+                 identical=True)
     axes[0].set_xlabel("sigma")
     an = study.draws.get("aa-igdp-an", [])
-    for k, attack in enumerate(an[0]["linkage"] if an else []):
+    colluder = [a for a in (an[0]["linkage"] if an else [])
+                if study.threats.get(a, "colluder") == "colluder"]
+    for k, attack in enumerate(colluder):
         _scatter_fit(axes[1], study, "aa-igdp-an", attack, f"C{k + 2}", attack,
                      lambda r, a=attack: r["linkage"][a])
     axes[1].set_xlabel("v")
     ctrl = study.controls.get("c-gdp")
-    for ax, title in zip(axes, ("(a) private-data noise", "(b) AA-I-GDP anchor noise"),
-                         strict=True):
+    for ax, name in zip(axes, ("(a) private-data noise", "(b) AA-I-GDP anchor noise, colluder"),
+                        strict=True):
         ax.axhline(CHANCE, color="gray", ls=":", label="chance")
         if ctrl:
             ax.axhline(max(ctrl["linkage"].values()), color="k", ls="-.",
                        label="noiseless control")
         ax.set_ylabel(study.metric_label)
-        ax.set_title(title)
-        ax.legend(fontsize=7)
+        ax.set_title(name, fontsize=9)
+        outside_legend(ax)
+    seen = [v for m in ("c-gdp-pn", "aa-igdp-an") for r in study.draws.get(m, [])
+            for a, v in r["linkage"].items() if study.threats.get(a, "colluder") == "colluder"]
+    for ax in axes:
+        fit_to_points(ax, [*seen, CHANCE, *(max(c["linkage"].values(), default=CHANCE)
+                                            for c in study.controls.values())])
+    fig.suptitle(title(study, dataset, model=False), fontsize=10)
     save_figure(plt, fig, path)
 
 
-def utility(study: Study, path: Path) -> None:
+def utility(study: Study, path: Path, dataset: str = "") -> None:
     """Fig. 4/7: test balanced accuracy vs noise; open markers are GPM runs capped at the
     iteration limit."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
     _scatter_fit(axes[0], study, "c-gdp-pn", "utility", "C0", "C-GDP-pn", lambda r: r["utility"])
     _scatter_fit(axes[0], study, "aa-igdp-pn", "utility", "C1", "AA-I-GDP-pn",
-                 lambda r: r["utility"])
+                 lambda r: r["utility"], identical=True)
     axes[0].set_xlabel("sigma")
     an = study.draws.get("aa-igdp-an", [])
     conv = [r for r in an if r["solver"]["converged"]]
@@ -103,44 +151,58 @@ def utility(study: Study, path: Path) -> None:
         if study.meta.get("classes"):
             ax.axhline(1.0 / study.meta["classes"], color="gray", ls=":", label="chance")
         ax.set_ylabel("test balanced accuracy")
-        ax.legend(fontsize=7)
+        outside_legend(ax)
+        fit_to_points(ax, [r["utility"] for rs in study.draws.values() for r in rs]
+                      + [c["utility"] for c in study.controls.values()])
+    fig.suptitle(title(study, dataset, auditor=False), fontsize=10)
     save_figure(plt, fig, path)
 
 
 def _frontier_axes(ax, study, methods, colors, attack_set, label_suffix=""):
-
     for m, color in zip(methods, colors, strict=True):
         rs = study.draws.get(m, [])
-        if not rs:
+        if not rs or attack_set not in study.attack_sets(m):
             continue
-        ax.scatter([strongest(r, attack_set) for r in rs], [r["utility"] for r in rs], s=6,
-                   color=color, alpha=0.4)
+        same = m == "aa-igdp-pn" and "c-gdp-pn" in methods
+        marker = {"facecolors": "none", "edgecolors": color} if same else {"color": color}
+        ax.scatter(study.strongest_series(m, attack_set), [r["utility"] for r in rs],
+                   s=10 if same else 6, alpha=0.4, **marker)
         lf = study.fits.get(f"{m}/strongest-{attack_set}")
         uf = study.fits.get(f"{m}/utility")
         if lf is not None and uf is not None:
-            ax.plot(lf.fit, uf.fit, color=color, label=f"{m}{label_suffix}")
+            ax.plot(lf.fit, uf.fit, color=color,
+                    label=f"{m}{label_suffix}" + (IDENTICAL_NOTE if same else ""),
+                    **(IDENTICAL if same else {}))
 
 
-def frontier(study: Study, path: Path) -> None:
+#: Panels of the frontier figure: attack set and what it holds.
+FRONTIER_PANELS = (("paper", "(a) the paper's attacks (anchor noise: best of MP/OP/AM)"),
+                   ("all", "(b) every attack of the colluder (corrected estimators included)"),
+                   ("analyst", "(c) the analyst alone, knowing m records of each target"),
+                   ("public", "(d) the analyst with a public sample"))
+
+
+def frontier(study: Study, path: Path, dataset: str = "") -> None:
     """Fig. 5/8: utility vs the strongest attack's linkage (fitted curves parametrised by
-    noise); (a) the paper's attacks, (b) every attack of the engine."""
+    noise), one panel per attack set that ran."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
-    for ax, aset, title in zip(axes, ("paper", "all"),
-                               ("(a) paper's attacks (anchor noise: max of MP/OP/AM)",
-                                "(b) every attack (anchor noise: incl. the corrected estimators)"),
-                               strict=True):
+    panels = [(a, t) for a, t in FRONTIER_PANELS
+              if any(a in study.attack_sets(m) for m in ("c-gdp-pn", "aa-igdp-an"))]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels) + 2, 4.4), sharey=True,
+                             squeeze=False)
+    for ax, (aset, name) in zip(axes[0], panels, strict=True):
         _frontier_axes(ax, study, ("c-gdp-pn", "aa-igdp-pn", "aa-igdp-an"),
                        ("C0", "C1", "C2"), aset)
         ax.axvline(CHANCE, color="gray", ls=":", label="chance linkage")
         ax.set_xlabel("linkage of the strongest attack")
         ax.set_ylabel("test balanced accuracy")
-        ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=7)
+        ax.set_title(name, fontsize=8)
+    outside_legend(axes[0][-1])
+    fig.suptitle(title(study, dataset), fontsize=10)
     save_figure(plt, fig, path)
 
 
-def solver(study: Study, path: Path) -> None:
+def solver(study: Study, path: Path, dataset: str = "") -> None:
     """Fig. 9: GPM iterations, fixed-point residual and wall time vs v, with v_PT marked."""
     plt = pyplot()
     rs = study.draws.get("aa-igdp-an", [])
@@ -160,11 +222,12 @@ def solver(study: Study, path: Path) -> None:
         ax.axvline(study.meta["v_pt"], color="k", ls="--", label="v_PT")
         ax.set_xlabel("v")
         ax.set_ylabel(ylabel)
-        ax.legend(fontsize=7)
+    outside_legend(axes[-1])
+    fig.suptitle(title(study, dataset, model=False, auditor=False), fontsize=10)
     save_figure(plt, fig, path)
 
 
-def grid(study: Study, path: Path) -> bool:
+def grid(study: Study, path: Path, dataset: str = "") -> bool:
     """Fig. 3/10: originals, projection-only control, and reconstructions of saved draws
     ordered by decreasing linkage (one record per column). False when records are not images."""
     shape = study.meta.get("image_shape")
@@ -197,11 +260,12 @@ def grid(study: Study, path: Path) -> bool:
             if len(row) > 2:
                 ax.set_xlabel(f"{100 * row[2][j]:.1f}%", fontsize=6, labelpad=1)
         axes[i][0].set_ylabel(row[0], fontsize=6, rotation=0, ha="right", va="center")
+    fig.suptitle(title(study, dataset, model=False), fontsize=8)
     save_figure(plt, fig, path)
     return True
 
 
-def participants(studies: dict[int, Study], path: Path) -> None:
+def participants(studies: dict[int, Study], path: Path, dataset: str = "") -> None:
     """Fig. 11: utility vs the strongest attack's linkage for each participant count ``p``:
     private-data noise (C-GDP-pn, its known-secret attack) beside anchor noise under the paper's
     attacks and under every attack."""
@@ -210,18 +274,21 @@ def participants(studies: dict[int, Study], path: Path) -> None:
     panels = (("c-gdp-pn", "paper", "(a) C-GDP private-data noise"),
               ("aa-igdp-an", "paper", "(b) anchor noise, paper's attacks (MP/OP/AM)"),
               ("aa-igdp-an", "all", "(c) anchor noise, every attack"))
-    for ax, (method, attack_set, title) in zip(axes, panels, strict=True):
+    for ax, (method, attack_set, name) in zip(axes, panels, strict=True):
         for k, (p, study) in enumerate(sorted(studies.items())):
             _frontier_axes(ax, study, (method,), (f"C{k}",), attack_set, f" p={p}")
         ax.axvline(CHANCE, color="gray", ls=":")
         ax.set_xlabel("linkage of the strongest attack")
         ax.set_ylabel("test balanced accuracy")
-        ax.set_title(title, fontsize=9)
-        ax.legend(fontsize=7)
+        ax.set_title(name, fontsize=9)
+    outside_legend(axes[-1])
+    any_study = next(iter(studies.values()))
+    fig.suptitle(f"{dataset or 'sweep'}, every p, replicate {any_study.replicate}, model "
+                 f"{any_study.model}, {any_study.auditor} auditor", fontsize=10)
     save_figure(plt, fig, path)
 
 
-def frontier_pairs(pairs: dict[str, Study], path: Path) -> None:
+def frontier_pairs(pairs: dict[str, Study], path: Path, dataset: str = "") -> None:
     """Utility vs the strongest attack's linkage (every attack) for private-data and anchor
     noise, one panel per (downstream model, auditor) pair: how far the frontier generalises."""
     names = list(pairs)
@@ -246,26 +313,178 @@ def frontier_pairs(pairs: dict[str, Study], path: Path) -> None:
             ax.set_title(f"{model} / {auditor} auditor", fontsize=9)
             ax.set_xlabel("linkage of the strongest attack", fontsize=8)
             ax.set_ylabel("test balanced accuracy", fontsize=8)
-            ax.legend(fontsize=6)
+            if j == len(auditors) - 1:
+                outside_legend(ax)
+    first = next(iter(pairs.values()))
+    fig.suptitle(f"{dataset or 'sweep'}, p = {first.meta['p']}, replicate {first.replicate}: "
+                 "every (model, auditor) pair; solid: every colluder attack, dotted: the "
+                 "paper's", fontsize=10)
     save_figure(plt, fig, path)
 
 
+#: Colours of the verdicts in the claims figure.
+VERDICT_COLORS = {"holds": "C2", "fails": "C3", "undecided": "C7", "not reached": "C1",
+                  "not enough draws": "C1"}
+
+
+def claims(summary: dict[str, Any], path: Path, dataset: str = "") -> bool:
+    """Every claim's statistic with its 95% interval, per axis (model/auditor pair, model or
+    auditor) and replicate, coloured by verdict; zero marked. False without judgements."""
+    from noisyanchor.experiments.claims import CLAIMS
+
+    by_rep = summary.get("claims_by_replicate") or {}
+    if not by_rep:
+        return False
+    reps = sorted(by_rep, key=int)
+    keys = [c for c in CLAIMS if c != "pn_pairs_identical"]  # exact: no interval to draw
+    axes_of = {c: list(by_rep[reps[0]][c]) for c in keys}
+    plt = pyplot()
+    fig, axes = plt.subplots(len(keys), 1, squeeze=False,
+                             figsize=(9, sum(1.0 + 0.32 * len(v) * len(reps)
+                                             for v in axes_of.values())),
+                             gridspec_kw={"height_ratios": [len(axes_of[c]) for c in keys]})
+    markers = "os^Dv"
+    for ax, claim in zip(axes[:, 0], keys, strict=True):
+        labels = axes_of[claim]
+        for j, rep in enumerate(reps):
+            for i, axis in enumerate(labels):
+                res = by_rep[rep][claim][axis]
+                y = i + (j - (len(reps) - 1) / 2) * 0.22
+                if res.get("estimate") is None:
+                    ax.text(0, y, res["verdict"], fontsize=6, va="center", color="C1")
+                    continue
+                x = 100 * res["estimate"]
+                color = VERDICT_COLORS[res["verdict"]]
+                if res.get("interval"):
+                    lo, hi = (100 * v for v in res["interval"])
+                    ax.plot([lo, hi], [y, y], color=color, lw=1.5)
+                ax.scatter([x], [y], color=color, marker=markers[j % len(markers)], s=14,
+                           label=f"replicate {rep}" if i == 0 else None)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_yticks(range(len(labels)), labels, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(CLAIMS[claim], fontsize=8)
+        ax.set_xlabel("points (95% interval; green holds, red fails, grey undecided)",
+                      fontsize=7)
+    outside_legend(axes[0][0])
+    fig.suptitle(f"{dataset or 'sweep'}, p = {summary['p']}: the claims in every replicate",
+                 fontsize=10)
+    save_figure(plt, fig, path)
+    return True
+
+
+def threats(study: Study, path: Path, dataset: str = "") -> bool:
+    """Linkage of the strongest attack of each threat vs noise: private-data noise (the
+    coupled C-GDP-pn = AA-I-GDP-pn runs) and anchor noise, with the noiseless controls of every
+    method (I-GDP included) as horizontal lines. False when only the colluder's attacks ran."""
+    sets = [a for a in ("all", "analyst", "public")
+            if any(a in study.attack_sets(m) for m in ("c-gdp-pn", "aa-igdp-an"))]
+    if sets == ["all"] or not sets:
+        return False
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), sharey=True)
+    names = {"all": "colluder", "analyst": "analyst alone (known records)",
+             "public": "analyst + public data"}
+    for ax, method, xlabel in ((axes[0], "c-gdp-pn", "sigma"), (axes[1], "aa-igdp-an", "v")):
+        for k, aset in enumerate(sets):
+            if aset in study.attack_sets(method):
+                _scatter_fit(ax, study, method, f"strongest-{aset}", f"C{k}", names[aset],
+                             lambda r, a=aset: strongest(r, a, study.threats))
+        shown = []
+        for ctrl, ls in (("c-gdp", "-."), ("i-gdp", "--")):  # = aa-igdp noiseless, coupled
+            row = study.controls.get(ctrl)
+            for k, aset in enumerate(sets):
+                value = None if row is None else strongest(row, aset, study.threats)
+                if value is not None:
+                    shown.append(value)
+                    ax.axhline(value, color=f"C{k}", ls=ls, lw=0.8,
+                               label=f"{ctrl} noiseless, {names[aset]}")
+        ax.axhline(CHANCE, color="gray", ls=":", label="chance")
+        fit_to_points(ax, [*shown, CHANCE, *(strongest(r, a, study.threats)
+                                             for m in ("c-gdp-pn", "aa-igdp-an")
+                                             for r in study.draws.get(m, []) for a in sets)])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(study.metric_label)
+        ax.set_title(f"{method}" + (" (= aa-igdp-pn, coupled)" if method == "c-gdp-pn" else ""),
+                     fontsize=9)
+    outside_legend(axes[1])
+    fig.suptitle(title(study, dataset, model=False) + ": every threat", fontsize=10)
+    save_figure(plt, fig, path)
+    return True
+
+
+def membership(rows: list[dict[str, Any]], config: dict[str, Any], path: Path,
+               dataset: str = "", p: int | None = None) -> bool:
+    """Membership inference AUC against the returned model vs noise, one column per model
+    (loss threshold filled, shadow models hollow), private-data and anchor noise, every
+    replicate; the controls as horizontal lines. False without membership rows."""
+    rs = [r for r in rows if r.get("membership")]
+    if not rs:
+        return False
+    plt = pyplot()
+    models = config["models"]
+    fig, axes = plt.subplots(2, len(models), figsize=(4.2 * len(models) + 2, 6.5),
+                             squeeze=False, sharey=True)
+    for col, model in enumerate(models):
+        for row_ax, methods, xlabel in ((axes[0][col], ("c-gdp-pn", "aa-igdp-pn"), "sigma"),
+                                        (axes[1][col], ("aa-igdp-an",), "v")):
+            for k, m in enumerate(methods):
+                sel = [r for r in rs if r["method"] == m and not r["control"]]
+                for attack, filled in (("loss_threshold", True), ("shadow", False)):
+                    pts = [(r["noise"], g["auc"]) for r in sel
+                           if (g := r["membership"]["model"][model].get(attack))]
+                    if not pts:
+                        continue
+                    x, y = zip(*pts, strict=True)
+                    style = ({"color": f"C{k}"} if filled else
+                             {"facecolors": "none", "edgecolors": f"C{k}"})
+                    row_ax.scatter(x, y, s=12, label=f"{m} {attack}", **style)
+            for j, ctrl in enumerate(("c-gdp", "aa-igdp", "i-gdp")):
+                got = [r["membership"]["model"][model]["loss_threshold"]["auc"] for r in rs
+                       if r["method"] == ctrl and r["control"]]
+                if got:
+                    row_ax.axhline(float(np.mean(got)), color="k", lw=0.8,
+                                   ls=(":", "-.", "--")[j], label=f"{ctrl} noiseless (loss)")
+            row_ax.axhline(0.5, color="gray", lw=0.8, label="chance")
+            row_ax.set_xlabel(xlabel)
+            row_ax.set_ylabel("membership AUC")
+            row_ax.set_title(f"model {model}", fontsize=9)
+        if col == len(models) - 1:
+            outside_legend(axes[0][col])
+            outside_legend(axes[1][col])
+    fig.suptitle(f"{dataset or 'sweep'}, p = {p}, every replicate: membership inference "
+                 "against the returned model", fontsize=10)
+    save_figure(plt, fig, path)
+    return True
+
+
 def draw_all(studies: dict[int, Study], main_p: int, out: Path,
-             pairs: dict[str, Study] | None = None) -> list[str]:
+             pairs: dict[str, Study] | None = None, summary: dict[str, Any] | None = None,
+             rows: list[dict[str, Any]] | None = None,
+             config: dict[str, Any] | None = None) -> list[str]:
     """Every figure into ``out``; returns the file names written. ``pairs``: the main ``p``'s
-    view per (model, auditor), for ``fig_frontier_pairs.png``."""
+    view per (model, auditor), for ``fig_frontier_pairs.png``; ``summary``, ``rows`` and
+    ``config`` (the main ``p``'s): for the claims, threats and membership figures."""
     main = studies[main_p]
+    dataset = (config or {}).get("name", "")
     files = []
     if pairs and len(pairs) > 1:
-        frontier_pairs(pairs, out / "fig_frontier_pairs.png")
+        frontier_pairs(pairs, out / "fig_frontier_pairs.png", dataset)
         files.append("fig_frontier_pairs.png")
     for name, draw in (("fig_linkage.png", linkage), ("fig_utility.png", utility),
                        ("fig_frontier.png", frontier), ("fig_solver.png", solver)):
-        draw(main, out / name)
+        draw(main, out / name, dataset)
         files.append(name)
-    if grid(main, out / "fig_grid.png"):
+    if grid(main, out / "fig_grid.png", dataset):
         files.append("fig_grid.png")
     if len(studies) > 1:
-        participants(studies, out / "fig_participants.png")
+        participants(studies, out / "fig_participants.png", dataset)
         files.append("fig_participants.png")
+    if threats(main, out / "fig_threats.png", dataset):
+        files.append("fig_threats.png")
+    if summary is not None and claims(summary, out / "fig_claims.png", dataset):
+        files.append("fig_claims.png")
+    if rows is not None and config is not None and membership(
+            rows, config, out / "fig_membership.png", dataset, main_p):
+        files.append("fig_membership.png")
     return files

@@ -53,6 +53,8 @@ class SplineFit:
         if k == 0:
             return float(self.grid[0])
         x0, x1, y0, y1 = self.grid[k - 1], self.grid[k], self.fit[k - 1], self.fit[k]
+        if y0 == y1:  # flat at the level between the two grid points
+            return float(x1)
         return float(x0 + (y0 - level) * (x1 - x0) / (y0 - y1))
 
 

@@ -11,6 +11,7 @@ References: SPEC.md section 3 (last item); noisy-anchor GDP paper, Sections 5.2.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,21 +31,41 @@ SIMILARITIES = ("cosine", "euclidean")
 PAPER_ATTACKS = {"c-gdp": ("known_secret",), "c-gdp-pn": ("known_secret",),
                  "aa-igdp": ("known_anchor",), "aa-igdp-pn": ("known_anchor",),
                  "aa-igdp-an": PAPER_ANCHOR_ATTACKS}
-#: Attack sets whose strongest member is reported: the paper's, and every attack (built-in and
-#: plug-in).
-ATTACK_SETS = ("paper", "all")
+#: Attack sets whose strongest member is reported: the paper's; every attack of the colluder's
+#: threat model (built-in and plug-in, the paper's included: "all"); the analyst alone with known
+#: records of the target ("analyst"); the analyst with public data ("public").
+ATTACK_SETS = ("paper", "all", "analyst", "public")
+#: The threat (:data:`common.attacks.THREATS`) whose attacks each set holds, but "paper".
+SET_THREATS = {"all": "colluder", "analyst": "analyst", "public": "public"}
 
 
-def strongest_attack(linkage: dict[str, float], method: str,
-                     attack_set: str = "all") -> tuple[str, float] | None:
-    """The attack with the highest linkage (the first in attack order on ties), among every
-    attack in ``linkage`` or, with ``attack_set="paper"``, among the paper's for ``method``;
-    None when no attack ran."""
-    if attack_set == "paper" and method in PAPER_ATTACKS:
-        linkage = {a: linkage[a] for a in PAPER_ATTACKS[method] if a in linkage}
-    if not linkage:
+def attack_set_members(names: Iterable[str], method: str, attack_set: str,
+                       threats: Mapping[str, str] | None = None) -> list[str]:
+    """The attacks of ``names`` in ``attack_set`` for ``method``: the paper's for the method
+    (none for I-GDP), or those whose threat (``threats``; an attack missing from it is a
+    colluder's) is the set's."""
+    if attack_set == "paper":
+        paper = PAPER_ATTACKS.get(method, ())
+        return [a for a in names if a in paper]
+    if attack_set not in SET_THREATS:
+        raise InvalidInputError(f"attack set {attack_set!r} is not one of "
+                                f"{', '.join(ATTACK_SETS)}")
+    threats = threats or {}
+    return [a for a in names if threats.get(a, "colluder") == SET_THREATS[attack_set]]
+
+
+def strongest_attack(linkage: Mapping[str, float], method: str, attack_set: str = "all",
+                     threats: Mapping[str, str] | None = None, *,
+                     selection: Mapping[str, float] | None = None) -> tuple[str, float] | None:
+    """The strongest attack of ``attack_set`` (:func:`attack_set_members`) and its linkage:
+    the one with the highest ``selection`` linkage (held-out galleries), else the highest
+    ``linkage`` itself (the first in attack order on ties); the linkage returned is always
+    ``linkage``'s. None when no attack of the set ran."""
+    members = attack_set_members(linkage, method, attack_set, threats)
+    if not members:
         return None
-    name = max(linkage, key=linkage.__getitem__)
+    judge = linkage if selection is None else selection
+    name = max(members, key=lambda a: judge.get(a, -np.inf))
     return name, linkage[name]
 
 

@@ -13,6 +13,7 @@ References: noisy-anchor GDP paper, Section 5 (Figs. 2-11 and the quoted numbers
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from collections import Counter, defaultdict
 from dataclasses import asdict
@@ -25,12 +26,14 @@ from noisyanchor.common.attacks import ATTACK_NAMES, PAPER_ANCHOR_ATTACKS
 from noisyanchor.common.cliargs import int_at_least
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.methods import Method
+from noisyanchor.experiments.claims import CLAIM_AXES, CLAIMS, judge, low_claim_set, robust
 from noisyanchor.experiments.linkage import ATTACK_SETS, CHANCE, PAPER_ATTACKS, strongest_attack
 from noisyanchor.experiments.study import (
     METRICS,
     Study,
     load_rows,
     main_participant_count,
+    replicate_of,
     view_rows,
 )
 from noisyanchor.experiments.sweep import ROWS_FILE, RUNS_FILE
@@ -42,17 +45,14 @@ MATCHED_LEVELS = (0.124, 0.15, 0.20, 0.30)
 LOW_LEVELS = (0.124, 0.15, 0.20)
 LOW_GRID = tuple(np.round(np.arange(0.124, 0.2001, 0.005), 3))
 NOISY = (Method.C_GDP_PN.value, Method.AA_IGDP_PN.value, Method.AA_IGDP_AN.value)
-#: The paper's claims the report judges, in order, with the sentence each stands for.
-CLAIMS = {
-    "pn_pairs_identical": "C-GDP-pn and AA-I-GDP-pn paired runs coincide",
-    "noiseless_c_eq_aa_gt_i": "noiseless C-GDP = AA-I-GDP utility > I-GDP",
-    "anchor_noise_beats_data_noise_at_low_linkage_paper_attacks":
-        "at matched low linkage anchor noise keeps more utility (the paper's attacks)",
-    "anchor_noise_beats_data_noise_at_low_linkage_all_attacks":
-        "at matched low linkage anchor noise keeps more utility (every attack)",
-    "op_strongest_of_three": "OP is the strongest of MP/OP/AM",
-}
-VERDICTS = {True: "holds", False: "fails", None: "not reached"}
+#: Resamples of every claim's interval (each resample refits the splines it compares).
+CLAIM_RESAMPLES = 1000
+#: Names of the attack sets in text.
+SET_TEXT = {"paper": "the paper's attacks", "all": "every attack of the colluder",
+            "analyst": "the analyst alone with known records", "public":
+            "the analyst with public data"}
+#: Every method, in the order of the threat tables.
+ALL_METHODS = tuple(m.value for m in Method)
 
 
 def _pct(x: float | None) -> str:
@@ -77,8 +77,14 @@ def runtime_text(results: Path) -> str | None:
     total = sum(r["seconds"] for r in runs)
     ran = sum(r["ran"] for r in runs)
     last = runs[-1]
-    return (f"{total:.1f} s wall ({total / 60:.2f} min) for {ran} tasks in {len(runs)} run(s), "
-            f"{last['workers']} worker processes on a {last['cpu_count']}-core machine; load "
+    cpu = ""
+    if all("task_cpu_seconds" in r for r in runs):
+        spent = sum(r["task_cpu_seconds"] for r in runs)
+        cpu = (f" ({spent:.0f} CPU-s in the tasks: {spent / last['workers'] / 60:.1f} min on "
+               f"{last['workers']} cores of its own)")
+    return (f"{total:.1f} s wall ({total / 60:.2f} min){cpu} for {ran} tasks in {len(runs)} "
+            f"run(s), {last['workers']} worker processes on a {last['cpu_count']}-core machine; "
+            "load "
             f"average (1/5/15 min) {'/'.join(f'{x:.1f}' for x in last['load_average_start'])} "
             f"at the start and {'/'.join(f'{x:.1f}' for x in last['load_average_end'])} at the "
             f"end of the last run (the machine is shared), finished {last['finished_utc']}")
@@ -154,54 +160,144 @@ def _low_margins(study: Study) -> dict[str, dict[str, Any]]:
     return out
 
 
-def claims(study: Study) -> dict[str, bool | None]:
-    """Verdict of each of :data:`CLAIMS` on ``study``: True (holds), False (fails) or None (not
-    reached: the data do not reach what the claim needs)."""
-    out: dict[str, bool | None] = dict.fromkeys(CLAIMS)
-    pairs = _pairs(study)
-    if pairs.get("pairs"):
-        out["pn_pairs_identical"] = bool(
-            pairs["identical_linkage_pairs"] == pairs["pairs"]
-            and pairs["max_relative_z_difference"] < 1e-10)
-    u = {m: study.controls[m]["utility"] for m in ("c-gdp", "aa-igdp", "i-gdp")
-         if m in study.controls}
-    if len(u) == 3:
-        out["noiseless_c_eq_aa_gt_i"] = bool(abs(u["c-gdp"] - u["aa-igdp"]) < 1e-9
-                                             and u["aa-igdp"] > u["i-gdp"])
-    for aset, mg in _low_margins(study).items():
-        out[f"anchor_noise_beats_data_noise_at_low_linkage_{aset}_attacks"] = (
-            bool(mg["anchor_ahead"] == mg["levels"]) if mg["levels"] else None)
-    ranking = _attack_ranking(study)
-    if ranking:
-        out["op_strongest_of_three"] = ranking["strongest_of_paper_three"] == "op"
-    return out
-
-
-def _strongest_tables(rows: list[dict[str, Any]], metric: str,
-                      auditors: list[str]) -> dict[str, dict[str, Any]]:
-    """Per auditor and noisy method: mean linkage of every attack over the draws, how many draws
-    each was the strongest of all and of the paper's attacks (ties go to the first in attack
-    order), and the strongest per draw of the anchor-noise sweep."""
+def _strongest_tables(rows: list[dict[str, Any]], metric: str, auditors: list[str],
+                      threats: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Per auditor and noisy method (every replicate's draws): mean linkage of every attack,
+    how many draws each was the strongest of each attack set (chosen on the selection
+    galleries), and the strongest per draw of the anchor-noise sweep."""
     out: dict[str, dict[str, Any]] = {}
     for auditor in auditors:
         seen = view_rows(rows, metric, None, auditor)
         per: dict[str, Any] = {}
         for m in NOISY:
             rs = sorted((r for r in seen if r["method"] == m and not r["control"]),
-                        key=lambda r: r["draw"])
+                        key=lambda r: (replicate_of(r), r["draw"]))
             if not rs:
                 continue
-            best = {aset: Counter(strongest_attack(r["linkage"], m, aset)[0] for r in rs)
-                    for aset in ATTACK_SETS}
+
+            def best(r: dict[str, Any], aset: str) -> tuple[str, float] | None:
+                return strongest_attack(r["linkage"], r["method"], aset, threats,
+                                        selection=r.get("selection"))
+
+            counts = {aset: Counter(b[0] for r in rs if (b := best(r, aset)) is not None)
+                      for aset in ATTACK_SETS}
             per[m] = {"draws": len(rs),
                       "mean_linkage": {a: float(np.mean([r["linkage"][a] for r in rs]))
                                        for a in rs[0]["linkage"]},
-                      "strongest_draws": {aset: dict(c) for aset, c in best.items()},
-                      "per_draw": [[r["draw"], r["noise"],
-                                    *strongest_attack(r["linkage"], m, "all"),
-                                    *strongest_attack(r["linkage"], m, "paper")]
+                      "strongest_draws": {aset: dict(c) for aset, c in counts.items() if c},
+                      "per_draw": [[replicate_of(r), r["draw"], r["noise"],
+                                    *(best(r, "all") or (None, None)),
+                                    *(best(r, "paper") or (None, None))]
                                    for r in rs] if m == Method.AA_IGDP_AN.value else None}
         out[auditor] = per
+    return out
+
+
+def _threat_table(rows: list[dict[str, Any]], threats: dict[str, str],
+                  auditor: str) -> dict[str, Any]:
+    """Every method under every threat, from every replicate (``auditor``'s linkage): per
+    method and attack set the strongest attack's linkage (chosen on the selection galleries;
+    controls: one value per replicate; swept methods: every draw), and every attack's mean."""
+    seen = view_rows(rows, "exact", None, auditor)
+    out: dict[str, Any] = {}
+    for m in ALL_METHODS:
+        rs = [r for r in seen if r["method"] == m
+              and r.get("translation_scale") == _main_scale(rows, m)]
+        if not rs:
+            continue
+        entry: dict[str, Any] = {"rows": len(rs), "control": bool(rs[0]["control"]), "sets": {}}
+        for aset in ATTACK_SETS:
+            picks = [b for r in rs if (b := strongest_attack(r["linkage"], m, aset, threats,
+                                                            selection=r.get("selection")))]
+            if not picks:
+                continue
+            values = [v for _, v in picks]
+            entry["sets"][aset] = {"mean": float(np.mean(values)), "min": float(min(values)),
+                                   "max": float(max(values)),
+                                   "attack": Counter(a for a, _ in picks).most_common(1)[0][0]}
+        entry["mean_linkage"] = {a: float(np.mean([r["linkage"][a] for r in rs]))
+                                 for a in rs[0]["linkage"]}
+        out[m] = entry
+    return out
+
+
+def _main_scale(rows: list[dict[str, Any]], method: str) -> float | None:
+    """The translation scale of a method's main rows (I-GDP has controls at several)."""
+    scales = [r.get("translation_scale") for r in rows if r["method"] != Method.I_GDP.value]
+    return scales[0] if scales else None
+
+
+def _noise_bins(config: dict[str, Any], method: str) -> list[tuple[float, float]]:
+    lo, hi = config["v_range"] if method == Method.AA_IGDP_AN.value else config["sigma_range"]
+    edges = np.linspace(lo, hi, 4)
+    return [(float(a), float(b)) for a, b in itertools.pairwise(edges)]
+
+
+def _membership_table(rows: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, Any]:
+    """Membership inference per method and noise level (the controls, then thirds of the swept
+    range), every replicate: mean AUC and TPR at 1% FPR of each attack on each model, and the
+    model's mean utility on the same rows; against ``Z`` per attack set."""
+    out: dict[str, Any] = {}
+    for m in ALL_METHODS:
+        rs = [r for r in rows if r["method"] == m and r.get("membership")
+              and r.get("translation_scale") == _main_scale(rows, m)]
+        if not rs:
+            continue
+        bins = ([("none", rs)] if rs[0]["control"] else
+                [(f"{lo:.3g}-{hi:.3g}", [r for r in rs if lo <= r["noise"] <= hi])
+                 for lo, hi in _noise_bins(config, m)])
+        per_bin = {}
+        for label, sel in bins:
+            if not sel:
+                continue
+            entry: dict[str, Any] = {"rows": len(sel), "model": {}, "z": {}}
+            for model in config["models"]:
+                cell = {"utility": float(np.mean([r["utility_by_model"][model]["utility"]
+                                                  for r in sel]))}
+                for attack in ("loss_threshold", "shadow"):
+                    got = [r["membership"]["model"][model].get(attack) for r in sel]
+                    got = [g for g in got if g]
+                    if got:
+                        cell[attack] = {k: float(np.mean([g[k] for g in got]))
+                                        for k in ("auc", "tpr_at_1pct_fpr")}
+                entry["model"][model] = cell
+            for aset in ATTACK_SETS:
+                got = [r["membership"]["z"][aset] for r in sel
+                       if aset in (r["membership"].get("z") or {})]
+                if got:
+                    entry["z"][aset] = {k: float(np.mean([g[k] for g in got]))
+                                        for k in ("auc", "tpr_at_1pct_fpr")}
+            per_bin[label] = entry
+        out[m] = per_bin
+    return out
+
+
+def _ml_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The ML attack's multi-start over every anchor-noise draw: targets, converged, starts,
+    how often a start other than OP won, iterations."""
+    facts = [f for r in rows if r["method"] == Method.AA_IGDP_AN.value and not r["control"]
+             for f in ((r.get("attack_diagnostics") or {}).get("ml") or {}).values()]
+    if not facts:
+        return None
+    return {"targets": len(facts), "converged": int(sum(f["converged"] for f in facts)),
+            "starts": int(facts[0]["starts"]),
+            "all_starts_converged": int(sum(f["converged_starts"] == f["starts"]
+                                            for f in facts)),
+            "other_start_won": int(sum(f["best_start"] != 0 for f in facts)),
+            "median_iterations": float(np.median([f["iterations"] for f in facts]))}
+
+
+def _model_convergence(rows: list[dict[str, Any]], models: list[str]) -> dict[str, Any]:
+    """Per downstream model: fits whose chosen hyper-parameter's optimiser converged, and the
+    search's fits that did not (recorded instead of scikit-learn's warnings)."""
+    out = {}
+    for m in models:
+        got = [r["utility_by_model"][m] for r in rows if m in r.get("utility_by_model", {})
+               and "converged" in r["utility_by_model"][m]]
+        if got:
+            out[m] = {"rows": len(got), "chosen_converged": int(sum(g["converged"] for g in got)),
+                      "search_fits_not_converged": int(sum(g["fits_not_converged"]
+                                                           for g in got))}
     return out
 
 
@@ -227,10 +323,14 @@ def _noise_estimate(study: Study) -> dict[str, Any] | None:
             "max_relative_error": float(max(rel))}
 
 
-def summarize(study: Study, pairs: dict[str, Study] | None = None,
-              rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def summarize(study: Study, pairs: dict[int, dict[str, Study]] | None = None,
+              rows: list[dict[str, Any]] | None = None,
+              judgements: dict[int, dict[str, dict[str, Any]]] | None = None,
+              config: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every number the markdown summary quotes, for one ``p``: ``study`` is the primary
-    (model, auditor) view; ``pairs`` every measured view by ``"model/auditor"``."""
+    (model, auditor) view of replicate 0; ``pairs`` every measured view by replicate and
+    ``"model/auditor"``; ``judgements`` the claims per replicate and axis
+    (:func:`experiments.claims.judge`)."""
     ctrl = study.controls
     controls = {m: {"utility": r["utility"], "linkage": r["linkage"],
                     "relative_error": r["relative_error"],
@@ -241,32 +341,58 @@ def summarize(study: Study, pairs: dict[str, Study] | None = None,
     crossings = {name: fit.first_crossing(CHANCE) for name, fit in study.fits.items()
                  if not name.endswith("/utility")}
     pairs = pairs or {}
-    by_pair = {name: claims(s) for name, s in pairs.items()}
-    margins_by_pair = {name: _low_margins(s) for name, s in pairs.items()}
-    robust = {c: bool(by_pair) and all(v[c] is True for v in by_pair.values()) for c in CLAIMS}
+    judgements = judgements or {}
+    margins_by_pair = {name: _low_margins(s) for name, s in pairs.get(0, {}).items()}
     auditors = study.meta.get("auditors") or []
-    return {"p": study.meta["p"], "bench": {k: v for k, v in study.meta.items()
-                                            if not k.startswith("grid")},
-            "draws": {m: len(rs) for m, rs in study.draws.items()}, "controls": controls,
-            "pairs": _pairs(study), "attack_ranking": _attack_ranking(study),
-            "matched_linkage": matched, "low_linkage_margins": _low_margins(study),
-            "mean_relative_error": {m: {a: float(np.mean([r["relative_error"][a] for r in rs]))
-                                        for a in rs[0]["relative_error"]}
-                                    for m, rs in sorted(study.draws.items())},
-            "chance_crossings": crossings, "solver": _solver_counts(study),
-            "claims": claims(study), "claims_by_pair": by_pair, "robust": robust,
-            "low_linkage_margins_by_pair": margins_by_pair,
-            "strongest_attacks": (_strongest_tables(rows, study.metric, auditors)
-                                  if rows is not None else {}),
-            **_controls_by_model(study), "noise_estimate": _noise_estimate(study)}
+    primary = {claim: _primary_axis(claim, study) for claim in CLAIMS}
+    first = judgements.get(0, {})
+    out = {"p": study.meta["p"], "bench": {k: v for k, v in study.meta.items()
+                                           if not k.startswith("grid")},
+           "draws": {m: len(rs) for m, rs in study.draws.items()}, "controls": controls,
+           "pairs": _pairs(study), "attack_ranking": _attack_ranking(study),
+           "matched_linkage": matched, "low_linkage_margins": _low_margins(study),
+           "mean_relative_error": {m: {a: float(np.mean([r["relative_error"][a] for r in rs]))
+                                       for a in rs[0]["relative_error"]}
+                                   for m, rs in sorted(study.draws.items())},
+           "chance_crossings": crossings, "solver": _solver_counts(study),
+           "claims": {c: first[c][primary[c]]["verdict"] for c in first},
+           "claim_intervals": {c: first[c][primary[c]] for c in first},
+           "claims_by_replicate": {str(k): v for k, v in judgements.items()},
+           "robust": robust(judgements), "replicates": len(judgements),
+           "low_linkage_margins_by_pair": margins_by_pair,
+           **_controls_by_model(study), "noise_estimate": _noise_estimate(study)}
+    if rows is not None:
+        threats = study.threats
+        out["strongest_attacks"] = _strongest_tables(rows, study.metric, auditors, threats)
+        out["threat_table"] = _threat_table(rows, threats, study.auditor or auditors[0])
+        out["ml_attack"] = _ml_summary(rows)
+        if config is not None:
+            out["membership"] = _membership_table(rows, config)
+            out["model_convergence"] = _model_convergence(rows, config["models"])
+    return out
+
+
+def _primary_axis(claim: str, study: Study) -> str:
+    """The axis label of the sweep's primary (model, auditor) for ``claim``."""
+    axis = CLAIM_AXES[claim]
+    return {"model": study.model, "auditor": study.auditor,
+            "pair": f"{study.model}/{study.auditor}"}[axis]
 
 
 # ---- markdown ---------------------------------------------------------------------------------
 
-def _verdict(holds: bool | None) -> str:
-    if holds is None:
-        return "**not reached** (a fit does not reach the level in the swept range)"
-    return "**holds**" if holds else "**fails**"
+def _verdict(result: dict[str, Any], points: bool = True) -> str:
+    """``**verdict** estimate [low, high]`` (points: x100 with a sign)."""
+    state = result["verdict"]
+    text = f"**{state}**"
+    est, interval = result.get("estimate"), result.get("interval")
+    if est is None:
+        return text
+    fmt = (lambda x: f"{100 * x:+.1f}") if points else (lambda x: f"{x:.3g}")
+    text += f" {fmt(est)}"
+    if interval is not None:
+        text += f" [{fmt(interval[0])}, {fmt(interval[1])}]"
+    return text
 
 
 def _header(main: dict[str, Any], config: dict[str, Any], command: str, runtime: str | None,
@@ -351,7 +477,7 @@ def _error_section(main: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def _low_linkage_claim(main: dict[str, Any], aset: str, what: str) -> str:
+def _low_linkage_claim(main: dict[str, Any], aset: str) -> str:
     parts = []
     for lvl in LOW_LEVELS:
         mm = main["matched_linkage"][aset][f"{lvl:.3f}"]
@@ -360,80 +486,217 @@ def _low_linkage_claim(main: dict[str, Any], aset: str, what: str) -> str:
                      f"{_pct(an['utility']) if an['noise'] is not None else 'not reached'}"
                      f" vs private-data noise "
                      f"{_pct(pn['utility']) if pn['noise'] is not None else 'not reached'}")
-    mg = main["low_linkage_margins"][aset]
-    judged = (f"anchor noise ahead at {mg['anchor_ahead']}/{mg['levels']} of the "
-              f"{mg['grid_levels']} levels {_grid_text()} that both fits reach, margin "
-              f"{100 * mg['min_margin']:+.1f} to {100 * mg['max_margin']:+.1f} points"
-              if mg["levels"] else f"no level of {_grid_text()} reached by both")
-    verdict = _verdict(main["claims"][f"anchor_noise_beats_data_noise_at_low_linkage_{aset}"
-                                      "_attacks"])
-    return (f"- At matched low linkage ({what}), anchor noise keeps more utility: {verdict} "
-            f"({'; '.join(parts)}; {judged}).")
+    claim = f"anchor_noise_beats_data_noise_at_low_linkage_{aset}_attacks"
+    res = main["claim_intervals"][claim]
+    margin = res.get("margin") or {}
+    judged = (f"{res.get('statistic', 'worst margin')} over the {len(margin['levels'])} levels "
+              f"of {_grid_text()} both fits reach, 95% interval over the draws"
+              if margin.get("levels") else f"no level of {_grid_text()} reached by both")
+    head = margin.get("headline") or {}
+    if head.get("estimate") is not None:
+        judged += (f"; at {_pct(head['level'])}: {100 * head['estimate']:+.1f} points"
+                   + (f" [{100 * head['interval'][0]:+.1f}, {100 * head['interval'][1]:+.1f}]"
+                      if head.get("interval") else ""))
+    return (f"- At matched low linkage ({SET_TEXT[aset]}), anchor noise keeps more utility: "
+            f"{_verdict(res)} ({'; '.join(parts)}; {judged}).")
 
 
 def _claims_section(main: dict[str, Any], config: dict[str, Any]) -> list[str]:
     lines = [f"## The paper's claims on this data ({config['model']}, {config['auditor']} "
-             "auditor)", ""]
-    cl, pr, rk = main["claims"], main["pairs"], main["attack_ranking"]
-    if cl["pn_pairs_identical"] is not None:
+             "auditor, replicate 0)", "",
+             "Each claim's statistic with its 95% bootstrap interval over the draws (margins in "
+             "percentage points of balanced accuracy); holds / fails when the interval lies "
+             "above / below zero, undecided when it covers zero.", ""]
+    cl, pr, rk, ci = (main["claims"], main["pairs"], main["attack_ranking"],
+                      main["claim_intervals"])
+    if pr.get("pairs"):
         lines.append(
-            f"- C-GDP-pn and AA-I-GDP-pn paired runs: {_verdict(cl['pn_pairs_identical'])}. "
-            f"{pr['identical_linkage_pairs']}/{pr['pairs']} pairs have identical linkage (max "
-            f"difference {pr['max_linkage_difference']:.3g}); max relative difference of the "
-            f"collaboration matrices ||Z_aa - Z_c||_F/||Z_aa||_F = "
+            f"- C-GDP-pn and AA-I-GDP-pn paired runs: **{cl['pn_pairs_identical']}** (exact "
+            f"check). {pr['identical_linkage_pairs']}/{pr['pairs']} pairs have identical "
+            f"linkage (max difference {pr['max_linkage_difference']:.3g}); max relative "
+            f"difference of the collaboration matrices ||Z_aa - Z_c||_F/||Z_aa||_F = "
             f"{pr['max_relative_z_difference']:.2e}; max utility difference "
             f"{pr['max_utility_difference']:.2e}.")
-    if cl["noiseless_c_eq_aa_gt_i"] is not None:
-        c = main["controls"]
+    c = main["controls"]
+    if all(m in c for m in ("c-gdp", "aa-igdp", "i-gdp")):
         lines.append(
-            "- Noiseless C-GDP = AA-I-GDP utility > I-GDP: "
-            f"{_verdict(cl['noiseless_c_eq_aa_gt_i'])} "
-            f"({_pct(c['c-gdp']['utility'])} = {_pct(c['aa-igdp']['utility'])} vs "
-            f"{_pct(c['i-gdp']['utility'])}).")
-    lines.append(_low_linkage_claim(main, "paper", "the paper's attacks: known-secret / "
-                                    "known-anchor on private-data noise, strongest of MP/OP/AM "
-                                    "on anchor noise"))
-    lines.append(_low_linkage_claim(main, "all", "every attack: the corrected estimators, "
-                                    "known-anchor and plug-ins included"))
+            "- Noiseless C-GDP = AA-I-GDP utility > I-GDP (the C-GDP control coupled to "
+            "AA-I-GDP's reference key): "
+            f"{_verdict(ci['noiseless_c_eq_aa_gt_i'])} ({_pct(c['c-gdp']['utility'])} = "
+            f"{_pct(c['aa-igdp']['utility'])} vs {_pct(c['i-gdp']['utility'])}; interval of "
+            "AA-I-GDP minus I-GDP over the test records).")
+    for aset in ATTACK_SETS:
+        lines.append(_low_linkage_claim(main, aset))
     if rk:
-        means = ", ".join(f"{a} {_pct(v)}" for a, v in rk["mean_linkage"].items())
+        means = ", ".join(f"{a} {_pct(v)}" for a, v in rk["mean_linkage"].items()
+                          if a in PAPER_ANCHOR_ATTACKS)
         lines.append(
-            f"- OP is the strongest of MP/OP/AM: {_verdict(cl['op_strongest_of_three'])} "
-            f"(mean linkage over the anchor-noise draws: {means}; OP is the pointwise maximum of "
+            f"- OP is the strongest of MP/OP/AM: {_verdict(ci['op_strongest_of_three'])} "
+            f"(smaller of OP's mean linkage margins over MP and AM, paired by draw; mean "
+            f"linkage over the anchor-noise draws: {means}; OP is the pointwise maximum of "
             f"the three in {rk['op_pointwise_max_draws']}/{rk['draws']} draws, ties included). "
             f"Strongest of every attack on average: {rk['strongest_of_all']}.")
     return [*lines, ""]
 
 
-def _robustness_section(main: dict[str, Any]) -> list[str]:
-    pairs = main["claims_by_pair"]
-    if not pairs:
+def _axis_text(claim: str) -> str:
+    return {"pair": "every (model, auditor)", "model": "every model (utility only)",
+            "auditor": "every auditor (linkage only)"}[CLAIM_AXES[claim]]
+
+
+def _robustness_section(main: dict[str, Any], min_draws: int) -> list[str]:
+    by_rep = main["claims_by_replicate"]
+    if not by_rep:
         return []
-    names = list(pairs)
-    lines = ["## Do the claims generalise? Every (model, auditor) pair", "",
-             "holds / fails / not reached (the data do not reach the level the claim is judged "
-             "at); robust = holds under every pair.", "",
-             "| claim | " + " | ".join(names) + " | robust |",
-             "|---|" + "---|" * (len(names) + 1)]
-    for key, text in CLAIMS.items():
-        cells = " | ".join(_pair_cell(main, n, key) for n in names)
-        lines.append(f"| {text} | {cells} | {'**yes**' if main['robust'][key] else 'no'} |")
-    lines += ["", "Not reached, for the low-linkage claims: the lowest strongest-attack linkage "
-              "each noise's fit reaches in the swept range is given (an: anchor noise, pn: "
-              "private-data noise); the claim is judged on the levels of "
-              f"{_grid_text()} that both reach."]
+    reps = sorted(by_rep, key=int)
+    lines = ["## Do the claims generalise? Every replicate, model and auditor", "",
+             f"{len(reps)} replicated deployments (each its own seeded split, public pool, "
+             "`F`, anchor, galleries, known records, noise levels and keys). A claim is judged "
+             "per (model, auditor) pair, once per model when it is about utility only, once "
+             "per auditor when it is about linkage only; robust = it holds, its 95% interval "
+             "excluding zero, in every replicate and on every axis, each with at least "
+             f"{min_draws} draws of every compared method (fewer: not enough draws).", "",
+             "| claim | judged per | " + " | ".join(f"replicate {k}" for k in reps)
+             + " | robust |", "|---|---|" + "---|" * (len(reps) + 1)]
+    for claim, text in CLAIMS.items():
+        cells = []
+        for k in reps:
+            per = by_rep[k][claim]
+            held = sum(r["verdict"] == "holds" for r in per.values())
+            cells.append(f"{held}/{len(per)} hold")
+        lines.append(f"| {text} | {_axis_text(claim)} | " + " | ".join(cells)
+                     + f" | {'**yes**' if main['robust'][claim] else 'no'} |")
+    lines.append("")
+    for claim, text in CLAIMS.items():
+        axes = list(by_rep[reps[0]][claim])
+        points = claim != "pn_pairs_identical"
+        lines += [f"### {text}", "", "| " + CLAIM_AXES[claim] + " | "
+                  + " | ".join(f"replicate {k}" for k in reps) + " |",
+                  "|---|" + "---|" * len(reps)]
+        for axis in axes:
+            lines.append(f"| {axis} | " + " | ".join(
+                _cell(by_rep[k][claim][axis], claim, points) for k in reps) + " |")
+        lines.append("")
+    lines += [f"Matched-linkage claims: the worst margin over the levels of {_grid_text()} both "
+              "fits reach (points; for a failing claim the best margin: behind at every level); "
+              "not reached: the lowest strongest-attack linkage each "
+              "noise's fit reaches (an: anchor noise, pn: private-data noise). OP: the smaller of "
+              "its mean linkage margins over MP and AM (points). Noiseless: AA-I-GDP minus I-GDP "
+              "(points), failing outright when the coupled C-GDP control differs.", ""]
+    return lines
+
+
+def _cell(result: dict[str, Any], claim: str, points: bool) -> str:
+    """A verdict with its interval; for a matched-linkage claim not reached, how low each fit
+    gets."""
+    if result["verdict"] == "not reached" and low_claim_set(claim):
+        low = result.get("lowest_fitted_linkage")
+        if low:
+            return (f"not reached (an >= {_pct(low['aa-igdp-an'])}, pn >= "
+                    f"{_pct(low['aa-igdp-pn'])})")
+        return f"not reached ({result.get('note', '')})"
+    if result["verdict"] == "not enough draws":
+        return "not enough draws"
+    return _verdict(result, points).replace("**", "")
+
+
+def _threat_section(main: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    table = main.get("threat_table")
+    if not table:
+        return []
+    lines = [f"## Every method under every threat ({config['auditor']} auditor, every "
+             "replicate)", "",
+             "Exact-source linkage of the strongest attack of each threat (chosen per draw on "
+             "held-out galleries): the analyst with a colluder (its disclosure), the analyst "
+             "alone knowing m records of each target (known input), the analyst with a public "
+             "sample (known sample). Controls: mean over the replicates; swept methods: mean "
+             "(min-max) over every draw. '-': no attack of that threat applies.", "",
+             "| method | colluder | analyst alone | analyst + public data |",
+             "|---|---|---|---|"]
+    for m, entry in table.items():
+        cells = []
+        for aset in ("all", "analyst", "public"):
+            got = entry["sets"].get(aset)
+            cells.append("-" if got is None else (
+                f"{_pct(got['mean'])} ({got['attack']})" if entry["control"]
+                else f"{_pct(got['mean'])} ({_pct(got['min'])}-{_pct(got['max'])}; "
+                     f"mostly {got['attack']})"))
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    names = [a for a in next(iter(table.values()))["mean_linkage"]
+             if a.startswith("known_input_") or a.startswith("known_sample")]
+    if names:
+        lines += ["", "The attacks without a colluder one by one (mean linkage):", "",
+                  "| method | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for m, entry in table.items():
+            lines.append(f"| {m} | " + " | ".join(
+                _pct(entry["mean_linkage"].get(a)) if a in entry["mean_linkage"] else "-"
+                for a in names) + " |")
     return [*lines, ""]
 
 
-def _pair_cell(main: dict[str, Any], pair: str, key: str) -> str:
-    """A verdict; for a low-linkage claim not reached, how low each fit gets."""
-    verdict = main["claims_by_pair"][pair][key]
-    prefix = "anchor_noise_beats_data_noise_at_low_linkage_"
-    if verdict is not None or not key.startswith(prefix):
-        return VERDICTS[verdict]
-    aset = key[len(prefix):].removesuffix("_attacks")
-    low = main["low_linkage_margins_by_pair"][pair][aset]["lowest_fitted_linkage"]
-    return (f"not reached (an >= {_pct(low['aa-igdp-an'])}, pn >= {_pct(low['aa-igdp-pn'])})")
+def _membership_section(main: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    table = main.get("membership")
+    if not table:
+        return []
+    models = config["models"]
+    lines = ["## Membership inference (every replicate)", "",
+             "Against the returned model: a site with the model and its own map scores the "
+             "targets' training records (members) against their test records; loss threshold "
+             "and shadow models (each trained on half of the public pool). Against Z: the "
+             "analyst's strongest reconstruction of each threat, distance to the nearest "
+             "reconstructed row; non-members are held-out records never uploaded. AUC (0.5 is "
+             "chance) / TPR at 1% FPR (0.01 is chance), means over the rows of each noise bin, "
+             "beside the model's utility on the same rows. k-NN models are not returned to "
+             "sites (they hold Z's training rows): their row measures the analyst's model.", ""]
+    for model in models:
+        lines += [f"### {model}", "", "| method | noise | rows | utility | loss threshold | "
+                  "shadow models |", "|---|---|---|---|---|---|"]
+        for m, bins in table.items():
+            for label, entry in bins.items():
+                cell = entry["model"].get(model, {})
+                lines.append(f"| {m} | {label} | {entry['rows']} | {_pct(cell.get('utility'))} | "
+                             + " | ".join(_mi(cell.get(a)) for a in ("loss_threshold", "shadow"))
+                             + " |")
+        lines.append("")
+    lines += ["### Against Z (strongest reconstruction of each threat)", "",
+              "| method | noise | " + " | ".join(SET_TEXT[a] for a in ("all", "analyst",
+                                                                         "public")) + " |",
+              "|---|---|---|---|---|"]
+    for m, bins in table.items():
+        for label, entry in bins.items():
+            lines.append(f"| {m} | {label} | " + " | ".join(
+                _mi(entry["z"].get(a)) for a in ("all", "analyst", "public")) + " |")
+    return [*lines, ""]
+
+
+def _mi(cell: dict[str, float] | None) -> str:
+    return "-" if not cell else f"{cell['auc']:.3f} / {cell['tpr_at_1pct_fpr']:.3f}"
+
+
+def _diagnostics_section(main: dict[str, Any]) -> list[str]:
+    lines = []
+    ml = main.get("ml_attack")
+    if ml:
+        lines += ["## Maximum-likelihood attack: starts and convergence", "",
+                  f"Over every anchor-noise draw of every replicate: {ml['converged']}/"
+                  f"{ml['targets']} target estimates converged (gradient tolerance or no gain "
+                  f"left at working precision); {ml['all_starts_converged']} with every one of "
+                  f"the {ml['starts']} starts converged; a start other than OP had the highest "
+                  f"likelihood for {ml['other_start_won']}; median Newton iterations of the "
+                  f"winner {ml['median_iterations']:.0f}. Per target in rows.jsonl "
+                  "(`attack_diagnostics.ml`).", ""]
+    conv = main.get("model_convergence")
+    if conv:
+        lines += ["## Downstream fits: convergence", "",
+                  "Recorded per row (`utility_by_model.<model>.converged`; scikit-learn's "
+                  "ConvergenceWarning is caught and counted, not printed).", "",
+                  "| model | rows | chosen fit converged | search fits not converged |",
+                  "|---|---|---|---|"]
+        for m, c in conv.items():
+            lines.append(f"| {m} | {c['rows']} | {c['chosen_converged']} | "
+                         f"{c['search_fits_not_converged']} |")
+        lines.append("")
+    return lines
 
 
 def _strongest_section(main: dict[str, Any]) -> list[str]:
@@ -525,7 +788,7 @@ def _participants_section(others: list[dict[str, Any]]) -> list[str]:
     for o in others:
         n = max(o["draws"].values()) if o["draws"] else 0
         sv = o["solver"]
-        robust = sum(o["robust"].values())
+        held = sum(o["robust"].values())
         lines.append(
             f"| {o['p']} | {o['bench']['records']} | {n} | "
             f"{_pct(o['controls'].get('c-gdp', {}).get('utility'))} | "
@@ -534,7 +797,7 @@ def _participants_section(others: list[dict[str, Any]]) -> list[str]:
             f"{_margin_cell(o['low_linkage_margins']['all'])} | "
             f"{sv['below_v_pt']['converged']}/{sv['below_v_pt']['draws']} / "
             f"{sv['above_v_pt']['converged']}/{sv['above_v_pt']['draws']} | "
-            f"{robust}/{len(o['robust'])} |")
+            f"{held}/{len(o['robust'])} |")
     lines += ["", "C-GDP-pn beside anchor noise at every p: fitted utility where each method's "
               "strongest-attack linkage first reaches the level (paper's attacks / every "
               "attack).", "",
@@ -553,51 +816,73 @@ def _participants_section(others: list[dict[str, Any]]) -> list[str]:
 
 
 def markdown(main: dict[str, Any], config: dict[str, Any], others: list[dict[str, Any]],
-             command: str, runtime: str | None, resamples: int) -> str:
+             command: str, runtime: str | None, resamples: int, figures: list[str]) -> str:
     """The summary page (numbers only from ``main``/``others``)."""
     models = list(config["models"])
     lines = (_header(main, config, command, runtime, resamples)
              + _controls_section(main, models) + _error_section(main)
-             + _claims_section(main, config) + _robustness_section(main)
+             + _claims_section(main, config)
+             + _robustness_section(main, config.get("min_draws", 1))
+             + _threat_section(main, config) + _membership_section(main, config)
              + _strongest_section(main) + _matched_section(main) + _crossings_section(main)
-             + _solver_section(main) + _participants_section(others))
-    lines += ["Figures: fig_linkage.png (Fig. 2/6), fig_utility.png (Fig. 4/7), "
-              "fig_frontier.png (Fig. 5/8), fig_solver.png (Fig. 9), fig_grid.png (Fig. 3/10)"
-              + (", fig_participants.png (Fig. 11)" if others else "")
-              + (", fig_frontier_pairs.png (the frontier under every model and auditor)"
-                 if len(main["claims_by_pair"]) > 1 else "")
+             + _solver_section(main) + _diagnostics_section(main)
+             + _participants_section(others))
+    lines += ["Figures: " + ", ".join(f"{f} ({FIGURE_TEXT[f]})" if f in FIGURE_TEXT else f
+                                      for f in figures)
               + ". Numbers: summary.json, fits.json.", ""]
     return "\n".join(lines)
+
+
+#: What each figure shows, for the summary's list.
+FIGURE_TEXT = {"fig_linkage.png": "Fig. 2/6", "fig_utility.png": "Fig. 4/7",
+               "fig_frontier.png": "Fig. 5/8", "fig_solver.png": "Fig. 9",
+               "fig_grid.png": "Fig. 3/10", "fig_participants.png": "Fig. 11",
+               "fig_frontier_pairs.png": "the frontier under every model and auditor",
+               "fig_claims.png": "every claim's interval in every replicate",
+               "fig_threats.png": "linkage per threat, every method",
+               "fig_membership.png": "membership inference vs noise, every model"}
 
 
 # ---- the report -------------------------------------------------------------------------------
 
 def _studies(rows: list[dict[str, Any]], meta: dict[str, Any], p: int, metric: str,
-             resamples: int) -> tuple[Study, dict[str, Study]]:
-    """The primary view of one ``p`` (full fits) and a claims-only view per (model, auditor)."""
+             resamples: int) -> tuple[Study, dict[int, dict[str, Study]]]:
+    """The primary view of one ``p`` in replicate 0 (full fits) and a claims-only view per
+    replicate and (model, auditor)."""
     config = meta["config"]
-    bench = meta["benches"][str(p)]
+    benches = (meta.get("replicate_benches") or {}).get(str(p)) or [meta["benches"][str(p)]]
 
     def rng(k: int) -> np.random.Generator:
         return np.random.default_rng(np.random.SeedSequence(config["seed"], spawn_key=(4, p, k)))
 
-    main = Study(rows, bench, rng(0), resamples, metric)
-    pairs = {}
-    for k, (model, auditor) in enumerate(((m, a) for m in config["models"]
-                                          for a in bench["auditors"]), start=1):
-        pairs[f"{model}/{auditor}"] = Study(rows, bench, rng(k), 0, metric, model=model,
-                                            auditor=auditor, full=False)
+    main = Study(rows, benches[0], rng(0), resamples, metric, model=config["model"],
+                 auditor=config["auditor"])
+    pairs: dict[int, dict[str, Study]] = {}
+    k = 0
+    for replicate, bench in enumerate(benches):
+        pairs[replicate] = {}
+        for model in config["models"]:
+            for auditor in bench["auditors"]:
+                k += 1
+                pairs[replicate][f"{model}/{auditor}"] = Study(
+                    rows, bench, rng(k), 0, metric, model=model, auditor=auditor, full=False,
+                    replicate=replicate)
     return main, pairs
 
 
 def make_report(results: Path, out: Path | None = None, *, resamples: int | None = None,
-                command: str = "", metric: str | None = None) -> dict[str, Any]:
+                command: str = "", metric: str | None = None,
+                claim_resamples: int = CLAIM_RESAMPLES,
+                threat_model: Path | None = None) -> dict[str, Any]:
     """Fit, plot and summarise the sweep in ``results`` into ``out`` (default: same folder).
 
     ``metric``: ``"exact"`` or ``"identity"`` linkage (default: identity when the data set
-    carries identity ids, as in the paper's CelebA protocol).
+    carries identity ids, as in the paper's CelebA protocol). ``claim_resamples``: bootstrap
+    resamples of every claim's interval. ``threat_model``: a THREAT_MODEL.md whose generated
+    section for this sweep (:mod:`experiments.threat_model`) is rewritten from these numbers.
     """
     from noisyanchor.experiments import figures
+    from noisyanchor.experiments.threat_model import update_threat_model
 
     meta, rows = load_rows(results)
     runtime = runtime_text(results)
@@ -618,10 +903,16 @@ def make_report(results: Path, out: Path | None = None, *, resamples: int | None
     studies, summaries, pairs = {}, {}, {}
     for p in sorted(by_p):
         studies[p], pairs[p] = _studies(by_p[p], meta, p, metric, resamples)
-        summaries[p] = {**summarize(studies[p], pairs[p], by_p[p]), "metric": metric}
+        rng = np.random.default_rng(np.random.SeedSequence(config["seed"], spawn_key=(5, p)))
+        judgements = {k: judge(views, (config["model"], config["auditor"]), rng,
+                               claim_resamples, config.get("min_draws", 1), LOW_GRID)
+                      for k, views in pairs[p].items()}
+        summaries[p] = {**summarize(studies[p], pairs[p], by_p[p], judgements, config),
+                        "metric": metric}
     main_p = main_participant_count(studies)
     others = [summaries[p] for p in sorted(summaries)] if len(studies) > 1 else []
-    files = figures.draw_all(studies, main_p, out, pairs[main_p])
+    files = figures.draw_all(studies, main_p, out, pairs[main_p].get(0),
+                             summaries[main_p], by_p[main_p], config)
     (out / "fits.json").write_text(json.dumps(
         {str(p): {name: {k: (v.tolist() if isinstance(v, np.ndarray) else v)
                          for k, v in asdict(fit).items()} for name, fit in s.fits.items()}
@@ -630,7 +921,9 @@ def make_report(results: Path, out: Path | None = None, *, resamples: int | None
         {"main_p": main_p, "studies": {str(p): s for p, s in summaries.items()},
          "command": command, "runtime": runtime}, indent=1))
     (out / "summary.md").write_text(markdown(summaries[main_p], config, others, command,
-                                             runtime, resamples))
+                                             runtime, resamples, files))
+    if threat_model is not None:
+        update_threat_model(threat_model, config, summaries[main_p], results)
     return {"out": str(out), "main_p": main_p, "figures": files,
             "claims": summaries[main_p]["claims"], "robust": summaries[main_p]["robust"]}
 
@@ -645,19 +938,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     ps.add_argument("--command", default="", help="command line to quote in the summary")
     ps.add_argument("--metric", choices=sorted(METRICS), default=None,
                     help="leakage metric (default: identity when the data has identity ids)")
+    ps.add_argument("--claim-bootstrap", type=int_at_least(10), default=CLAIM_RESAMPLES,
+                    help="bootstrap resamples of every claim's interval")
+    ps.add_argument("--threat-model", type=Path, default=None, metavar="THREAT_MODEL.md",
+                    help="also rewrite this file's generated section for this sweep")
     ps.add_argument("--json", action="store_true", help="print the result as JSON")
     ps.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     res = make_report(Path(args.results), None if args.out is None else Path(args.out),
-                      resamples=args.bootstrap, command=args.command, metric=args.metric)
+                      resamples=args.bootstrap, command=args.command, metric=args.metric,
+                      claim_resamples=args.claim_bootstrap, threat_model=args.threat_model)
     if args.json:
         print(json.dumps(res, indent=2))
     else:
         print(f"report for p={res['main_p']} written to {res['out']}: "
               + ", ".join(res["figures"]) + ", summary.md")
-        for claim, holds in res["claims"].items():
-            robust = " (robust)" if res["robust"].get(claim) else ""
-            print(f"  {claim}: {VERDICTS[holds]}{robust}")
+        for claim, state in res["claims"].items():
+            robust_text = " (robust)" if res["robust"].get(claim) else ""
+            print(f"  {claim}: {state}{robust_text}")
     return 0

@@ -22,6 +22,7 @@ from noisyanchor.common.attacks import (
     Attack,
     AttackerView,
     Disclosure,
+    SideKnowledge,
     attack_all,
     relative_error,
 )
@@ -242,14 +243,16 @@ class SimulationResult:
 
 
 def simulate(config: SimulationConfig, federation: Federation | None = None, *,
-             attacks: dict[str, Attack] | None = None) -> SimulationResult:
+             attacks: dict[str, Attack] | None = None,
+             side: SideKnowledge | None = None) -> SimulationResult:
     """Run the whole protocol in-process and measure alignment, leakage and utility.
 
     ``federation`` runs on already prepared inputs (the sweep's public-pool-held-out split);
     its own ``config`` is then used and ``config`` must be that same object. ``attacks``: the
     attacks to run (default: every built-in and plug-in attack). The colluder discloses ``v``
     (a public protocol parameter); the summary also reports ``v`` estimated from the anchor
-    residuals (``anchor_noise_estimate``).
+    residuals (``anchor_noise_estimate``). ``side``: what the attacks without a colluder know
+    (known records of the targets, a public sample); without it they are skipped.
     """
     start = time.perf_counter()
     if federation is not None and federation.config is not config:
@@ -280,8 +283,8 @@ def simulate(config: SimulationConfig, federation: Federation | None = None, *,
         anchor = anchor_from_seed(fed.shared_seed, r, d) if method.uses_anchor else None
         disclosure = Disclosure(c, fed.working(c), states[c].key, anchor, config.v)
         run = attack_all(AttackerView(method, disclosure, [u.data for u in uploads],
-                                      [u.anchor for u in uploads], alignment.rotations),
-                         attacks)
+                                      [u.anchor for u in uploads], alignment.rotations,
+                                      side=side), attacks)
         reconstructions, skipped = run.reconstructions, run.skipped
         diagnostics = {a: {str(i): facts for i, facts in per.items()}
                        for a, per in run.diagnostics.items()}

@@ -37,11 +37,27 @@ def load_rows(results: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return meta, rows
 
 
-def strongest(row: dict[str, Any], attack_set: str = "all") -> float | None:
-    """Linkage of the strongest attack on this row (pointwise maximum over its attacks, or over
-    the paper's attacks for this method with ``attack_set="paper"``)."""
-    best = strongest_attack(row["linkage"], row["method"], attack_set)
+def strongest(row: dict[str, Any], attack_set: str = "all",
+              threats: dict[str, str] | None = None) -> float | None:
+    """Linkage of the strongest attack of ``attack_set`` on this row: the attack that links most
+    on the row's held-out selection galleries (``selection``; rows of older sweeps without them:
+    the pointwise maximum), with its linkage on the reported galleries."""
+    best = strongest_attack(row["linkage"], row["method"], attack_set, threats,
+                            selection=row.get("selection"))
     return None if best is None else best[1]
+
+
+def strongest_name(row: dict[str, Any], attack_set: str = "all",
+                   threats: dict[str, str] | None = None) -> str | None:
+    """Name of that attack (None when none of the set ran)."""
+    best = strongest_attack(row["linkage"], row["method"], attack_set, threats,
+                            selection=row.get("selection"))
+    return None if best is None else best[0]
+
+
+def replicate_of(row: dict[str, Any]) -> int:
+    """The replicated deployment a row belongs to (0 for sweeps without replicates)."""
+    return int(row.get("replicate", 0))
 
 
 #: Leakage metrics a report can use: row key and label.
@@ -51,17 +67,20 @@ METRICS = {"exact": ("linkage", "exact-source linkage"),
 
 def view_rows(rows: list[dict[str, Any]], metric: str, model: str | None,
               auditor: str | None) -> list[dict[str, Any]]:
-    """Rows with ``linkage`` set to ``metric``'s linkage under ``auditor`` and ``utility`` to
+    """Rows with ``linkage`` set to ``metric``'s linkage under ``auditor``, ``selection`` to its
+    linkage on the selection galleries (None in sweeps without them) and ``utility`` to
     ``model``'s (None: the sweep's primary auditor or model)."""
     key = METRICS[metric][0]
     out = []
     for r in rows:
         link = r[key] if auditor is None else (r.get(f"{key}_by_auditor") or {}).get(auditor)
+        sel = (None if auditor is None
+               else (r.get(f"selection_{key}_by_auditor") or {}).get(auditor))
         util = (r["utility"] if model is None
                 else r.get("utility_by_model", {}).get(model, {}).get("utility"))
         if link is None:
             raise InvalidInputError(f"rows carry no {key} under auditor {auditor!r}")
-        out.append({**r, "linkage": link, "utility": util})
+        out.append({**r, "linkage": link, "selection": sel, "utility": util})
     return out
 
 
@@ -76,12 +95,17 @@ class Study:
 
     def __init__(self, rows: list[dict[str, Any]], meta: dict[str, Any],
                  rng: np.random.Generator, resamples: int, metric: str = "exact", *,
-                 model: str | None = None, auditor: str | None = None, full: bool = True):
+                 model: str | None = None, auditor: str | None = None, full: bool = True,
+                 replicate: int = 0):
         self.meta = meta
         self.metric = metric
         self.model, self.auditor = model, auditor
+        self.replicate = replicate
+        #: Each attack's threat (sweeps before threats: every attack is the colluder's).
+        self.threats: dict[str, str] = meta.get("attack_threats") or {}
         _, self.metric_label = METRICS[metric]
-        rows = view_rows(rows, metric, model, auditor)
+        rows = view_rows([r for r in rows if replicate_of(r) == replicate], metric, model,
+                         auditor)
         scale = meta.get("translation_scale")
         self.controls: dict[str, dict[str, Any]] = {}
         #: I-GDP controls at every translation scale swept, by scale.
@@ -105,13 +129,22 @@ class Study:
             x = np.array([r["noise"] for r in rs])
             self.fits[f"{m}/utility"] = fit_spline(x, [r["utility"] for r in rs], rng,
                                                    resamples=resamples)
-            for attack_set in ATTACK_SETS:
+            for attack_set in self.attack_sets(m):
                 self.fits[f"{m}/strongest-{attack_set}"] = fit_spline(
-                    x, [strongest(r, attack_set) for r in rs], rng, resamples=resamples)
+                    x, self.strongest_series(m, attack_set), rng, resamples=resamples)
             if full:
                 for attack in rs[0]["linkage"]:
                     self.fits[f"{m}/{attack}"] = fit_spline(
                         x, [r["linkage"][attack] for r in rs], rng, resamples=resamples)
+
+    def attack_sets(self, method: str) -> list[str]:
+        """The attack sets with at least one attack on ``method``'s draws."""
+        rs = self.draws.get(method, [])
+        return [a for a in ATTACK_SETS if rs and strongest(rs[0], a, self.threats) is not None]
+
+    def strongest_series(self, method: str, attack_set: str) -> list[float]:
+        """The strongest-attack linkage of every draw of ``method`` (draw order)."""
+        return [strongest(r, attack_set, self.threats) for r in self.draws.get(method, [])]
 
     def matched_utility(self, method: str, level: float, attack_set: str) -> dict[str, Any]:
         """Noise where ``method``'s strongest-attack fit first reaches ``level``, and the fitted

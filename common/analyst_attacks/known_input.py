@@ -42,7 +42,7 @@ from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.validation import as_matrix, check_count, check_nonnegative
 
 #: Partial assignments kept by the location search after each record.
-DEFAULT_BEAM = 32
+DEFAULT_BEAM = 16
 #: Relative singular-value tolerance of ``rank(Kc)``.
 RANK_RTOL = 1e-9
 

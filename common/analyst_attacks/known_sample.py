@@ -45,7 +45,7 @@ from noisyanchor.common.validation import as_matrix, check_count
 #: Sign flips of the least certain axes tried (``2^flips`` starts).
 DEFAULT_FLIPS = 2
 #: Wasserstein-Procrustes rounds per start.
-DEFAULT_ITERATIONS = 15
+DEFAULT_ITERATIONS = 10
 
 
 @dataclass(frozen=True)

@@ -55,3 +55,20 @@ def test_unknown_model_name_is_refused(task):
 def test_participant_indices_must_match_the_rows(task):
     with pytest.raises(InvalidInputError, match="one index per row"):
         evaluate_utility(*task, participants=np.zeros(3, int))
+
+
+def test_non_convergence_is_recorded_not_printed(task):
+    """An MLP capped at 3 epochs cannot meet its tolerance: the utility says so (the chosen fit
+    and every fit of the search) and scikit-learn's ConvergenceWarning does not escape."""
+    import warnings
+
+    from sklearn.neural_network import MLPClassifier
+
+    def capped(c):
+        return MLPClassifier(hidden_layer_sizes=(8,), alpha=1.0 / c, max_iter=3, random_state=0)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning that escapes fails the test
+        util = evaluate_utility(*task, model=capped)
+    assert util.converged is False and util.fits_not_converged == 4  # the C grid
+    assert evaluate_utility(*task, model="logistic").converged is True

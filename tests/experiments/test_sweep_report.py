@@ -32,10 +32,23 @@ seed = 11
 models = ["logistic", "knn"]
 auditors = ["pca", "pixel"]
 control_translation_scales = [1.0]
+replicates = 2
+known_records = [2, 9]
+known_sample = true
+holdout_fraction = 0.1
+membership_every = 5
+min_draws = 8
 """
 MODELS, AUDITORS = ("logistic", "knn"), ("pca", "pixel")
+#: The attacks without a colluder TINY runs (d = 8: m = 9 is d + 1).
+ALONE = {"known_input_2", "known_input_9", "known_sample", "known_sample_pooled"}
+
+
+def _alone(method: str) -> set[str]:
+    """The attacks without a colluder that apply to ``method`` (I-GDP has no common frame)."""
+    return ALONE - ({"known_sample_pooled"} if method == "i-gdp" else set())
 FIGURES = ("fig_linkage.png", "fig_utility.png", "fig_frontier.png", "fig_solver.png",
-           "fig_grid.png")
+           "fig_grid.png", "fig_claims.png", "fig_threats.png", "fig_membership.png")
 
 
 def _cli(*args):
@@ -53,21 +66,44 @@ def tiny(tmp_path_factory):
     (tmp / "tiny.toml").write_text(TINY)
     out = tmp / "res"
     _cli("sweep", "--config", str(tmp / "tiny.toml"), "--out", str(out), "--no-progress")
-    _cli("report", "--results", str(out), "--command", "tiny test")
+    _cli("report", "--results", str(out), "--command", "tiny test", "--claim-bootstrap", "100")
     return tmp / "tiny.toml", out
 
 
-def test_sweep_writes_one_row_per_method_and_draw(tiny):
+def test_sweep_writes_one_row_per_method_draw_and_replicate(tiny):
     _, out = tiny
     rows = _rows(out)
-    keys = {(r["method"], r["draw"], r["translation_scale"]) for r in rows}
-    assert len(keys) == len(rows) == 3 + 1 + 10 * 3  # controls, I-GDP at s = 1, draws
+    keys = {(r["method"], r["draw"], r["translation_scale"], r["replicate"]) for r in rows}
+    assert len(keys) == len(rows) == 2 * (3 + 1 + 10 * 3)  # controls, I-GDP at s = 1, draws
     for m in ("c-gdp-pn", "aa-igdp-pn", "aa-igdp-an"):
-        assert {d for mm, d, _ in keys if mm == m} == set(range(10))
-    assert {s for mm, _, s in keys if mm == "i-gdp"} == {1.0, 100.0}
+        for k in (0, 1):
+            assert {d for mm, d, _, kk in keys if mm == m and kk == k} == set(range(10))
+    assert {s for mm, _, s, _ in keys if mm == "i-gdp"} == {1.0, 100.0}
     for r in rows:
-        assert set(r["linkage"]) == set(Method(r["method"]).attacks)
+        # every method gets a row for every attack that applies to it, I-GDP included
+        assert set(r["linkage"]) == set(Method(r["method"]).attacks) | _alone(r["method"])
         assert {"iterations", "converged", "certified", "seconds"} <= set(r["solver"])
+        assert r["cpu_seconds"] > 0
+    # replicated deployments differ (own split, F, galleries, keys), each seeded
+    first = {(r["method"], r["draw"]): r for r in rows if r["replicate"] == 0}
+    second = {(r["method"], r["draw"]): r for r in rows if r["replicate"] == 1}
+    assert first[("aa-igdp-an", 3)]["noise"] != second[("aa-igdp-an", 3)]["noise"]
+    assert first[("c-gdp", -1)]["linkage"] != second[("c-gdp", -1)]["linkage"]
+
+
+def test_known_input_from_d_plus_1_records_links_at_the_projection_floor_on_every_method(tiny):
+    """Without data noise (noiseless controls and anchor noise, whose data uploads are
+    noiseless) the known-input attack with d + 1 = 9 records decodes every record exactly: its
+    linkage is the noiseless colluder's (the projection floor) on every method, I-GDP included,
+    and its relative error is rounding."""
+    rows = _rows(tiny[1])
+    for r in rows:
+        if r["method"] in ("c-gdp", "aa-igdp", "i-gdp", "aa-igdp-an") and (
+                r["translation_scale"] == 100.0):
+            assert r["relative_error"]["known_input_9"] < 1e-9, r["method"]
+            floor = next(c for c in rows if c["method"] == "c-gdp"
+                         and c["replicate"] == r["replicate"])["linkage"]["known_secret"]
+            assert r["linkage"]["known_input_9"] == floor
 
 
 def test_rows_carry_every_model_every_auditor_and_the_strongest_attack(tiny):
@@ -78,18 +114,25 @@ def test_rows_carry_every_model_every_auditor_and_the_strongest_attack(tiny):
     for r in rows:
         assert set(r["utility_by_model"]) == set(MODELS)
         assert r["utility"] == r["utility_by_model"]["logistic"]["utility"]
+        assert all(isinstance(u["converged"], bool) for u in r["utility_by_model"].values())
         assert set(r["linkage_by_auditor"]) == set(AUDITORS)
         assert r["linkage"] == r["linkage_by_auditor"]["pca"]
         for auditor, link in r["linkage_by_auditor"].items():
             best = r["strongest"]["linkage"][auditor]
-            if not link:
-                assert best == {"all": None, "paper": None}
-                continue
-            assert best["all"]["linkage"] == max(link.values())
-            assert link[best["all"]["attack"]] == best["all"]["linkage"]
+            chosen = r["selection_linkage_by_auditor"][auditor]
+            assert set(chosen) == set(link)  # every attack also on the held-out galleries
+            colluder = {a: v for a, v in chosen.items() if a not in ALONE}
+            if not colluder:
+                assert best["all"] is None and best["paper"] is None  # I-GDP
+            else:  # chosen on the selection galleries, reported on the others
+                assert best["all"]["attack"] == max(colluder, key=colluder.get)
+                assert link[best["all"]["attack"]] == best["all"]["linkage"]
+            known = {a: chosen[a] for a in ("known_input_2", "known_input_9")}
+            assert best["analyst"]["attack"] == max(known, key=known.get)
             if r["method"] == "aa-igdp-an":
-                assert best["paper"]["attack"] in ("mp", "op", "am")
-                assert best["paper"]["linkage"] == max(link[a] for a in ("mp", "op", "am"))
+                paper = {a: chosen[a] for a in ("mp", "op", "am")}
+                assert best["paper"]["attack"] == max(paper, key=paper.get)
+                assert best["paper"]["linkage"] == link[best["paper"]["attack"]]
         if r["method"] == "aa-igdp-an" and r["v"] > 0:
             assert r["v_hat"] == pytest.approx(r["v"], rel=0.25)  # from the anchor residuals
 
@@ -122,34 +165,96 @@ def test_paired_private_data_noise_runs_coincide(tiny):
     assert pairs["max_relative_error_difference"] < 1e-9
 
 
-def test_report_judges_every_claim_under_every_pair_and_robust_only_if_all_hold(tiny):
-    from noisyanchor.experiments.report import CLAIMS, VERDICTS
+def test_report_judges_every_claim_in_every_replicate_on_its_axes_with_intervals(tiny):
+    """Matched-linkage claims under every (model, auditor) pair, utility-only claims once per
+    model, linkage-only claims once per auditor, in every replicate; robust only when every
+    one holds; a replicate with fewer draws than min_draws is "not enough draws"."""
+    from noisyanchor.experiments.claims import CLAIM_AXES, CLAIMS
+    from noisyanchor.experiments.intervals import VERDICTS
 
     _, out = tiny
     summary = json.loads((out / "summary.json").read_text())["studies"]["3"]
-    pairs = summary["claims_by_pair"]
-    assert set(pairs) == {f"{m}/{a}" for m in MODELS for a in AUDITORS}
+    by_rep = summary["claims_by_replicate"]
+    assert set(by_rep) == {"0", "1"} and summary["replicates"] == 2
+    axes = {"pair": {f"{m}/{a}" for m in MODELS for a in AUDITORS}, "model": set(MODELS),
+            "auditor": set(AUDITORS)}
     for claim in CLAIMS:
-        assert summary["robust"][claim] == all(v[claim] is True for v in pairs.values())
-    # the primary pair's verdicts are the single-pair section's
-    assert pairs["logistic/pca"] == summary["claims"]
+        for rep in by_rep.values():
+            assert set(rep[claim]) == axes[CLAIM_AXES[claim]], claim
+            assert all(res["verdict"] in VERDICTS for res in rep[claim].values())
+        assert summary["robust"][claim] == all(
+            res["verdict"] == "holds" for rep in by_rep.values() for res in rep[claim].values())
+    for claim, res in summary["claim_intervals"].items():  # replicate 0, primary axis
+        assert res["verdict"] == summary["claims"][claim]
+        if res["interval"] is not None:
+            assert res["interval"][0] <= res["interval"][1]
+    assert summary["claims"]["pn_pairs_identical"] == "holds"
     text = (out / "summary.md").read_text()
-    assert "| claim | " + " | ".join(pairs) + " | robust |" in text
-    for claim, text_of_claim in CLAIMS.items():
-        row = next(line for line in text.splitlines() if line.startswith(f"| {text_of_claim} |"))
-        assert [c.strip() for c in row.split("|")[2:-2]] == [VERDICTS[pairs[n][claim]]
-                                                             for n in pairs]
+    assert "| claim | judged per | replicate 0 | replicate 1 | robust |" in text
     # constants, not hard-coded text: the low-linkage grid and chance
     assert "12.4%, 12.9%, ..., 19.9%" in text and "(chance 10.0%)" in text
     tables = summary["strongest_attacks"]
     assert set(tables) == set(AUDITORS)
     for per in tables.values():
         an = per["aa-igdp-an"]
-        assert sum(an["strongest_draws"]["all"].values()) == an["draws"] == 10
+        assert sum(an["strongest_draws"]["all"].values()) == an["draws"] == 20
         assert set(an["strongest_draws"]["paper"]) <= {"mp", "op", "am"}
-        assert len(an["per_draw"]) == 10
+        assert len(an["per_draw"]) == 20
     scales = summary["i_gdp_by_translation_scale"]
     assert set(scales) == {"1.0", "100.0"} and set(scales["1.0"]) == set(MODELS)
+    threats = summary["threat_table"]
+    assert set(threats) == {m.value for m in Method}  # every method gets a row
+    assert set(threats["i-gdp"]["sets"]) == {"analyst", "public"}
+    assert set(threats["aa-igdp-an"]["sets"]) == {"paper", "all", "analyst", "public"}
+
+
+def test_claims_need_the_stated_minimum_of_draws(tiny, tmp_path):
+    """The same rows with min_draws above the 10 draws per replicate: every claim that rests on
+    draws says so instead of a verdict."""
+    _, out = tiny
+    meta = json.loads((out / "meta.json").read_text())
+    meta["config"]["min_draws"] = 11
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    (tmp_path / ROWS_FILE).write_text((out / ROWS_FILE).read_text())
+    make_report(tmp_path, resamples=5, claim_resamples=20)
+    summary = json.loads((tmp_path / "summary.json").read_text())["studies"]["3"]
+    for claim, state in summary["claims"].items():
+        if claim != "noiseless_c_eq_aa_gt_i":  # single noiseless runs: judged by test records
+            assert state == "not enough draws", claim
+    assert not any(summary["robust"][c] for c in summary["robust"]
+                   if c != "noiseless_c_eq_aa_gt_i")
+
+
+def test_membership_inference_is_reported_per_method_and_noise_beside_utility(tiny):
+    rows = _rows(tiny[1])
+    with_mi = [r for r in rows if r["membership"]]
+    assert {r["draw"] for r in with_mi} == {-1, 0, 5}  # the controls and every 5th draw
+    for r in with_mi:
+        for model in MODELS:
+            mi = r["membership"]["model"][model]
+            assert 0 <= mi["loss_threshold"]["auc"] <= 1
+            assert 0 <= mi["loss_threshold"]["tpr_at_1pct_fpr"] <= 1
+            assert mi["shadow"]["shadow_models"] == 2
+        z = r["membership"].get("z")
+        assert z is None or all(0 <= v["auc"] <= 1 for v in z.values())
+    summary = json.loads((tiny[1] / "summary.json").read_text())["studies"]["3"]
+    table = summary["membership"]
+    assert {"c-gdp", "aa-igdp", "i-gdp", "aa-igdp-an", "aa-igdp-pn", "c-gdp-pn"} <= set(table)
+    assert set(table["aa-igdp"]) == {"none"} and len(table["aa-igdp-an"]) >= 1
+    cell = table["aa-igdp"]["none"]["model"]["logistic"]
+    assert {"utility", "loss_threshold", "shadow"} <= set(cell)
+    assert "## Membership inference" in (tiny[1] / "summary.md").read_text()
+
+
+def test_the_ml_attack_reports_its_convergence_in_every_row_and_the_report(tiny):
+    rows = [r for r in _rows(tiny[1]) if r["method"] == "aa-igdp-an"]
+    for r in rows:
+        ml = r["attack_diagnostics"]["ml"]
+        assert set(ml) == {"1", "2"} and all(f["starts"] >= 2 for f in ml.values())
+    summary = json.loads((tiny[1] / "summary.json").read_text())["studies"]["3"]
+    assert summary["ml_attack"]["targets"] == 2 * len(rows)
+    assert "## Maximum-likelihood attack: starts and convergence" in (
+        tiny[1] / "summary.md").read_text()
 
 
 def test_summary_quotes_the_fitted_numbers(tiny):
@@ -175,7 +280,8 @@ def test_killed_sweep_resumes_only_the_missing_rows(tiny, tmp_path):
     result = run_sweep(BenchConfig.from_toml(cfg_path), resumed, progress=False)
     assert 0 < result["ran"] < 10
     rows = _rows_tolerant(resumed)
-    assert len({(r["method"], r["draw"], r["translation_scale"]) for r in rows}) == len(lines)
+    assert len({(r["method"], r["draw"], r["translation_scale"], r["replicate"])
+                for r in rows}) == len(lines)
     again = run_sweep(BenchConfig.from_toml(cfg_path), resumed, progress=False)
     assert again["ran"] == 0 and again["rows_written"] == 0
 
@@ -245,3 +351,25 @@ def test_committed_digits_rows_are_reproduced_by_the_current_code():
             assert row["utility"] == pytest.approx(old["utility"], abs=0.005)
             for attack, value in row["linkage"].items():
                 assert value == pytest.approx(old["linkage"][attack], abs=0.005)
+
+
+def test_threat_model_section_is_regenerated_in_place(tiny, tmp_path):
+    """`report --threat-model FILE` rewrites only its own marked section: the hand-written text
+    around it stays, and a second run leaves the file as the first left it."""
+    from noisyanchor.experiments.threat_model import markers
+
+    _, out = tiny
+    doc = tmp_path / "THREAT_MODEL.md"
+    doc.write_text("# Threat model\n\nhand-written intro\n")
+    _cli("report", "--results", str(out), "--threat-model", str(doc), "--claim-bootstrap", "20",
+         "--bootstrap", "5", "--out", str(tmp_path / "rep"))
+    first = doc.read_text()
+    start, end = markers("tiny")
+    assert first.startswith("# Threat model\n\nhand-written intro\n") and start in first
+    section = first.split(start)[1].split(end)[0]
+    assert "| method | analyst + colluder | analyst alone | analyst + public data |" in section
+    assert "| i-gdp (noiseless) | - |" in section  # I-GDP gets a row
+    doc.write_text(first + "\nmore hand-written text\n")
+    _cli("report", "--results", str(out), "--threat-model", str(doc), "--claim-bootstrap", "20",
+         "--bootstrap", "5", "--out", str(tmp_path / "rep"))
+    assert doc.read_text() == first + "\nmore hand-written text\n"

@@ -1,0 +1,173 @@
+"""The paper's claims the report judges, each with its statistic, its interval and the axes it
+is judged on, in every replicated deployment.
+
+A claim is judged per replicate and per axis: ``pair`` claims (utility at matched linkage)
+under every (downstream model, auditor) pair, ``model`` claims (utility only) once per model,
+``auditor`` claims (linkage only) once per auditor. It is **robust** only when it holds, its
+interval excluding zero, in every replicate and on every axis, each with at least the config's
+``min_draws`` draws of every compared method (:mod:`experiments.intervals` for the verdicts).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from noisyanchor.common.methods import Method
+from noisyanchor.experiments.intervals import (
+    accuracy_difference,
+    matched_margin,
+    paired_min_difference,
+    verdict,
+)
+from noisyanchor.experiments.study import Study
+
+#: The claims, in report order, with the sentence each stands for.
+CLAIMS = {
+    "pn_pairs_identical": "C-GDP-pn and AA-I-GDP-pn paired runs coincide",
+    "noiseless_c_eq_aa_gt_i": "noiseless C-GDP = AA-I-GDP utility > I-GDP",
+    "anchor_noise_beats_data_noise_at_low_linkage_paper_attacks":
+        "at matched low linkage anchor noise keeps more utility (the paper's attacks)",
+    "anchor_noise_beats_data_noise_at_low_linkage_all_attacks":
+        "at matched low linkage anchor noise keeps more utility (every attack of the colluder)",
+    "anchor_noise_beats_data_noise_at_low_linkage_analyst_attacks":
+        "at matched low linkage anchor noise keeps more utility (the analyst alone, known "
+        "records)",
+    "anchor_noise_beats_data_noise_at_low_linkage_public_attacks":
+        "at matched low linkage anchor noise keeps more utility (the analyst with public data)",
+    "op_strongest_of_three": "OP is the strongest of MP/OP/AM",
+}
+#: What each claim is judged per: every (model, auditor) pair, every model, or every auditor.
+CLAIM_AXES = {"pn_pairs_identical": "auditor", "noiseless_c_eq_aa_gt_i": "model",
+              "op_strongest_of_three": "auditor"} | {
+    c: "pair" for c in CLAIMS if c.startswith("anchor_noise_beats")}
+#: Prefix of the matched-linkage claims (the attack set follows it).
+LOW_PREFIX = "anchor_noise_beats_data_noise_at_low_linkage_"
+#: Level whose margin is quoted beside the claim's worst margin (the audit's headline).
+HEADLINE_LEVEL = 0.20
+
+
+def low_claim_set(claim: str) -> str | None:
+    """The attack set of a matched-linkage claim, else None."""
+    if not claim.startswith(LOW_PREFIX):
+        return None
+    return claim[len(LOW_PREFIX):].removesuffix("_attacks")
+
+
+def _result(state: str, estimate: float | None = None, interval: list[float] | None = None,
+            **detail: Any) -> dict[str, Any]:
+    return {"verdict": state, "estimate": estimate, "interval": interval, **detail}
+
+
+def _pn_pairs(study: Study, min_draws: int) -> dict[str, Any]:
+    aa = {r["draw"]: r for r in study.draws.get(Method.AA_IGDP_PN.value, [])}
+    cg = {r["draw"]: r for r in study.draws.get(Method.C_GDP_PN.value, [])}
+    both = sorted(set(aa) & set(cg))
+    if len(both) < min_draws:
+        return _result("not enough draws", pairs=len(both))
+    diff = [abs(aa[k]["linkage"]["known_anchor"] - cg[k]["linkage"]["known_secret"])
+            for k in both]
+    z = max(aa[k]["pair_z_rel_diff"] for k in both)
+    same = sum(d == 0 for d in diff)
+    holds = same == len(both) and z < 1e-10
+    return _result("holds" if holds else "fails", float(max(diff)), None, pairs=len(both),
+                   identical_linkage_pairs=int(same), max_relative_z_difference=z,
+                   exact=True)
+
+
+def _noiseless(study: Study, model: str, rng: np.random.Generator,
+               resamples: int) -> dict[str, Any]:
+    ctrl = study.controls
+    if not all(m in ctrl for m in ("c-gdp", "aa-igdp", "i-gdp")):
+        return _result("not reached", note="a noiseless control is missing")
+    preds = {m: (ctrl[m].get("test_predictions_by_model") or {}).get(model)
+             for m in ("c-gdp", "aa-igdp", "i-gdp")}
+    util = {m: ctrl[m]["utility"] for m in ctrl}
+    equal = abs(util["c-gdp"] - util["aa-igdp"]) < 1e-12 and (
+        preds["c-gdp"] is None or preds["c-gdp"] == preds["aa-igdp"])
+    labels = ctrl["aa-igdp"].get("test_labels")
+    if labels is None or preds["aa-igdp"] is None or preds["i-gdp"] is None:
+        gap = util["aa-igdp"] - util["i-gdp"]
+        state = "fails" if not equal else ("holds" if gap > 0 else "fails")
+        return _result(state, float(gap), None, equal=equal)
+    from sklearn.metrics import balanced_accuracy_score
+
+    diff = accuracy_difference(labels, preds["aa-igdp"], preds["i-gdp"], rng, resamples,
+                               balanced_accuracy_score)
+    low, high = diff["interval"] or (None, None)
+    return _result("fails" if not equal else verdict(low, high), diff["estimate"],
+                   diff["interval"], equal=equal, test_records=diff["records"],
+                   c_gdp=util["c-gdp"], aa_igdp=util["aa-igdp"], i_gdp=util["i-gdp"])
+
+
+def _low_linkage(study: Study, aset: str, rng: np.random.Generator, resamples: int,
+                 min_draws: int, grid: tuple[float, ...]) -> dict[str, Any]:
+    an, pn = Method.AA_IGDP_AN.value, Method.AA_IGDP_PN.value
+    counts = {m: len(study.draws.get(m, [])) for m in (an, pn)}
+    if min(counts.values()) < min_draws:
+        return _result("not enough draws", draws=counts)
+    if aset not in study.attack_sets(an) or aset not in study.attack_sets(pn):
+        return _result("not reached", draws=counts, note=f"no {aset} attack ran")
+
+    def series(m: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rs = study.draws[m]
+        return (np.array([r["noise"] for r in rs]),
+                np.array(study.strongest_series(m, aset), dtype=float),
+                np.array([r["utility"] for r in rs], dtype=float))
+
+    margin = matched_margin(series(an), series(pn), grid, rng, resamples, HEADLINE_LEVEL)
+    lowest = {m: float(np.min(fit.fit)) if (fit := study.fits.get(f"{m}/strongest-{aset}"))
+              is not None else None for m in (an, pn)}
+    if not margin["levels"]:
+        return _result("not reached", draws=counts, lowest_fitted_linkage=lowest,
+                       margin=margin)
+    end = margin["best" if margin["verdict"] == "fails" else "worst"]
+    return _result(margin["verdict"], end["estimate"], end["interval"], draws=counts,
+                   lowest_fitted_linkage=lowest, margin=margin,
+                   statistic="best margin" if margin["verdict"] == "fails" else "worst margin")
+
+
+def _op_strongest(study: Study, rng: np.random.Generator, resamples: int,
+                  min_draws: int) -> dict[str, Any]:
+    rs = study.draws.get(Method.AA_IGDP_AN.value, [])
+    if len(rs) < min_draws:
+        return _result("not enough draws", draws=len(rs))
+    link = {a: np.array([r["linkage"][a] for r in rs]) for a in ("op", "mp", "am")}
+    diff = paired_min_difference(link["op"], [link["mp"], link["am"]], rng, resamples)
+    low, high = diff["interval"] or (None, None)
+    return _result(verdict(low, high), diff["estimate"], diff["interval"], draws=len(rs))
+
+
+def judge(studies: dict[str, Study], primary: tuple[str, str], rng: np.random.Generator,
+          resamples: int, min_draws: int, grid: tuple[float, ...]) -> dict[str, dict[str, Any]]:
+    """Every claim of one replicate on its axes: ``{claim: {axis label: result}}``, the axis
+    label a ``model/auditor`` pair, a model or an auditor (:data:`CLAIM_AXES`). ``studies``: the
+    replicate's view per ``model/auditor``; ``primary``: the sweep's (model, auditor)."""
+    models = list(dict.fromkeys(k.split("/")[0] for k in studies))
+    auditors = list(dict.fromkeys(k.split("/", 1)[1] for k in studies))
+    out: dict[str, dict[str, Any]] = {}
+    for claim in CLAIMS:
+        axis = CLAIM_AXES[claim]
+        per: dict[str, Any] = {}
+        if axis == "model":
+            for m in models:
+                per[m] = _noiseless(studies[f"{m}/{primary[1]}"], m, rng, resamples)
+        elif axis == "auditor":
+            for a in auditors:
+                study = studies[f"{primary[0]}/{a}"]
+                per[a] = (_pn_pairs(study, min_draws) if claim == "pn_pairs_identical"
+                          else _op_strongest(study, rng, resamples, min_draws))
+        else:
+            aset = low_claim_set(claim)
+            assert aset is not None
+            for name, study in studies.items():
+                per[name] = _low_linkage(study, aset, rng, resamples, min_draws, grid)
+        out[claim] = per
+    return out
+
+
+def robust(judgements: dict[int, dict[str, dict[str, Any]]]) -> dict[str, bool]:
+    """Per claim: it holds in every replicate on every axis."""
+    return {c: bool(judgements) and all(res["verdict"] == "holds" for per in judgements.values()
+                                        for res in per[c].values()) for c in CLAIMS}

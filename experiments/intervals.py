@@ -1,0 +1,179 @@
+"""Confidence intervals of the report's claims: percentile bootstraps over the draws (or, for
+single noiseless runs, over the test records), and the verdict each interval supports.
+
+Verdicts (:data:`VERDICTS`): ``holds`` when the 95% interval of the claim's statistic lies above
+zero, ``fails`` when it lies below, ``undecided`` when it covers zero, ``not reached`` when the
+data do not reach what the claim is judged at, ``not enough draws`` when a compared method has
+fewer than the stated minimum of draws. Exact claims (equalities of coupled runs) have no
+interval: they hold or fail.
+
+Statistics:
+
+* matched-linkage margin (:func:`matched_margin`): anchor noise minus private-data noise in
+  fitted utility where each method's strongest-attack linkage fit first reaches the level
+  ``L``, ``Delta(L) = U_an(v_an(L)) - U_pn(sigma_pn(L))``, over the levels of a grid both
+  point fits reach. The claim (anchor noise keeps more utility at every such level) holds when
+  the interval of the worst margin ``min_L Delta(L)`` lies above zero, and fails when the
+  interval of the best margin ``max_L Delta(L)`` lies below zero (behind at every level); in
+  between it is undecided (uncertain, or ahead at some levels and behind at others). Each
+  resample draws every method's draws with replacement (the methods' draws are independent)
+  and refits all four splines.
+* paired mean difference (:func:`paired_min_difference`): ``min_k mean(a - b_k)`` over draws,
+  resampled by draw (OP against MP and against AM on the same draws).
+* balanced-accuracy difference on shared test records (:func:`accuracy_difference`), resampled
+  by test record.
+
+References: Efron and Tibshirani, "An Introduction to the Bootstrap" (1993), percentile
+intervals; the paper's Section 5.2.2 (splines and pointwise bands).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from noisyanchor.experiments.fits import fit_spline
+
+#: Every verdict a claim can get.
+VERDICTS = ("holds", "fails", "undecided", "not reached", "not enough draws")
+#: Two-sided level of every interval.
+CONFIDENCE = 0.95
+
+
+def verdict(low: float | None, high: float | None) -> str:
+    """``holds`` / ``fails`` / ``undecided`` from an interval (None: not reached)."""
+    if low is None or high is None:
+        return "not reached"
+    if low > 0:
+        return "holds"
+    if high < 0:
+        return "fails"
+    return "undecided"
+
+
+def percentile_interval(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """The central :data:`CONFIDENCE` percentile interval of bootstrap values (NaNs, the
+    resamples where the statistic is undefined, left out); Nones without any."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return None, None
+    tail = 100 * (1 - CONFIDENCE) / 2
+    low, high = np.percentile(v, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _curves(noise: np.ndarray, link: np.ndarray, util: np.ndarray,
+            rng: np.random.Generator) -> tuple[Any, Any]:
+    return (fit_spline(noise, link, rng, resamples=0), fit_spline(noise, util, rng, resamples=0))
+
+
+def _utility_at(curves: tuple[Any, Any], level: float) -> float:
+    """Fitted utility where the linkage fit first reaches ``level``, clipped to [0, 1] (a
+    balanced accuracy; a spline fitted to a resample can overshoot near its range's ends)."""
+    link, util = curves
+    noise = link.first_crossing(level)
+    return np.nan if noise is None else float(np.clip(util.at(noise), 0.0, 1.0))
+
+
+def matched_margin(an: tuple[np.ndarray, np.ndarray, np.ndarray],
+                   pn: tuple[np.ndarray, np.ndarray, np.ndarray], levels: Sequence[float],
+                   rng: np.random.Generator, resamples: int,
+                   headline: float | None = None) -> dict[str, Any]:
+    """The matched-linkage margin of anchor over private-data noise with its interval.
+
+    Parameters
+    ----------
+    an, pn : (noise, strongest linkage, utility) arrays of each method's draws
+    levels : linkage levels of the grid; the statistic uses those both point fits reach
+    resamples : bootstrap resamples
+    headline : float, optional
+        A level whose own margin and interval are reported too (e.g. 20%).
+
+    Returns
+    -------
+    dict
+        ``levels`` judged; ``worst`` and ``best``: the point fits' smallest and largest margin
+        over them with their intervals (None when no level is reached); ``verdict`` from them
+        (module docstring); ``reached`` (resamples in which a judged level was reached by
+        both); ``per_level`` point margins; ``headline`` (level, estimate, interval).
+    """
+    point_an, point_pn = _curves(*an, rng), _curves(*pn, rng)
+    margins = {float(lvl): _utility_at(point_an, lvl) - _utility_at(point_pn, lvl)
+               for lvl in levels}
+    judged = [lvl for lvl, m in margins.items() if np.isfinite(m)]
+    wanted = sorted(set(judged) | ({float(headline)} if headline is not None else set()))
+    worst, best, at_headline = [], [], []
+    for _ in range(resamples):  # each resample is its own four least-squares problems
+        ia = rng.integers(0, len(an[0]), len(an[0]))
+        ip = rng.integers(0, len(pn[0]), len(pn[0]))
+        try:
+            boot_an = _curves(*(a[ia] for a in an), rng)
+            boot_pn = _curves(*(a[ip] for a in pn), rng)
+        except (ValueError, np.linalg.LinAlgError):
+            continue
+        got = {lvl: _utility_at(boot_an, lvl) - _utility_at(boot_pn, lvl) for lvl in wanted}
+        per = [got[lvl] for lvl in judged if np.isfinite(got[lvl])]
+        worst.append(min(per) if per else np.nan)
+        best.append(max(per) if per else np.nan)
+        if headline is not None:
+            at_headline.append(got[float(headline)])
+    ends: dict[str, Any] = {}
+    for name, boots, pick in (("worst", worst, min), ("best", best, max)):
+        low, high = percentile_interval(boots) if judged else (None, None)
+        ends[name] = {"estimate": pick((margins[lvl] for lvl in judged), default=None),
+                      "interval": None if low is None else [low, high]}
+    lo_worst = (ends["worst"]["interval"] or [None])[0]
+    hi_best = (ends["best"]["interval"] or [None, None])[1]
+    state = ("not reached" if not judged else "holds" if lo_worst is not None and lo_worst > 0
+             else "fails" if hi_best is not None and hi_best < 0 else "undecided")
+    out: dict[str, Any] = {
+        "levels": judged, **ends, "verdict": state,
+        "reached": int(np.sum(np.isfinite(worst))), "resamples": len(worst),
+        "per_level": {f"{lvl:.3f}": (None if not np.isfinite(m) else m)
+                      for lvl, m in margins.items()}}
+    if headline is not None:
+        h_low, h_high = percentile_interval(at_headline)
+        est = margins.get(float(headline), _utility_at(point_an, headline)
+                          - _utility_at(point_pn, headline))
+        out["headline"] = {"level": float(headline),
+                           "estimate": None if not np.isfinite(est) else float(est),
+                           "interval": None if h_low is None else [h_low, h_high]}
+    return out
+
+
+def paired_min_difference(a: np.ndarray, others: Sequence[np.ndarray], rng: np.random.Generator,
+                          resamples: int) -> dict[str, Any]:
+    """``min_k mean(a - b_k)`` over paired draws with its interval (resampled by draw)."""
+    a = np.asarray(a, dtype=float)
+    diffs = np.stack([a - np.asarray(b, dtype=float) for b in others])
+
+    def stat(idx: np.ndarray) -> float:
+        return float(diffs[:, idx].mean(axis=1).min())
+
+    boots = [stat(rng.integers(0, len(a), len(a))) for _ in range(resamples)]
+    low, high = percentile_interval(boots)
+    return {"estimate": stat(np.arange(len(a))),
+            "interval": None if low is None else [low, high]}
+
+
+def accuracy_difference(truth: np.ndarray, first: np.ndarray, second: np.ndarray,
+                        rng: np.random.Generator, resamples: int,
+                        score: Callable[[np.ndarray, np.ndarray], float]) -> dict[str, Any]:
+    """``score(truth, first) - score(truth, second)`` on the same test records, with its
+    interval resampled by record (a resample missing a class still scores)."""
+    import warnings
+
+    truth, first, second = (np.asarray(v) for v in (truth, first, second))
+
+    def stat(idx: np.ndarray) -> float:
+        with warnings.catch_warnings():  # a resample may lack a class the model predicts
+            warnings.simplefilter("ignore")
+            return float(score(truth[idx], first[idx]) - score(truth[idx], second[idx]))
+
+    boots = [stat(rng.integers(0, len(truth), len(truth))) for _ in range(resamples)]
+    low, high = percentile_interval(boots)
+    return {"estimate": stat(np.arange(len(truth))),
+            "interval": None if low is None else [low, high], "records": len(truth)}

@@ -1,0 +1,86 @@
+"""Claims' intervals (experiments.intervals, experiments.claims): percentile bootstraps that
+cover what they should, verdicts from them, and the exact noiseless control once coupled."""
+
+import numpy as np
+import pytest
+
+from noisyanchor.common.methods import Method
+from noisyanchor.experiments.bench import BenchConfig, prepare_bench
+from noisyanchor.experiments.intervals import (
+    accuracy_difference,
+    matched_margin,
+    paired_min_difference,
+    percentile_interval,
+    verdict,
+)
+from noisyanchor.experiments.sweep import CONTROL_DRAW, _Decoder, run_task
+
+
+def test_verdicts_follow_the_interval():
+    assert verdict(0.01, 0.3) == "holds"
+    assert verdict(-0.3, -0.01) == "fails"
+    assert verdict(-0.1, 0.1) == "undecided"
+    assert verdict(None, None) == "not reached"
+    assert percentile_interval([np.nan, np.nan]) == (None, None)
+    low, high = percentile_interval(np.arange(1001.0))
+    assert (low, high) == pytest.approx((25.0, 975.0))
+
+
+def _method(rng, n, slope, lift):
+    """Draws of a noisy method: linkage falls with noise, utility falls with noise, plus a
+    ``lift`` in utility at every noise level."""
+    noise = rng.uniform(0, 1, n)
+    link = 0.3 - 0.2 * noise + 0.005 * rng.standard_normal(n)
+    util = 0.9 - slope * noise + lift + 0.01 * rng.standard_normal(n)
+    return noise, link, util
+
+
+def test_matched_margin_interval_covers_the_true_margin(rng):
+    """Same linkage curve for both, utility higher by 0.2 for one: the margin at every level is
+    0.2 (to the fits' error) and its 95% interval holds it and excludes zero."""
+    an = _method(rng, 120, 0.5, 0.2)
+    pn = _method(rng, 120, 0.5, 0.0)
+    res = matched_margin(an, pn, (0.15, 0.2), rng, 200, headline=0.2)
+    assert res["levels"] == [0.15, 0.2]
+    assert res["worst"]["estimate"] == pytest.approx(0.2, abs=0.02)
+    low, high = res["worst"]["interval"]
+    assert 0 < low <= 0.2 <= high
+    assert res["headline"]["estimate"] == pytest.approx(0.2, abs=0.02)
+    assert res["verdict"] == "holds"
+    behind = matched_margin(pn, an, (0.15, 0.2), rng, 200)
+    assert behind["verdict"] == "fails" and behind["best"]["interval"][1] < 0
+    same = matched_margin(pn, _method(rng, 120, 0.5, 0.0), (0.15, 0.2), rng, 200)
+    assert same["verdict"] == "undecided"
+    unreached = matched_margin(an, pn, (0.01,), rng, 20)
+    assert unreached["levels"] == [] and unreached["verdict"] == "not reached"
+
+
+def test_paired_and_record_level_differences(rng):
+    a = rng.normal(0.3, 0.05, 200)
+    res = paired_min_difference(a, [a - 0.02, a - 0.05], rng, 300)
+    assert res["estimate"] == pytest.approx(0.02)
+    assert res["interval"][0] == pytest.approx(0.02) == res["interval"][1]  # paired: exact
+    truth = rng.integers(0, 3, 400)
+    good = np.where(rng.uniform(size=400) < 0.9, truth, (truth + 1) % 3)
+    bad = rng.integers(0, 3, 400)
+    from sklearn.metrics import balanced_accuracy_score
+
+    diff = accuracy_difference(truth, good, bad, rng, 300, balanced_accuracy_score)
+    assert diff["interval"][0] > 0.4 and diff["records"] == 400
+
+
+@pytest.mark.slow  # two MLP controls on digits: about 15 s
+def test_noiseless_controls_agree_exactly_for_the_mlp_once_coupled():
+    """The C-GDP control coupled to AA-I-GDP's reference key (O_s, Psi_s): the two collaboration
+    matrices agree to rounding, and a model that is not rotation invariant (the MLP) gives the
+    same predictions on every test record and the same utility, exactly."""
+    cfg = BenchConfig.from_dict({"name": "mlp", "dataset": "digits", "max_records": 600,
+                                 "participants": [3], "dim": 8, "draws": 9, "episodes": 100,
+                                 "models": ["mlp"], "seed": 4})
+    bench = prepare_bench(cfg, 3)
+    aa, c = run_task(bench, _Decoder(bench), (3, Method.AA_IGDP.value, CONTROL_DRAW, 0.0))
+    assert (aa["method"], c["method"]) == ("aa-igdp", "c-gdp")
+    assert c["pair_z_rel_diff"] < 1e-13
+    assert c["test_predictions_by_model"]["mlp"] == aa["test_predictions_by_model"]["mlp"]
+    assert c["utility_by_model"]["mlp"]["utility"] == aa["utility_by_model"]["mlp"]["utility"]
+    assert c["linkage"]["known_secret"] == aa["linkage"]["known_anchor"]
