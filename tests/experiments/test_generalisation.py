@@ -34,7 +34,8 @@ def test_plug_in_attacks_and_auditors_reach_the_sweep_and_the_report(tmp_path, t
     assert all("toy_centred" not in r["linkage"] for r in rows if r["method"] == "c-gdp-pn")
     make_report(tmp_path / "res", resamples=5)
     summary = json.loads((tmp_path / "res" / "summary.json").read_text())["studies"]["3"]
-    assert "logistic/toy_raw" in summary["claims_by_pair"]
+    assert "logistic/toy_raw" in summary["claims_by_replicate"]["0"][
+        "anchor_noise_beats_data_noise_at_low_linkage_all_attacks"]
     assert "toy_centred" in summary["strongest_attacks"]["toy_raw"]["aa-igdp-an"]["mean_linkage"]
     assert "| toy_centred |" in (tmp_path / "res" / "summary.md").read_text()
 

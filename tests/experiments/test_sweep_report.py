@@ -334,42 +334,47 @@ def test_mnist_protocol_config_runs_on_user_idx_files(tmp_path, rng, write_idx):
 
 
 def test_committed_digits_rows_are_reproduced_by_the_current_code():
-    """Spot check of experiments/results/digits: a control and two draws recomputed from the
-    config match the committed rows (results are measured, not written by hand)."""
+    """Spot check of experiments/results/digits: a control (with its coupled C-GDP row) and
+    two draws of other replicated deployments recomputed from the config match the committed
+    rows (results are measured, not written by hand)."""
     from noisyanchor.experiments.sweep import _Decoder, noise_levels, run_task
 
     root = Path(__file__).resolve().parents[2] / "experiments"
     cfg = BenchConfig.from_toml(root / "configs" / "digits.toml")
-    committed = {(r["method"], r["draw"]): r for r in _rows(root / "results" / "digits")}
-    bench = prepare_bench(cfg, 10)
-    decoder = _Decoder(bench)
-    for method, draw in (("c-gdp", CONTROL_DRAW), ("aa-igdp-an", 5), ("aa-igdp-pn", 5)):
-        level = 0.0 if draw == CONTROL_DRAW else float(noise_levels(cfg, 10, Method(method))[draw])
-        for row in run_task(bench, decoder, (10, method, draw, level)):
-            old = committed[(row["method"], row["draw"])]
+    committed = {(r["method"], r["draw"], r["replicate"]): r
+                 for r in _rows(root / "results" / "digits") if r["translation_scale"] == 100.0}
+    for method, draw, replicate in (("aa-igdp", CONTROL_DRAW, 0), ("aa-igdp-an", 5, 1),
+                                    ("aa-igdp-pn", 5, 2)):
+        bench = prepare_bench(cfg, 10, replicate=replicate)
+        level = (0.0 if draw == CONTROL_DRAW
+                 else float(noise_levels(cfg, 10, Method(method), replicate)[draw]))
+        for row in run_task(bench, _Decoder(bench), (10, method, draw, level)):
+            old = committed[(row["method"], row["draw"], replicate)]
             # Tolerances allow a different BLAS to flip a prediction or two (1 / 1,000 episodes).
             assert row["utility"] == pytest.approx(old["utility"], abs=0.005)
             for attack, value in row["linkage"].items():
-                assert value == pytest.approx(old["linkage"][attack], abs=0.005)
+                assert value == pytest.approx(old["linkage"][attack], abs=0.005), attack
 
 
 def test_threat_model_section_is_regenerated_in_place(tiny, tmp_path):
     """`report --threat-model FILE` rewrites only its own marked section: the hand-written text
     around it stays, and a second run leaves the file as the first left it."""
-    from noisyanchor.experiments.threat_model import markers
+    from noisyanchor.experiments.threat_model import markers, update_threat_model
 
     _, out = tiny
+    config = json.loads((out / "meta.json").read_text())["config"]
+    summary = json.loads((out / "summary.json").read_text())["studies"]["3"]
     doc = tmp_path / "THREAT_MODEL.md"
     doc.write_text("# Threat model\n\nhand-written intro\n")
-    _cli("report", "--results", str(out), "--threat-model", str(doc), "--claim-bootstrap", "20",
-         "--bootstrap", "5", "--out", str(tmp_path / "rep"))
+    update_threat_model(doc, config, summary, out)
     first = doc.read_text()
     start, end = markers("tiny")
     assert first.startswith("# Threat model\n\nhand-written intro\n") and start in first
     section = first.split(start)[1].split(end)[0]
     assert "| method | analyst + colluder | analyst alone | analyst + public data |" in section
     assert "| i-gdp (noiseless) | - |" in section  # I-GDP gets a row
+    for claim in summary["claims"]:
+        assert summary["claim_intervals"][claim]["verdict"] in section
     doc.write_text(first + "\nmore hand-written text\n")
-    _cli("report", "--results", str(out), "--threat-model", str(doc), "--claim-bootstrap", "20",
-         "--bootstrap", "5", "--out", str(tmp_path / "rep"))
+    update_threat_model(doc, config, summary, out)
     assert doc.read_text() == first + "\nmore hand-written text\n"
