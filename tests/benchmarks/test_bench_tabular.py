@@ -15,7 +15,8 @@ def test_quick_run_records_both_scalings_the_reader_and_the_load(tmp_path):
     assert bench_tabular.main(["--quick", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert {"loadavg_start", "loadavg_end", "blas", "v"} <= set(report["meta"])
+    for section in ("scaling", "reader"):
+        assert {"loadavg_start", "loadavg_end", "blas", "v"} <= set(report["meta"][section])
     for name in bench_tabular.TABLES:
         summary = report["scaling"][name]["summary"]
         for label in ("declared", "unscaled"):
@@ -28,3 +29,7 @@ def test_quick_run_records_both_scalings_the_reader_and_the_load(tmp_path):
     methods = report["reader"]["methods"]
     assert set(methods) == {"read_table", "numpy_loadtxt", "replaced_loader"}
     assert all(m["seconds"] > 0 and m["peak_over_matrix"] > 0 for m in methods.values())
+    # One part again keeps the other's figures.
+    assert bench_tabular.main(["--quick", "--sections", "reader", "--out", str(out)]) == 0
+    again = json.loads(out.read_text())
+    assert again["scaling"] == report["scaling"] and again["reader"] != report["reader"]
