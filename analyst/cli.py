@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
+
+from noisyanchor.common.errors import NoisyAnchorError
 
 #: Top-level commands of this role and their one-line help (see :mod:`noisyanchor.cli`).
 COMMANDS = {"analyst": "the analyst: collect uploads, align, relay",
@@ -101,7 +104,11 @@ def _serve(args: argparse.Namespace) -> int:
         log_json=args.log_json, blas_threads=args.blas_threads)
     configure_logging(config.log_json)
     configure_blas(config.blas_threads)  # logs the choice
-    serve(config)
+    try:
+        serve(config)
+    except NoisyAnchorError as err:  # one line, in the analyst's log (console and JSON) too
+        logging.getLogger("noisyanchor.analyst.server").error("not serving: %s", err)
+        return 1
     return 0
 
 

@@ -31,6 +31,7 @@ from noisyanchor.analyst.storage import (
     read_bundle,
     read_bundle_spec,
     receive_bundle,
+    verify_bundle,
 )
 from noisyanchor.common.alignment import align
 from noisyanchor.common.errors import (
@@ -89,12 +90,8 @@ class Federation:
     def __init__(self, config: AnalystConfig, store: Store) -> None:
         self.config = config
         self.method = config.method_enum
-        self.store = store.open()
-        # The ledger may live outside the store: its own interrupted writes are swept too.
-        sweep_stale_writes(config.ledger_path)
         self._lock = threading.Lock()
         self._participant_locks = {pid: threading.Lock() for pid in config.participants}
-        self._state = "done" if store.result.is_dir() else "collecting"
         self._error = ""
         self._align_thread: threading.Thread | None = None
         self._closed = False
@@ -102,6 +99,8 @@ class Federation:
                   "method": config.method, "anchors": config.anchors, "dim": config.dim,
                   "sigma": config.sigma, "v": config.v, "reference": config.reference,
                   "dealer": config.dealer, "accept_collusion": config.accept_collusion,
+                  "projection_seed": config.projection_seed,
+                  "translation_scale": config.translation_scale,
                   "deadline": config.deadline.isoformat() if config.deadline else None,
                   "schema": None if config.schema is None else {
                       "features": config.schema.features, "dtype": config.schema.dtype,
@@ -109,9 +108,16 @@ class Federation:
                       {} if config.schema.tabular is None else {
                           "typed": config.schema.tabular.canonical(),
                           "preprocessing_sha256": config.schema.preprocessing_sha256.hex()})}
+        # The store is taken first (one analyst per store), then checked to be this
+        # federation's under this protocol, then verified (every array against its digest).
+        self.store = store.open(public)
+        # The ledger may live outside the store: its own interrupted writes are swept too.
+        sweep_stale_writes(config.ledger_path)
+        self.store.verify()
+        self._state = "done" if store.result.is_dir() else "collecting"
         atomic_write(self.store.root / FEDERATION_FILE, json.dumps(public, indent=2).encode())
         self._withdrawn_dir = self.store.root / WITHDRAWN_DIR
-        self._withdrawn_dir.mkdir(exist_ok=True)
+        self._withdrawn_dir.mkdir(exist_ok=True, mode=0o700)
 
     @functools.cached_property
     def ca_pems(self) -> tuple[bytes, ...]:
@@ -292,7 +298,7 @@ class Federation:
         """A stream of an already committed bundle: its receipt again when identical, else
         refused. A header with digests is answered at once; one whose digests follow in the
         trailer is read to its end (hashed, nothing stored) unless its arrays differ already."""
-        committed = read_bundle_spec(path)[0]
+        committed = verify_bundle(path)  # the receipt is answered from verified bytes only
         spec = stream.spec
         if spec.without_digests() == committed.without_digests() and not spec.has_digests:
             spec = drain(stream)
@@ -462,13 +468,13 @@ class Federation:
 
     def status(self) -> dict[str, Any]:
         """Progress: state, expected, committed and disclosed ids, error, result summary."""
-        result = self.store.result / "result.json"
         return {"federation_id": self.config.federation_id, "state": self._state,
                 "expected": list(self.config.participants),
                 "committed": self.store.committed(self.store.uploads),
                 "disclosed": self.store.committed(self.store.disclosures),
                 "error": self._error,
-                "result_json": result.read_text() if self._state == "done" else "",
+                "result_json": self.store.read_result("result.json").decode()
+                if self._state == "done" else "",
                 "withdrawn": [pb.Withdrawal(participant_id=p, reason=r)
                               for p, r in self.withdrawals().items()],
                 "deadline_unix": self.config.deadline.timestamp() if self.config.deadline
@@ -508,13 +514,13 @@ class Federation:
         if state == "failed":
             raise FederationFailedError(f"federation {fid!r} failed, so there is no site model: "
                                         f"{self._error}")
-        summary = json.loads((self.store.result / "result.json").read_text())
+        summary = json.loads(self.store.read_result("result.json"))
         entry = (summary.get("site_models") or {}).get(pid)
         if entry is None:
             raise PreconditionError(f"the result of federation {fid!r} was computed by an "
                                     "analyst that did not keep site models; it has none to send")
         path = self.store.result / entry["file"]
-        raw = path.read_bytes()
+        raw = self.store.read_result(entry["file"])
         if digest(raw) != entry["sha256"]:
             raise IntegrityError(f"{path} does not match the SHA-256 result.json records for it: "
                                  "the store is altered or corrupt; it is not sent")

@@ -168,7 +168,7 @@ class ReleaseJobs:
         """Index the jobs on disk (removing uncharged ones), start the workers, and queue the
         paid Gram releases a crash left without output."""
         self._compute_gram = compute_gram
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         for folder in sorted(p for p in self.root.glob("*/*") if p.is_dir()):
             self._recover(folder)
         for k in range(self.limits.max_concurrent):
@@ -251,7 +251,7 @@ class ReleaseJobs:
              calibration: Calibration, label: str, files: dict[str, bytes]) -> Job:
         """Record, charge and index a new job (under the lock)."""
         folder = self.root / pid / rid
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
             for name, data in files.items():
                 atomic_write(folder / name, data)

@@ -230,10 +230,7 @@ def load_collection(federation: Federation,
                     limits: ReleaseLimits | None = None) -> Collection:
     """:class:`Collection` from the aligned result in the federation's store (with the identity
     column of ``limits``, when it sets one)."""
-    result = federation.store.result
-
-    def load(name: str) -> np.ndarray:
-        return np.load(result / name, allow_pickle=False)
+    load = federation.store.result_array  # verified against the result's manifest
 
     rows = collection_rows(load("z.npy"), load("shift.npy"))
     labels, why = checked_identities(limits or ReleaseLimits(), rows.shape[0])

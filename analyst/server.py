@@ -135,10 +135,14 @@ def start_server(config: AnalystConfig) -> Running:
     add_analyst_servicer(AnalystServicer(fed), server)  # bundle streams read raw (issue 14)
     add_release_servicer(server, fed)  # DP similarity release on the same mTLS port
     checks = _health_servicer(server)
-    port = server.add_secure_port(f"{config.host}:{config.port}", server_credentials(config))
+    try:
+        port = server.add_secure_port(f"{config.host}:{config.port}", server_credentials(config))
+    except RuntimeError:  # grpcio raises where it used to return 0
+        port = 0
     if port == 0:
-        raise InvalidInputError(f"cannot listen on {config.host}:{config.port}: the address is "
-                                "in use or not one of this host's addresses")
+        raise InvalidInputError(f"cannot listen on {config.host}:{config.port}: the port is in "
+                                "use by another program, or the address is not one of this "
+                                "host's; stop that program or set another [server] port")
     health_server = None
     if config.health_port is not None:
         # Plaintext, health only, on loopback: for container and load-balancer probes, which

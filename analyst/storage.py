@@ -5,6 +5,14 @@ folder, are fsynced, renamed over the final name with ``os.replace``, and the fo
 A crash leaves either the old state or the new one, never a partial file; stale temporary files
 are swept at start-up.
 
+A store knows itself and has one owner (issue 22): ``store.json`` records the federation id and
+the SHA-256 of the protocol configuration it was created under, and :meth:`Store.open` refuses
+another; ``analyst.lock`` is held (``flock``, exclusive) by the one analyst process using the
+store, and a second one is refused with the PID of the first. Every stored array is verified
+against its SHA-256 where it is used (a bundle's digests are in its header; the result files'
+in ``result/manifest.json``), and a mismatch is an :class:`~common.errors.IntegrityError` naming
+the file. Result files are mode 0600 in a 0700 folder, like uploads.
+
 A bundle file holds ``MAGIC``, an 8-byte little-endian header length, the serialized
 ``BundleHeader`` and the arrays' raw bytes in header order, so arrays are read back with
 ``numpy.memmap`` at known offsets (no pickle, no whole-file copy).
@@ -16,12 +24,20 @@ Layout of a store::
     relay/keys/<participant>.pb       signed X25519 public keys
     relay/sealed/<recipient>.pb       the dealer's sealed share for each recipient
     relay/commitments/<participant>.bin
-    result/                           Z, labels, tags, rotations, result.json
+    result/                           Z, labels, tags, rotations, result.json, site models,
+                                      manifest.json (the SHA-256 of every other file)
+    store.json                        the store's federation and protocol digest
+    analyst.lock                      held by the analyst using the store (its PID inside)
 """
 
 from __future__ import annotations
 
+import datetime
+import errno
+import fcntl
+import hashlib
 import io
+import json
 import os
 import shutil
 import struct
@@ -33,8 +49,8 @@ from pathlib import Path
 
 import numpy as np
 
-from noisyanchor.common.errors import IntegrityError, InvalidInputError
-from noisyanchor.common.files import TMP_PREFIX, fsync_dir, sweep_temporaries
+from noisyanchor.common.errors import ConfigError, IntegrityError, InvalidInputError
+from noisyanchor.common.files import TMP_PREFIX, atomic_write, fsync_dir, sweep_temporaries
 from noisyanchor.common.wire import (
     DIGEST_SIZE,
     ArraySpec,
@@ -50,6 +66,15 @@ MAGIC = b"NABUNDL1"
 
 #: Public description of the federation (config without TLS paths), written at start-up.
 FEDERATION_FILE = "federation.json"
+
+#: The store's identity (federation id, protocol digest) and the owner's lock file.
+IDENTITY_FILE, LOCK_FILE = "store.json", "analyst.lock"
+
+#: The result folder's list of files with their SHA-256.
+MANIFEST = "manifest.json"
+
+#: Bytes hashed per read when a stored file is verified.
+_VERIFY_CHUNK = 8 << 20
 
 #: Chunks in flight behind the receiving thread at most (bounds memory to a few MiB).
 _AHEAD = 8
@@ -273,13 +298,82 @@ def read_bundle_spec(path: Path) -> tuple[BundleSpec, int]:
     return BundleSpec.from_proto(msg), _data_offset(header)
 
 
-def read_bundle(path: Path, *, copy: bool = True) -> tuple[BundleSpec, dict[str, np.ndarray]]:
-    """A committed bundle's header and arrays (copied into memory unless ``copy=False``)."""
+def _sha256_of(fh, size: int) -> bytes:
+    """SHA-256 of the next ``size`` bytes of ``fh`` (read in chunks); short reads count as a
+    mismatch, not an error."""
+    h = hashlib.sha256()
+    while size > 0:
+        chunk = fh.read(min(_VERIFY_CHUNK, size))
+        if not chunk:
+            break
+        h.update(chunk)
+        size -= len(chunk)
+    return h.digest() if size == 0 else b""
+
+
+def verify_bundle(path: Path) -> BundleSpec:
+    """The header of a committed bundle once every array matches the SHA-256 its header
+    records, and the file holds nothing after them.
+
+    Raises
+    ------
+    IntegrityError
+        Naming the file and the array that does not match (the store is altered or corrupt).
+    """
+    path = Path(path)
     spec, offset = read_bundle_spec(path)
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        for a in spec.arrays:
+            if _sha256_of(fh, a.nbytes) != a.sha256:
+                raise IntegrityError(
+                    f"{path}: array {a.name!r} does not match the SHA-256 recorded when it was "
+                    "committed; the store is altered or corrupt (restore the file from a backup "
+                    "or ask the participant to upload into a new store)")
+        if fh.read(1):
+            raise IntegrityError(f"{path} has bytes after its last array; the store is altered "
+                                 "or corrupt")
+    return spec
+
+
+def read_bundle(path: Path, *, copy: bool = True,
+                verify: bool = True) -> tuple[BundleSpec, dict[str, np.ndarray]]:
+    """A committed bundle's header and arrays (copied into memory unless ``copy=False``),
+    verified against its digests first (:func:`verify_bundle`) unless ``verify=False``."""
+    spec, offset = (verify_bundle(path), None) if verify else read_bundle_spec(path)
+    if offset is None:
+        offset = read_bundle_spec(path)[1]
     arrays = _map_arrays(Path(path), spec, offset)
     if copy:
         arrays = {k: np.array(v) for k, v in arrays.items()}
     return spec, arrays
+
+
+#: Keys of the public description that may change over a store's life (the operator may extend
+#: the deadline and restart); every other key is part of the protocol digest.
+MUTABLE_KEYS = ("deadline",)
+
+
+def store_identity(public: dict) -> dict[str, str]:
+    """``{"federation_id", "protocol_sha256"}`` of a federation's public description (the
+    ``federation.json`` the analyst writes): the SHA-256 of its canonical JSON, the keys of
+    :data:`MUTABLE_KEYS` left out."""
+    fixed = {k: v for k, v in public.items() if k not in MUTABLE_KEYS}
+    canonical = json.dumps(fixed, sort_keys=True, separators=(",", ":")).encode()
+    return {"federation_id": str(public["federation_id"]),
+            "protocol_sha256": hashlib.sha256(canonical).hexdigest()}
+
+
+class StoreInUseError(ConfigError):
+    """Another analyst process holds the store."""
+
+
+def _lock_holder(path: Path) -> str:
+    try:
+        pid = path.read_text().strip()
+    except OSError:
+        return "unknown"
+    return pid if pid.isdigit() else "unknown"
 
 
 class Store:
@@ -293,15 +387,101 @@ class Store:
         self.sealed = self.root / "relay" / "sealed"
         self.commitments = self.root / "relay" / "commitments"
         self.result = self.root / "result"
+        self._lock_fd: int | None = None
 
-    def open(self) -> Store:
-        """Create the folders and sweep the temporary files and folders a crash left anywhere
-        in the store (partial uploads, relay objects, ledger or ``federation.json`` writes, a
-        result folder), whatever their kind; committed files are never touched."""
+    def open(self, identity: dict | None = None) -> Store:
+        """Take the store for this process, check whose it is, create the folders and sweep
+        the temporary files and folders a crash left anywhere in the store (partial uploads,
+        relay objects, ledger or ``federation.json`` writes, a result folder), whatever their
+        kind; committed files are never touched.
+
+        Parameters
+        ----------
+        identity : dict, optional
+            The public description of the federation opening it (``federation.json``):
+            its :func:`store_identity` is recorded in a new store and compared with what an
+            existing one recorded.
+
+        Raises
+        ------
+        StoreInUseError
+            Another process holds the store (its PID is named).
+        ConfigError
+            The store belongs to another federation or protocol configuration.
+        """
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.lock()  # first: the sweep below must never touch another analyst's writes
+        if identity is not None:
+            self._check_identity(identity)
         for d in (self.uploads, self.disclosures, self.keys, self.sealed, self.commitments):
-            d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
         sweep_temporaries(self.root)
         return self
+
+    def lock(self) -> None:
+        """Hold ``analyst.lock`` (exclusive ``flock``, released when the process ends, however
+        it ends) with this process's PID in it. A second open in the same process is allowed."""
+        if self._lock_fd is not None:
+            return
+        path = self.root / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            if err.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            holder = _lock_holder(path)
+            if holder == str(os.getpid()):
+                return  # this process holds it already (a store opened twice)
+            raise StoreInUseError(
+                f"the store {self.root} is in use by another analyst (PID {holder} holds "
+                f"{path}); stop that one first: two analysts on one store would split the "
+                "federation") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _check_identity(self, public: dict) -> None:
+        path = self.root / IDENTITY_FILE
+        mine = store_identity(public)
+        if path.is_file():
+            try:
+                recorded = json.loads(path.read_text())
+                theirs = {k: recorded[k] for k in mine}
+            except (OSError, ValueError, KeyError, TypeError) as err:
+                raise IntegrityError(f"{path} is unreadable ({err}); the store's federation is "
+                                     "unknown, so it is not used") from None
+        elif (self.root / FEDERATION_FILE).is_file():
+            # A store of an earlier version: its description, on the keys it has, must agree.
+            try:
+                old = dict(json.loads((self.root / FEDERATION_FILE).read_text()))
+            except (OSError, ValueError, TypeError) as err:
+                raise IntegrityError(f"{self.root / FEDERATION_FILE} is unreadable ({err}); the "
+                                     "store's federation is unknown, so it is not used") from None
+            agrees = all(public.get(k) == v for k, v in old.items() if k not in MUTABLE_KEYS)
+            theirs = mine if agrees else store_identity({"federation_id": None, **old})
+        elif any(p.is_file() for d in ("uploads", "relay", "result", "disclosures")
+                 for p in (self.root / d).rglob("*")):
+            raise ConfigError(f"the store {self.root} holds uploads, relay objects or a result "
+                              f"but no {IDENTITY_FILE}: whose it is cannot be told, so it is not "
+                              "used; point [server] output_dir at a new folder")
+        else:
+            theirs = mine
+        if theirs != mine:
+            what = ("another federation" if theirs["federation_id"] != mine["federation_id"]
+                    else "another protocol configuration")
+            raise ConfigError(
+                f"the store {self.root} belongs to {what}: federation "
+                f"{theirs['federation_id']!r} with protocol digest "
+                f"{theirs['protocol_sha256'][:16]}..., and this analyst serves federation "
+                f"{mine['federation_id']!r} with protocol digest "
+                f"{mine['protocol_sha256'][:16]}... ([federation] and [schema] of the config); "
+                "point [server] output_dir at this federation's store, or at a new folder for a "
+                "new federation")
+        if not path.is_file():
+            atomic_write(path, json.dumps(mine | {"created_utc": datetime.datetime.now(
+                datetime.UTC).isoformat(timespec="seconds")}, indent=1).encode())
 
     def upload_path(self, pid: str) -> Path:
         """Committed upload of ``pid``."""
@@ -315,14 +495,30 @@ class Store:
         """Participant ids with a committed bundle in ``folder``."""
         return sorted(p.name.removesuffix(".bundle") for p in folder.glob("*.bundle"))
 
+    def verify(self) -> None:
+        """Check every committed upload and disclosure against its digests, and the result
+        files against the manifest (start-up); IntegrityError naming the first file that does
+        not match."""
+        for folder in (self.uploads, self.disclosures):
+            for pid in self.committed(folder):
+                verify_bundle(folder / f"{pid}.bundle")
+        if self.result.is_dir():
+            for name in self._manifest():
+                self.read_result(name)
+
     def commit_result(self, files: dict[str, bytes]) -> None:
-        """Write the result folder atomically: a temporary folder renamed into place."""
-        tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=self.root))
+        """Write the result folder atomically: a temporary folder (0700) renamed into place,
+        every file 0600, with :data:`MANIFEST` listing each file's SHA-256."""
+        for name in files:
+            if "/" in name or name in ("", ".", "..", MANIFEST):
+                raise InvalidInputError(f"result file name {name!r} is not allowed")
+        manifest = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+        tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=self.root))  # mode 0700
         try:
-            for name, data in files.items():
-                if "/" in name:
-                    raise InvalidInputError(f"result file name {name!r} has a separator")
-                with open(tmp / name, "wb") as fh:
+            for name, data in {**files, MANIFEST: json.dumps(
+                    {"sha256": manifest}, indent=1, sort_keys=True).encode()}.items():
+                fd = os.open(tmp / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
                     fh.flush()
                     os.fsync(fh.fileno())
@@ -332,3 +528,31 @@ class Store:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         fsync_dir(self.root)
+
+    def _manifest(self) -> dict[str, str]:
+        path = self.result / MANIFEST
+        try:
+            return dict(json.loads(path.read_text())["sha256"])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise IntegrityError(f"{path} is missing or unreadable ({err}); the result's files "
+                                 "cannot be verified, so they are not used") from None
+
+    def read_result(self, name: str) -> bytes:
+        """The bytes of result file ``name`` once they match the manifest's SHA-256."""
+        expected = self._manifest().get(name)
+        path = self.result / name
+        if expected is None:
+            raise IntegrityError(f"{path} is not in the result's manifest; it is not used")
+        try:
+            raw = path.read_bytes()
+        except OSError as err:
+            raise IntegrityError(f"{path} is listed in the result but cannot be read "
+                                 f"({err})") from None
+        if hashlib.sha256(raw).hexdigest() != expected:
+            raise IntegrityError(f"{path} does not match the SHA-256 recorded when the result "
+                                 "was written; the store is altered or corrupt")
+        return raw
+
+    def result_array(self, name: str) -> np.ndarray:
+        """A verified ``.npy`` result file (:meth:`read_result`; no pickle)."""
+        return np.load(io.BytesIO(self.read_result(name)), allow_pickle=False)

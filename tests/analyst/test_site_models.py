@@ -106,7 +106,7 @@ def test_an_altered_site_model_is_not_sent(tmp_path, rng):
     raw = bytearray(path.read_bytes())
     raw[-3] ^= 0xFF
     path.write_bytes(bytes(raw))
-    with pytest.raises(IntegrityError, match=r"does not match the SHA-256 result\.json records"):
+    with pytest.raises(IntegrityError, match=r"site-b\.model does not match the SHA-256"):
         fed.site_model("b")
 
 

@@ -1,11 +1,26 @@
 """Atomic commits of streamed bundles and the store's crash sweep."""
 
+import json
+import os
+import stat
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from noisyanchor.analyst import storage
-from noisyanchor.analyst.storage import Store, read_bundle, receive_bundle
-from noisyanchor.common.errors import IntegrityError, InvalidInputError
+from noisyanchor.analyst.storage import (
+    FEDERATION_FILE,
+    IDENTITY_FILE,
+    MANIFEST,
+    Store,
+    npy_bytes,
+    read_bundle,
+    receive_bundle,
+    verify_bundle,
+)
+from noisyanchor.common.errors import ConfigError, IntegrityError, InvalidInputError
 from noisyanchor.common.files import atomic_write, sweep_stale_writes
 from noisyanchor.common.wire import BundleStream, bundle_spec, iter_chunks
 
@@ -142,7 +157,82 @@ def test_leftovers_of_one_file_are_swept_from_a_shared_folder_and_nothing_else(t
 def test_result_folder_is_committed_whole(tmp_path):
     store = Store(tmp_path).open()
     store.commit_result({"a.json": b"{}", "z.npy": b"0"})
-    assert sorted(p.name for p in store.result.iterdir()) == ["a.json", "z.npy"]
-    with pytest.raises(InvalidInputError, match="separator"):
+    assert sorted(p.name for p in store.result.iterdir()) == ["a.json", MANIFEST, "z.npy"]
+    with pytest.raises(InvalidInputError, match="not allowed"):
         Store(tmp_path / "other").open().commit_result({"../x": b""})
     assert not any(p.name.startswith(".tmp-") for p in (tmp_path / "other").iterdir())
+
+
+def test_result_files_are_private_and_verified_against_their_manifest(tmp_path):
+    """Issue 22: every result file (whoever adds one) is 0600 in a 0700 folder, and read back
+    only when it matches the SHA-256 recorded at commit; a flipped byte names the file."""
+    store = Store(tmp_path).open()
+    z = np.arange(6.0).reshape(2, 3)
+    store.commit_result({"z.npy": npy_bytes(z), "site-a.model": b"model"})
+    assert stat.S_IMODE(store.result.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(p.stat().st_mode) for p in store.result.iterdir()} == {0o600}
+    np.testing.assert_array_equal(store.result_array("z.npy"), z)
+    store.verify()
+    raw = bytearray((store.result / "site-a.model").read_bytes())
+    raw[0] ^= 1
+    (store.result / "site-a.model").write_bytes(bytes(raw))
+    with pytest.raises(IntegrityError, match=r"result/site-a\.model does not match the SHA-256"):
+        store.verify()
+    (store.result / MANIFEST).unlink()
+    with pytest.raises(IntegrityError, match=r"manifest\.json is missing"):
+        store.read_result("z.npy")
+
+
+def test_a_flipped_byte_in_a_committed_bundle_is_named(tmp_path, rng):
+    arrays = {"data": rng.standard_normal((5, 3)), "labels": np.arange(5, dtype="<i8")}
+    spec = bundle_spec("f", "i-gdp", arrays, digests=True)
+    path = tmp_path / "p0.bundle"
+    receive_bundle(path, BundleStream(spec, iter([b"".join(
+        np.ascontiguousarray(a).tobytes() for a in arrays.values())])))
+    assert verify_bundle(path) == spec
+    raw = bytearray(path.read_bytes())
+    raw[-45] ^= 0x10  # inside 'data'
+    path.write_bytes(bytes(raw))
+    with pytest.raises(IntegrityError, match=r"p0\.bundle: array 'data' does not match"):
+        read_bundle(path)
+    path.write_bytes(bytes(raw) + b"x")
+    with pytest.raises(IntegrityError, match=r"p0\.bundle"):
+        verify_bundle(path)
+
+
+PUBLIC = {"federation_id": "fed-1", "participants": ["a", "b"], "method": "aa-igdp",
+          "deadline": "2030-01-01T00:00:00+00:00"}
+
+
+def test_a_store_refuses_another_federation_or_protocol_and_keeps_its_own(tmp_path):
+    Store(tmp_path / "s").open(PUBLIC)
+    assert json.loads((tmp_path / "s" / IDENTITY_FILE).read_text())["federation_id"] == "fed-1"
+    # The deadline may move (an operator extends it and restarts); nothing else may.
+    Store(tmp_path / "s").open(PUBLIC | {"deadline": "2031-01-01T00:00:00+00:00"})
+    with pytest.raises(ConfigError, match="belongs to another federation: federation 'fed-1'"):
+        Store(tmp_path / "s").open(PUBLIC | {"federation_id": "fed-2"})
+    with pytest.raises(ConfigError, match="another protocol configuration"):
+        Store(tmp_path / "s").open(PUBLIC | {"participants": ["a", "b", "c"]})
+
+
+def test_a_store_without_identity_is_adopted_only_from_its_matching_description(tmp_path):
+    old = Store(tmp_path / "old").open()
+    atomic_write(old.uploads / "a.bundle", b"x")
+    with pytest.raises(ConfigError, match=r"no store\.json"):
+        Store(tmp_path / "old").open(PUBLIC)
+    (tmp_path / "old" / FEDERATION_FILE).write_text(json.dumps(PUBLIC | {"method": "i-gdp"}))
+    with pytest.raises(ConfigError, match="another protocol configuration"):
+        Store(tmp_path / "old").open(PUBLIC)
+    (tmp_path / "old" / FEDERATION_FILE).write_text(json.dumps(PUBLIC))
+    Store(tmp_path / "old").open(PUBLIC)
+    assert (tmp_path / "old" / IDENTITY_FILE).is_file()
+
+
+def test_a_second_process_cannot_open_a_held_store_and_is_told_the_holders_pid(tmp_path):
+    Store(tmp_path).open(PUBLIC)
+    Store(tmp_path).open(PUBLIC)  # this process again: allowed
+    code = ("import sys; from noisyanchor.analyst.storage import Store\n"
+            "try:\n    Store(sys.argv[1]).open()\nexcept Exception as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                         text=True, timeout=60).stdout
+    assert f"in use by another analyst (PID {os.getpid()} holds" in out
