@@ -40,6 +40,7 @@ Section 5 limitations (one release analysed); Dong, Roth and Su (2022); Balle an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -62,7 +63,10 @@ from noisyanchor.common.scoreshield.calibration import (
 log = logging.getLogger(__name__)
 
 #: Version of the ledger file layout.
-LEDGER_VERSION = 2
+LEDGER_VERSION = 3
+
+#: File name of the ledger's head in the analyst's store (kept apart from the rows).
+LEDGER_HEAD = "ledger.head.json"
 
 #: A reported "left" epsilon is converted from ``mu_left * (1 - _LEFT_MARGIN)``, so a release
 #: asking exactly for it fits despite the rounding of squares and square roots.
@@ -207,19 +211,26 @@ class PrivacyLedger:
         Each participant's quota per dataset; default the fair share (module docstring).
     participant_max_releases : int
         Releases each participant may be charged for per dataset.
+    head_path : str or os.PathLike, optional
+        Where the ledger's head (its row count and last chain value) is kept, apart from the
+        rows: in the analyst's store (:data:`LEDGER_HEAD`). With it, a ledger that is missing,
+        shorter than the head or not the one the head saw is refused.
 
     Raises
     ------
     InvalidInputError
         Bad budget values.
     LedgerError
-        Existing ledger unreadable, corrupt, or recorded with a different dataset budget.
+        Existing ledger unreadable, corrupt, recorded with a different dataset budget, its
+        chain broken (a row edited, removed or inserted), or missing or shorter than its head.
     """
 
     def __init__(self, path: str | os.PathLike, epsilon_budget: float, delta_budget: float, *,
                  participants: Sequence[str], participant_epsilon_budget: float | None = None,
-                 participant_max_releases: int = 1000) -> None:
+                 participant_max_releases: int = 1000,
+                 head_path: str | os.PathLike | None = None) -> None:
         self._path = Path(path)
+        self._head_path = None if head_path is None else Path(head_path)
         try:
             self.epsilon_budget, self.delta_budget = check_epsilon_delta(epsilon_budget,
                                                                          delta_budget)
@@ -244,8 +255,11 @@ class PrivacyLedger:
         self._rows: dict[str, list[Charge]] = {}
         self._tallies: dict[tuple[str, str | None], _Tally] = {}
         self._by_request: dict[tuple[str, str, str], Charge] = {}
+        self._order: list[tuple[str, Charge]] = []  # every charge, in charge order
         if self._path.exists():
             self._load()
+        else:
+            self._check_missing()
 
     @property
     def path(self) -> Path:
@@ -403,6 +417,7 @@ class PrivacyLedger:
         return charge
 
     def _add(self, charge: Charge) -> None:
+        self._order.append((charge.dataset, charge))
         for who in (charge.participant, None):
             tally = self._tallies.setdefault((charge.dataset, who), _Tally())
             tally.mu_sq += charge.mu ** 2
@@ -413,16 +428,80 @@ class PrivacyLedger:
     # ---- persistence -----------------------------------------------------------------------
 
     def _write(self, rows: dict[str, list[Charge]]) -> None:
+        """Persist ``rows`` (every charge so far, the new one last): each row chained to the
+        one before (:func:`chain_link`), the ledger written atomically, then its head."""
+        # rows only ever grows: what is beyond the rows charged so far is new, in that order
+        order = self._order + [(k, c) for k, v in rows.items()
+                               for c in v[len(self._rows.get(k, ())):]]
+        link, out = genesis(self.epsilon_budget, self.delta_budget), {}
+        for seq, (name, charge) in enumerate(order):
+            link = chain_link(link, charge)
+            out.setdefault(name, []).append(asdict(charge) | {"seq": seq, "chain": link})
         doc = {
             "version": LEDGER_VERSION,
             "epsilon_budget": self.epsilon_budget,
             "delta_budget": self.delta_budget,
             "accountant": "exact Gaussian composition: mu-GDP with mu = sqrt(sum of "
                           "(sensitivity / sigma)^2), epsilon at delta_budget (analytic)",
-            "datasets": {k: [asdict(c) for c in v] for k, v in rows.items()},
+            "chain": "row k's chain = SHA-256(row k-1's chain || row k's fields as canonical "
+                     "JSON); row 0 starts from SHA-256 of the budget; the head (rows, last "
+                     "chain) is kept apart, in the analyst's store",
+            "datasets": out,
         }
         self._path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self._path, json.dumps(doc, indent=1, sort_keys=True).encode("utf-8"))
+        self._write_head(len(order), link)
+
+    def _write_head(self, count: int, link: str) -> None:
+        if self._head_path is not None:
+            atomic_write(self._head_path, json.dumps(
+                {"rows": count, "chain": link, "ledger": str(self._path)}).encode())
+
+    def _read_head(self) -> tuple[int, str] | None:
+        if self._head_path is None or not self._head_path.is_file():
+            return None
+        try:
+            head = json.loads(self._head_path.read_text())
+            return int(head["rows"]), str(head["chain"])
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise LedgerError(f"the ledger head {self._head_path} is unreadable ({err}); "
+                              "refusing to start with an unknown spent budget") from None
+
+    def _check_against_head(self, links: list[str]) -> None:
+        """Refuse a ledger shorter than the head has seen, or whose rows up to the head are
+        not the ones it saw; a ledger one write ahead (a crash before the head's write) is
+        taken and the head brought up to date."""
+        head = self._read_head()
+        if head is None:
+            if links:
+                log.warning("privacy ledger %s: no head yet (a ledger of an earlier version); "
+                            "its %d rows are taken and the head written", self._path,
+                            len(links))
+                self._write_head(len(links), links[-1])
+            return
+        count, link = head
+        if len(links) < count:
+            raise LedgerError(
+                f"privacy ledger {self._path} has {len(links)} rows, but {count} charges were "
+                f"recorded before (head {self._head_path}): rows were removed or an older copy "
+                "was restored; refusing to start with less spent budget than was spent")
+        if count and links[count - 1] != link:
+            raise LedgerError(
+                f"privacy ledger {self._path}: its first {count} rows are not the ones recorded "
+                f"before (the chain differs from head {self._head_path}): the ledger was "
+                "replaced or rewritten; refusing to start")
+        if len(links) > count:
+            self._write_head(len(links), links[-1])
+
+    def _check_missing(self) -> None:
+        """Refuse a missing ledger once charges were recorded (a deleted file or an unmounted
+        volume would otherwise read as budget 0)."""
+        head = self._read_head()
+        if head is not None and head[0] > 0:
+            raise LedgerError(
+                f"privacy ledger {self._path} is missing, but {head[0]} charges were recorded "
+                f"(head {self._head_path}): restore the ledger (or mount its volume); refusing "
+                "to start with a spent budget of 0")
 
     def _load(self) -> None:
         where = str(self._path)
@@ -433,12 +512,14 @@ class PrivacyLedger:
                               "refusing to start with an unknown spent budget") from None
         try:
             version = doc["version"]
-            if version not in (1, LEDGER_VERSION):
+            if version not in (1, 2, LEDGER_VERSION):
                 raise LedgerError(f"privacy ledger {where} has version {version!r}, expected "
                                   f"{LEDGER_VERSION}")
             eb, db = float(doc["epsilon_budget"]), float(doc["delta_budget"])
-            rows = {name: [_row(r, name, version) for r in entries]
-                    for name, entries in doc["datasets"].items()}
+            raw = [(name, r) for name, entries in doc["datasets"].items() for r in entries]
+            if version == LEDGER_VERSION:
+                raw.sort(key=lambda item: int(item[1]["seq"]))
+            rows = [(name, _row(r, name, version), r) for name, r in raw]
         except LedgerError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as err:
@@ -449,21 +530,53 @@ class PrivacyLedger:
                 f"privacy ledger {where} was created with budget (epsilon={eb}, delta={db}), "
                 f"not (epsilon={self.epsilon_budget}, delta={self.delta_budget}); a budget "
                 "cannot be changed on an existing ledger")
-        self._rows = rows
-        for entries in rows.values():
-            for charge in entries:
-                self._add(charge)
+        links, link = [], genesis(eb, db)
+        for seq, (name, charge, r) in enumerate(rows):
+            link = chain_link(link, charge)
+            if version == LEDGER_VERSION and (r.get("seq") != seq or r.get("chain") != link):
+                raise LedgerError(
+                    f"privacy ledger {where}: row {seq} (dataset {name!r}, participant "
+                    f"{charge.participant!r}, request {charge.request_id!r}) does not continue "
+                    "the chain of the rows before it: a row was edited, removed or inserted; "
+                    "refusing to start")
+            links.append(link)
+        if version != LEDGER_VERSION and self._read_head() is not None:
+            raise LedgerError(f"privacy ledger {where} has version {version} (no chain) but the "
+                              f"store keeps the head of a chained ledger ({self._head_path}): "
+                              "it was replaced by an older file; refusing to start")
+        self._check_against_head(links)
+        self._rows = {}
+        for name, charge, _ in rows:
+            self._rows.setdefault(name, []).append(charge)
+            self._add(charge)
+
+
+def genesis(epsilon_budget: float, delta_budget: float) -> str:
+    """The chain value before row 0: SHA-256 of the ledger's budget (hex)."""
+    return hashlib.sha256(json.dumps(["noisyanchor/v1/privacy-ledger", epsilon_budget,
+                                      delta_budget]).encode()).hexdigest()
+
+
+def chain_link(previous: str, charge: Charge) -> str:
+    """Row ``k``'s chain value: SHA-256 of row ``k-1``'s (hex) and row ``k``'s fields as
+    canonical JSON (hex). Any edit, removal, insertion or reordering of rows changes every
+    value after it."""
+    fields_json = json.dumps(asdict(charge), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(bytes.fromhex(previous) + fields_json.encode()).hexdigest()
 
 
 _CHARGE_FIELDS = {f.name for f in fields(Charge)}
 
 
 def _row(raw: dict, dataset: str, version: int) -> Charge:
-    """One ledger row, validated; version-1 rows are attributed to the end of their label."""
+    """One ledger row, validated; version-1 rows are attributed to the end of their label,
+    version-3 rows carry their place in the chain besides the charge's fields."""
     if version == 1:
         raw = {"participant": str(raw["label"]).rsplit("/", 1)[-1], "request_id": "",
                "participant_spent_epsilon": 0.0, **raw}
         raw = {k: v for k, v in raw.items() if k in _CHARGE_FIELDS}
+    elif version == LEDGER_VERSION:  # the chain's fields are checked by the caller
+        raw = {k: v for k, v in raw.items() if k not in ("seq", "chain")}
     charge = Charge(**raw)
     ok = (charge.dataset == dataset and all(isinstance(getattr(charge, k), str) for k in
                                             ("participant", "request_id", "label"))

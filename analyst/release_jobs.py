@@ -13,16 +13,19 @@ finds its job still computing waits for it (score vectors) or reports its progre
 Layout under the store (every file written atomically, mode 0600)::
 
     releases/<participant>/<request_id>/request.json   what was asked (kind and parameters)
+                                        charged.json   written once it is charged
                                         query.npy      a score query's record (to recompute)
                                         reply.pb       a score release (ScoreRelease)
                                         gram.npy       a Gram release, then
                                         header.pb      its GramHeader (written last: done)
 
 Crash safety: ``request.json`` is written before the ledger is charged, the ledger row is the
-commit point, the output after it. At start-up a job folder whose id the ledger does not know
-was never charged and is removed; a charged job without output is computed again (its noise was
-never released); a charged id without a folder was removed by an operator and is reported as
-such.
+commit point, ``charged.json`` and the output after it. At start-up a job folder whose id the
+ledger does not know and that holds neither mark nor output was never charged and is removed;
+one that holds either was paid, so the ledger lost its row (trimmed, replaced, deleted): the
+analyst refuses to start and deletes nothing (paid outputs are never removed by recovery). A
+charged job without output is computed again (its noise was never released); a charged id
+without a folder was removed by an operator and is reported as such.
 
 References
 ----------
@@ -50,6 +53,7 @@ from noisyanchor.analyst.storage import npy_bytes
 from noisyanchor.common.errors import (
     AlreadyExistsError,
     InvalidInputError,
+    LedgerError,
     NotFoundError,
     PreconditionError,
     ResourceLimitError,
@@ -60,6 +64,13 @@ from noisyanchor.common.tomlconfig import ID_PATTERN
 from noisyanchor.protos.v1 import release_pb2 as pb
 
 log = logging.getLogger(__name__)
+
+#: Written into a job's folder right after its charge: the folder of a paid release.
+CHARGED_MARK = "charged.json"
+
+#: Files whose presence shows a job was paid for (its mark, or an output it can only have after
+#: its charge).
+PAID_MARKS = (CHARGED_MARK, "reply.pb", "gram.npy", "header.pb")
 
 #: Kinds of release job.
 GRAM, SCORES = "gram", "scores"
@@ -181,18 +192,22 @@ class ReleaseJobs:
         for stale in folder.glob(TMP_PREFIX + "*"):
             stale.unlink()
         charge = self.ledger.charged(self.dataset, pid, rid)
+        if charge is None:
+            paid = sorted(p.name for p in folder.iterdir() if p.name in PAID_MARKS)
+            if paid:  # charged once (the mark follows the charge): the ledger lost the row
+                raise LedgerError(
+                    f"release {pid}/{rid} was charged ({folder} holds {', '.join(paid)}) but "
+                    f"the privacy ledger {self.ledger.path} has no row for it: the ledger was "
+                    "trimmed, replaced or lost; refusing to start (nothing was deleted)")
+            # a crash between the job record and the charge: never paid, nothing released
+            log.info("release %s/%s was never charged: removed", pid, rid)
+            shutil.rmtree(folder)
+            return
         try:
             request = json.loads((folder / "request.json").read_text())
             kind, params = request["kind"], request["params"]
         except (OSError, ValueError, KeyError, TypeError) as err:
-            if charge is None:
-                shutil.rmtree(folder)
-            else:
-                log.error("release %s/%s: unreadable job record (%s); not served", pid, rid, err)
-            return
-        if charge is None:  # a crash between the job record and the charge: never paid
-            log.info("release %s/%s was never charged: removed", pid, rid)
-            shutil.rmtree(folder)
+            log.error("release %s/%s: unreadable job record (%s); not served", pid, rid, err)
             return
         job = Job(pid, rid, kind, params, folder, charge=charge)
         output = folder / ("header.pb" if kind == GRAM else "reply.pb")
@@ -262,6 +277,10 @@ class ReleaseJobs:
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
+        # Paid: from here on the folder is evidence of the charge, whatever becomes of the
+        # ledger (recovery refuses to start rather than delete it).
+        atomic_write(folder / CHARGED_MARK, json.dumps(
+            {"request_id": rid, "charged_at": charge.timestamp}).encode())
         job = Job(pid, rid, kind, params, folder, charge=charge,
                   expected_bytes=int(params.get("expected_bytes", 0)))
         self._jobs[(pid, rid)] = job

@@ -68,7 +68,7 @@ import numpy as np
 from noisyanchor.analyst.config import ReleaseLimits
 from noisyanchor.analyst.edge import caller_id, grpc_edge
 from noisyanchor.analyst.federation import Federation
-from noisyanchor.analyst.privacy_budget import Account, Charge, PrivacyLedger
+from noisyanchor.analyst.privacy_budget import LEDGER_HEAD, Account, Charge, PrivacyLedger
 from noisyanchor.analyst.release_jobs import Job, ReleaseJobs, gram_working_bytes
 from noisyanchor.analyst.send_timeout import SendTimeouts
 from noisyanchor.common.errors import (
@@ -639,7 +639,8 @@ def add_release_servicer(server: grpc.Server, federation: Federation) -> Release
         cfg.ledger_path, privacy.epsilon_budget, privacy.delta_budget,
         participants=cfg.participants,
         participant_epsilon_budget=privacy.participant_epsilon_budget,
-        participant_max_releases=privacy.participant_max_releases)
+        participant_max_releases=privacy.participant_max_releases,
+        head_path=federation.store.root / LEDGER_HEAD)  # the head stays with the store
     servicer = ReleaseServicer(federation, ledger, cfg.release)
     pb_grpc.add_ReleaseServicer_to_server(servicer, server)
     return servicer

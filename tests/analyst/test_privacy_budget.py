@@ -14,6 +14,7 @@ import pytest
 from dp_accounting.pld import pld_privacy_accountant
 
 from noisyanchor.analyst.privacy_budget import (
+    LEDGER_VERSION,
     Charge,
     PrivacyLedger,
     epsilon_of_mu,
@@ -167,7 +168,7 @@ def test_version_1_ledgers_are_read_and_upgraded(tmp_path: Path) -> None:
     assert ledger.account("d").spent_epsilon == pytest.approx(0.5, abs=1e-9)
     assert ledger.account("d", "b").releases == 1
     ledger.charge("d", "a", _cal(0.5), request_id="new", label="scores")
-    assert json.loads(path.read_text())["version"] == 2
+    assert json.loads(path.read_text())["version"] == LEDGER_VERSION
     assert _ledger(path, 2.0).account("d").releases == 2
 
 
@@ -317,3 +318,63 @@ def test_an_output_space_gram_is_charged_its_record_level_cost(tmp_path: Path) -
     record_eps = gaussian_epsilon(cal.sigma, DELTA, gram_record_sensitivity(100))
     assert charge.epsilon == pytest.approx(record_eps, rel=1e-6) and record_eps > 100
     assert charge.sensitivity == pytest.approx(gram_record_sensitivity(100))
+
+
+def _chained(tmp_path: Path, charges: int = 3) -> tuple[Path, Path]:
+    path, head = tmp_path / "ledger.json", tmp_path / "store" / "ledger.head.json"
+    head.parent.mkdir()
+    ledger = _ledger(path, 10.0, head_path=head)
+    for k in range(charges):
+        ledger.charge("d", "ab"[k % 2], _cal(0.5), request_id=f"r{k}", label="scores")
+    return path, head
+
+
+def test_the_ledger_is_a_hash_chain_with_its_head_kept_apart(tmp_path: Path) -> None:
+    """Issue 22: each row continues the chain of the rows before it, and the head (count, last
+    value) is written beside the store, so a ledger reopened with its head resumes exactly."""
+    path, head = _chained(tmp_path)
+    rows = sorted((r for v in json.loads(path.read_text())["datasets"].values() for r in v),
+                  key=lambda r: r["seq"])
+    assert [r["seq"] for r in rows] == [0, 1, 2] and len({r["chain"] for r in rows}) == 3
+    assert json.loads(head.read_text())["rows"] == 3
+    assert json.loads(head.read_text())["chain"] == rows[-1]["chain"]
+    assert _ledger(path, 10.0, head_path=head).account("d").releases == 3
+
+
+@pytest.mark.parametrize("tamper, refusal", [
+    (lambda doc: doc["datasets"]["d"][1].update(sigma=doc["datasets"]["d"][1]["sigma"] * 9),
+     "row 1 .* does not continue the chain"),
+    (lambda doc: doc["datasets"]["d"].pop(1), "row 1 .* does not continue the chain"),
+    (lambda doc: doc["datasets"]["d"].pop(), "has 2 rows, but 3 charges were recorded"),
+    (lambda doc: doc["datasets"].clear(), "has 0 rows, but 3 charges were recorded"),
+], ids=["row-edited", "middle-row-removed", "last-row-removed", "all-rows-removed"])
+def test_an_edited_or_trimmed_ledger_is_refused(tmp_path: Path, tamper, refusal) -> None:
+    path, head = _chained(tmp_path)
+    doc = json.loads(path.read_text())
+    tamper(doc)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(LedgerError, match=refusal):
+        _ledger(path, 10.0, head_path=head)
+
+
+def test_a_missing_or_older_ledger_is_refused_not_read_as_budget_zero(tmp_path: Path) -> None:
+    path, head = _chained(tmp_path, 2)
+    older = path.read_text()
+    _ledger(path, 10.0, head_path=head).charge("d", "a", _cal(0.5), request_id="r9", label="x")
+    path.write_text(older)  # a backup from before the last charge
+    with pytest.raises(LedgerError, match="has 2 rows, but 3 charges were recorded"):
+        _ledger(path, 10.0, head_path=head)
+    path.unlink()  # deleted, or its volume not mounted
+    with pytest.raises(LedgerError, match="is missing, but 3 charges were recorded"):
+        _ledger(path, 10.0, head_path=head)
+
+
+def test_a_ledger_one_write_ahead_of_its_head_is_taken(tmp_path: Path) -> None:
+    """A crash between the ledger's write and its head's leaves the ledger one row ahead: the
+    rows are all chained, so they are taken and the head brought up to date."""
+    path, head = _chained(tmp_path, 2)
+    before = head.read_text()
+    _ledger(path, 10.0, head_path=head).charge("d", "a", _cal(0.5), request_id="r8", label="x")
+    head.write_text(before)
+    assert _ledger(path, 10.0, head_path=head).account("d").releases == 3
+    assert json.loads(head.read_text())["rows"] == 3

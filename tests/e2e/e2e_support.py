@@ -73,7 +73,10 @@ class RunningAnalyst:
         self.proc.wait()
 
     def restart(self) -> None:
-        """Start a new analyst process on the same port and store."""
+        """Start a new analyst process on the same port and store, the running one stopped
+        first (SIGTERM) if it is still running: one analyst per store (issue 22)."""
+        if self.proc.poll() is None:
+            stop(self.proc)
         self.files.port_file.unlink(missing_ok=True)
         self.proc = start(["analyst", "serve", "--config", self.files.analyst_config, "--port",
                            self.port], self.log)
