@@ -103,7 +103,7 @@ def attack_store(store_dir: Path, out_dir: Path | None = None,
     if method.uses_anchor:
         if not (store.result / "rotations.npy").is_file():
             raise PreconditionError("the alignment has not finished (no result/rotations.npy)")
-        rotations = np.load(store.result / "rotations.npy", allow_pickle=False)
+        rotations = store.result_array("rotations.npy")  # verified against the manifest
     bundles = [read_bundle(store.upload_path(pid))[1] for pid in participants]
     disclosure, source = None, None
     if colluder is not None:
