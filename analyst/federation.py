@@ -144,8 +144,9 @@ class Federation:
         if deadline is not None and time.time() > deadline.timestamp():
             raise FederationFailedError(
                 f"federation {self.config.federation_id!r} closed at its deadline "
-                f"{deadline.isoformat()}; the analyst's operator can extend [federation] "
-                "deadline and restart")
+                f"{deadline.isoformat()}; the analyst's operator can move it later (noisyanchor "
+                "analyst deadline --config analyst.toml --extend 'in 3 days') and restart the "
+                "analyst, then run this command again")
 
     def describe(self) -> pb.FederationInfo:
         """The declaration participants check themselves against before the agreement."""

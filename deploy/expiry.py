@@ -119,11 +119,16 @@ def expiry_report(out: Path, now: dt.datetime | None = None) -> list[Expiry]:
     renewal = _previous_ca(out)
     if renewal is not None:
         before = dt.datetime.fromisoformat(renewal["previous_not_after"])
+        renewed = dt.datetime.fromisoformat(renewal["renewed"])
         if before > now:
             notes.append(f"renewed {renewal['renewed'][:10]}: kits shipped before then trust "
                          f"the previous CA certificate until {_utc(before)} (in "
                          f"{human_duration((before - now).total_seconds())}); re-ship their "
                          "pki/ca.pem by then")
+        elif renewed >= before:
+            notes.append(f"renewed {renewal['renewed'][:10]}, after the previous CA "
+                         f"certificate expired ({_utc(before)}): a kit shipped before cannot "
+                         "connect until it has the new pki/ca.pem")
     rows = [Expiry("ca", "ca/ca.pem", "CA", ca.not_valid_after_utc, tuple(notes))]
     for kit in sorted(p for p in out.iterdir() if p.is_dir() and p.name != "ca"):
         own = kit / "pki" / f"{kit.name}.pem"

@@ -197,6 +197,14 @@ def test_renewing_the_ca_keeps_its_key_and_name_so_every_issued_certificate_stil
     ca_row = expiry_report(kits)[0]
     assert "kits shipped before then trust the previous CA certificate until " \
            f"{old.not_valid_after_utc:%Y-%m-%d %H:%M} UTC" in ca_row.notes[-1]
+    record = json.loads((kits / "ca" / "issued.json").read_text())[-1]
+    assert record["name"] == "ca" and record["serial"] == format(new.serial_number, "x")
+    # Renewed only once the previous one had expired: every kit shipped before is cut off.
+    late = dict(record, renewed=(old.not_valid_after_utc + dt.timedelta(days=1)).isoformat())
+    (kits / "ca" / "issued.json").write_text(json.dumps([late]))
+    later = old.not_valid_after_utc + dt.timedelta(days=2)
+    assert "a kit shipped before cannot connect until it has the new pki/ca.pem" in \
+        expiry_report(kits, later)[0].notes[-1]
     # A certificate renewed after the CA is issued under it; the text run names what to ship.
     assert main(["provision", "--project", str(project), "--renew", "ca", "org-a"]) == 0
     text = capsys.readouterr().out
