@@ -69,8 +69,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--seed", type=int_at_least(0), default=None,
                       help="root seed of data split and secrets (default: random, reported)")
     demo.add_argument("--workdir", type=Path, default=None,
-                      help="keep configs, certificates, logs and the store here "
-                      "(default: a temporary folder, removed)")
+                      help="where the demo keeps everything: summary.md, summary.json, the "
+                      "figures, configs, certificates, logs, the store and each site's state "
+                      "(default: a new folder noisyanchor-demo-<date>-<time> under the working "
+                      "directory)")
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
     demo.set_defaults(handler=_demo)
 
@@ -179,9 +181,27 @@ def _demo(args: argparse.Namespace) -> int:
           f"{solver.get('certified')}; Z equals the in-process simulator's: "
           f"{s['z_matches_inprocess']} (max |diff| {s['z_max_abs_diff']:.2g}, "
           f"{s['z_max_rel_diff']:.2g} of max |Z|)")
+    for pid, site in s["sites"].items():
+        fed, alone = site["federation"], site["local_only"]
+        gain = "n/a" if site["gain"] is None else f"{site['gain']:+.3f}"
+        print(f"site {pid}: predicted {site['held_back']} records it never uploaded, "
+              f"{_share(fed['held_back_accuracy'])} correctly (alone: "
+              f"{_share(alone['held_back_accuracy'])}); balanced accuracy on its "
+              f"{site['test_rows']} test rows {_num(fed['test_balanced_accuracy'])} vs "
+              f"{_num(alone['test_balanced_accuracy'])} alone ({gain} from joining)")
     for name, res in s["attacks"].items():
         print(f"attack {name} by colluder {s['colluder']}: relative reconstruction error "
-              f"{res['relative_error']:.4g}")
-    print(f"utility: balanced accuracy {s['utility']['balanced_accuracy']:.4f}; "
-          f"{s['seconds']:.1f} s")
+              f"{res['relative_error']:.4g}: {res['meaning']}")
+    print(f"utility: balanced accuracy {s['utility']['balanced_accuracy']:.4f} over every "
+          f"site's test rows; {s['seconds']:.1f} s")
+    files = ", ".join(s["files"].values())
+    print(f"results in {s['folder']} ({files})")
     return 0
+
+
+def _num(value) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _share(value) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"

@@ -1,21 +1,22 @@
 """``noisyanchor demo``: the whole system as separate OS processes on 127.0.0.1.
 
 On the bundled digits data: make a PKI, write the analyst's and every participant's config and
-data file, start the analyst and ``p`` participant processes (one of them the colluder), wait for
-the alignment, run the colluder's disclosure and the attack, and compare the collaboration matrix
-with what the in-process simulator computes from the same seeds.
+data file (each site holding back a tenth of its records), start the analyst and ``p``
+participant processes (one of them the colluder), wait for the alignment, let every site
+predict its held-back records with ``participant predict``, run the colluder's disclosure and
+the attack, and compare the collaboration matrix with what the in-process simulator computes
+from the same seeds. Everything stays in one folder, with ``summary.md``, ``summary.json`` and
+the figures (:mod:`deploy.demo_report`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import secrets
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from noisyanchor.common.blas import blas_threads
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.methods import DEFAULT_ANCHOR_NOISE
 from noisyanchor.deploy.certs import Pki, write_pki
+from noisyanchor.deploy.demo_report import SHOWN_RECORDS, AttackRow, error_meaning, write_report
 from noisyanchor.deploy.launch import start, stop, wait_for_port, write_toml
 
 #: Tolerance of ``z_matches_inprocess``: max absolute difference of the two ``Z`` relative to
@@ -37,6 +39,9 @@ Z_RTOL = 1e-12
 
 #: Seconds any one demo process may take.
 PROCESS_TIMEOUT = 300.0
+
+#: Share of each site's records held back from its upload and predicted afterwards.
+HELD_BACK = 0.1
 
 
 @dataclass(frozen=True)
@@ -182,27 +187,69 @@ class _Children:
 
 
 def _attack_errors(files: FederationFiles, children: _Children, colluder: str, config: Path,
-                   fed) -> dict[str, Any]:
-    """Run the colluder's disclosure and the attack as processes; mean relative errors."""
+                   fed) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
+    """Run the colluder's disclosure and the attack as processes: every attack's mean relative
+    error, what that error means, and its reconstructions (working space) by target."""
     children.start(f"{colluder}-collude", ["participant", "collude", "--config", config])
     children.finish(f"{colluder}-collude", "the colluder")
     children.start("attack", ["attack", "--store", files.store, "--json"])
     children.finish("attack", "the attack")
     summary = json.loads((files.store / "attack" / "summary.json").read_text())
-    attacks = {}
+    attacks, reconstructions = {}, {}
     ids = files.participants
+    own = fed.working(ids.index(colluder)).mean(axis=0)  # the colluder's average record
     for name, per_target in summary["reconstructions"].items():
-        errs = {t: relative_error(np.load(path), fed.working(ids.index(t)))
-                for t, path in per_target.items()}
-        attacks[name] = {"relative_error": float(np.mean(list(errs.values()))),
-                         "per_target": errs}
-    return attacks
+        reconstructions[name] = {t: np.load(path) for t, path in per_target.items()}
+        errs = {t: relative_error(x_hat, fed.working(ids.index(t)))
+                for t, x_hat in reconstructions[name].items()}
+        guess = float(np.mean([relative_error(np.broadcast_to(own, fed.working(ids.index(t))
+                                                              .shape), fed.working(ids.index(t)))
+                               for t in per_target]))
+        error = float(np.mean(list(errs.values())))
+        attacks[name] = {"relative_error": error, "per_target": errs, "guess_error": guess,
+                         "meaning": error_meaning(error, guess)}
+    return attacks, reconstructions
 
 
-def _run_processes(root: Path, config, fed, colluder: int | None,
-                   attack_runs: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, int]]:
-    """Analyst, participants, colluder and attack as processes; every one stopped at the end.
-    Returns the result summary, the attack errors and the process ids."""
+@dataclass
+class _Run:
+    """What the processes of one demo produced."""
+
+    result: dict[str, Any]
+    attacks: dict[str, Any]
+    reconstructions: dict[str, dict[str, np.ndarray]]
+    predictions: dict[str, np.ndarray]
+    gains: dict[str, dict[str, Any]]
+    pids: dict[str, int]
+
+
+def _predict_held_back(root: Path, children: _Children, configs: dict[str, Path],
+                       held: dict[str, tuple[np.ndarray, np.ndarray]]
+                       ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, Any]]]:
+    """Every site predicts the records it held back, as ``participant predict`` processes
+    (their tables have no label column): predicted labels and each site's ``gain.json``."""
+    outputs = {}
+    for pid, config in configs.items():
+        x = held[pid][0]
+        table = root / "new" / f"{pid}.csv"
+        table.parent.mkdir(parents=True, exist_ok=True)
+        np.savetxt(table, x, delimiter=",", header=",".join(f"f{j}" for j in range(x.shape[1])),
+                   comments="", fmt="%.17g")
+        outputs[pid] = root / "predictions" / f"{pid}.csv"
+        children.start(f"{pid}-predict", ["participant", "predict", "--config", config,
+                                          "--input", table, "--out", outputs[pid]])
+    predictions, gains = {}, {}
+    for pid, out in outputs.items():
+        children.finish(f"{pid}-predict", f"participant {pid}'s prediction")
+        predictions[pid] = np.loadtxt(out, delimiter=",", skiprows=1, ndmin=2)[:, 2].astype(int)
+        gains[pid] = json.loads((root / "state" / pid / "gain.json").read_text())
+    return predictions, gains
+
+
+def _run_processes(root: Path, config, fed, colluder: int | None, attack_runs: bool,
+                   held: dict[str, tuple[np.ndarray, np.ndarray]]) -> _Run:
+    """Analyst, participants, colluder, attack and every site's prediction as processes;
+    every one stopped at the end."""
     ids = participant_ids(config.participants)
     files = write_analyst(root, ids, federation_id="demo", method=config.method,
                           anchors=config.anchors, dim=config.dim, sigma=config.sigma, v=config.v,
@@ -226,18 +273,105 @@ def _run_processes(root: Path, config, fed, colluder: int | None,
             children.finish(pid, f"participant {pid}")
         result = wait_for_result(files.store, analyst, PROCESS_TIMEOUT,
                                  root / "logs" / "analyst.log")
-        attacks = (_attack_errors(files, children, ids[colluder], configs[ids[colluder]], fed)
-                   if attack_runs else {})
+        predictions, gains = _predict_held_back(root, children, configs, held)
+        attacks, reconstructions = (
+            _attack_errors(files, children, ids[colluder], configs[ids[colluder]], fed)
+            if attack_runs else ({}, {}))
     finally:
         children.stop_all()
-    return result, attacks, {name: proc.pid for name, proc in children.procs.items()}
+    return _Run(result, attacks, reconstructions, predictions, gains,
+                {name: proc.pid for name, proc in children.procs.items()})
+
+
+def hold_back(fed, fraction: float, seed: int):
+    """Each site's records split into those it uploads and those it holds back (a
+    ``fraction`` of them, at least one) as its "next week's records": the federation to
+    upload and ``{site: (x, labels)}`` held back. From a generator of its own, so the seeds of
+    the upload are those of :func:`experiments.simulate.prepare`."""
+    if not 0 < fraction < 1:
+        raise InvalidInputError(f"the held-back fraction must be in (0, 1), got {fraction}")
+    rng = np.random.default_rng([seed, 20])
+    keep, held = [], {}
+    for pid, x, y in zip(participant_ids(len(fed.x)), fed.x, fed.labels, strict=True):
+        order = rng.permutation(len(x))
+        k = max(1, round(fraction * len(x)))
+        keep.append(np.sort(order[k:]))
+        held[pid] = (x[np.sort(order[:k])], y[np.sort(order[:k])])
+    uploaded = replace(fed, x=[x[i] for x, i in zip(fed.x, keep, strict=True)],
+                       labels=[y[i] for y, i in zip(fed.labels, keep, strict=True)],
+                       tags=[t[i] for t, i in zip(fed.tags, keep, strict=True)])
+    return uploaded, held
+
+
+def _site_results(fed, held: dict[str, tuple[np.ndarray, np.ndarray]], run: _Run,
+                  model: str) -> dict[str, dict[str, Any]]:
+    """Per site: the model alone, the federation's and the centralised one (pooled raw
+    records, what the protocol avoids), on its test rows and on its held-back records."""
+    from noisyanchor.common.downstream import fit_downstream, held_out_metrics
+    from noisyanchor.common.models import export_estimator
+    from noisyanchor.common.splits import TEST
+
+    def fit(x, y, tags):
+        fitted = fit_downstream(x, y, tags, model=model)
+        return export_estimator(fitted.estimator, fitted.center, fitted.scale)
+
+    central = fit(np.vstack(fed.x), np.concatenate(fed.labels), np.concatenate(fed.tags))
+    sites = {}
+    for pid, x, y, tags in zip(participant_ids(len(fed.x)), fed.x, fed.labels, fed.tags,
+                               strict=True):
+        x_new, y_new = held[pid]
+        gain, test = run.gains[pid], tags == TEST
+        try:
+            alone = float(np.mean(fit(x, y, tags).predict(x_new) == y_new))
+        except InvalidInputError:  # e.g. a single class among the site's training rows
+            alone = None
+        sites[pid] = {
+            "test_rows": gain["test_rows"], "held_back": len(y_new), "gain": gain["gain"],
+            "local_only": {"test_balanced_accuracy": gain["local_only_balanced_accuracy"],
+                           "held_back_accuracy": alone},
+            "federation": {"test_balanced_accuracy": gain["federation_balanced_accuracy"],
+                           "held_back_accuracy": float(np.mean(run.predictions[pid] == y_new))},
+            "centralised": {"test_balanced_accuracy": held_out_metrics(
+                y[test], central.predict(x[test]))["balanced_accuracy"],
+                "held_back_accuracy": float(np.mean(central.predict(x_new) == y_new))}}
+    return sites
+
+
+def default_workdir(now: float | None = None) -> Path:
+    """A new folder under the working directory: ``noisyanchor-demo-<date>-<time>``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    path = Path.cwd() / f"noisyanchor-demo-{stamp}"
+    k = 1
+    while path.exists():
+        k += 1
+        path = Path.cwd() / f"noisyanchor-demo-{stamp}-{k}"
+    return path
+
+
+def _attack_rows(fed, run: _Run, colluder: int) -> tuple[np.ndarray | None, list[AttackRow],
+                                                           str | None]:
+    """Records of the first target and every attack's reconstruction of them, in input space
+    (decoded with ``F^+`` when there is a projection)."""
+    from noisyanchor.common.gdp import decode
+
+    targets = [i for i in range(len(fed.x)) if i != colluder]
+    if not run.reconstructions or not targets:
+        return None, [], None
+    ids = participant_ids(len(fed.x))
+    t, k = ids[targets[0]], SHOWN_RECORDS
+    rows = [AttackRow(name, res["relative_error"], res["guess_error"],
+                      decode(run.reconstructions[name][t][:k], fed.projection))
+            for name, res in run.attacks.items() if t in run.reconstructions[name]]
+    return fed.x[targets[0]][:k], rows, t
 
 
 def run_demo(*, participants: int = 4, method: str = "aa-igdp-an",
              v: float = DEFAULT_ANCHOR_NOISE, sigma: float = 0.0, dim: int | None = None,
              anchors: int | None = None, colluder: int | None = 0, seed: int | None = None,
-             workdir: Path | None = None) -> dict[str, Any]:
-    """Run the demo and return its summary (keys pinned by issue 3)."""
+             workdir: Path | None = None, held_back: float = HELD_BACK) -> dict[str, Any]:
+    """Run the demo, keep everything in ``workdir`` (default: a new folder under the working
+    directory) with ``summary.json``, ``summary.md`` and the figures, and return the summary
+    (keys of issue 3 kept; ``folder``, ``sites`` and ``files`` added)."""
     from noisyanchor.common.methods import Method
     from noisyanchor.experiments.simulate import SimulationConfig, prepare, simulate
 
@@ -246,35 +380,39 @@ def run_demo(*, participants: int = 4, method: str = "aa-igdp-an",
     config = SimulationConfig(dataset="digits", method=method, participants=participants,
                               anchors=anchors, dim=dim, sigma=sigma, v=v, colluder=colluder,
                               seed=seed, utility=False)
-    fed = prepare(config)
+    fed, held = hold_back(prepare(config), held_back, seed)
     attack_runs = colluder is not None and bool(Method.parse(method).attacks)
-    if workdir is not None and Path(workdir).exists() and any(Path(workdir).iterdir()):
-        raise InvalidInputError(f"workdir {workdir} is not empty")
-    # A temporary folder only when no workdir is kept.
-    folder = (contextlib.nullcontext(str(workdir)) if workdir is not None
-              else tempfile.TemporaryDirectory(prefix="noisyanchor-demo-"))
-    with folder as where:
-        root = Path(where)
-        result, attacks, pids = _run_processes(root, config, fed, colluder, attack_runs)
-        z = np.load(root / "store" / "result" / "z.npy")
-        labels = np.load(root / "store" / "result" / "labels.npy")
-        tags = np.load(root / "store" / "result" / "tags.npy")
+    root = Path(workdir) if workdir is not None else default_workdir()
+    if root.exists() and any(root.iterdir()):
+        raise InvalidInputError(f"workdir {root} is not empty")
+    root.mkdir(parents=True, exist_ok=True)
+    run = _run_processes(root, config, fed, colluder, attack_runs, held)
+    z = np.load(root / "store" / "result" / "z.npy")
+    labels = np.load(root / "store" / "result" / "labels.npy")
+    tags = np.load(root / "store" / "result" / "tags.npy")
     with blas_threads(1):  # the same BLAS thread count as the child processes
-        z_ref = simulate(config).alignment.z  # prepare() is deterministic in the seed
+        z_ref = simulate(config, fed).alignment.z  # prepare() is deterministic in the seed
     diff = float(np.max(np.abs(z - z_ref))) if z.shape == z_ref.shape else float("inf")
     rel = diff / max(float(np.max(np.abs(z_ref))), np.finfo(float).tiny)
-    return {
+    model = (run.result.get("model") or {}).get("name", "logistic")
+    summary = {
         "participants": participants, "method": method, "v": v, "sigma": sigma,
-        "dim": fed.d, "anchors": result["anchors"], "seed": seed,
+        "dim": fed.d, "anchors": run.result["anchors"], "seed": seed,
         "colluder": participant_ids(participants)[colluder] if colluder is not None else None,
         "tls": {"mutual": True, "ca": "demo CA (ECDSA P-256)", "server_name": "localhost",
                 "client_certificates": participants},
-        "pids": pids,
+        "pids": run.pids,
         "z_matches_inprocess": rel <= Z_RTOL, "z_max_abs_diff": diff, "z_max_rel_diff": rel,
-        "solver": result["solver"], "attacks": attacks,
-        "utility": _utility(result, z, labels, tags),
-        "seconds": time.perf_counter() - start_time,
+        "solver": run.result["solver"], "attacks": run.attacks,
+        "utility": _utility(run.result, z, labels, tags),
+        "sites": _site_results(fed, held, run, "logistic" if model == "none" else model),
+        "folder": str(root.resolve()),
     }
+    originals, rows, target = _attack_rows(fed, run, colluder) if attack_runs else (None, [],
+                                                                                     None)
+    summary["seconds"] = time.perf_counter() - start_time
+    write_report(root, summary, originals, rows, target)
+    return summary
 
 
 def _utility(result: dict[str, Any], z: np.ndarray, labels: np.ndarray,

@@ -61,7 +61,8 @@ def test_honest_run_matches_the_simulator_and_never_stores_the_anchor(tmp_path, 
     s = run_demo(participants=P, method=method, sigma=sigma, v=v, dim=DIM, colluder=None,
                  seed=SEED, workdir=tmp_path)
     assert s["z_matches_inprocess"] and s["z_max_rel_diff"] <= 1e-12
-    assert len(s["pids"]) == P + 1 and len(set(s["pids"].values())) == P + 1
+    # The analyst, every site's upload and every site's prediction of its held-back records.
+    assert len(s["pids"]) == 2 * P + 1 and len(set(s["pids"].values())) == 2 * P + 1
     assert s["attacks"] == {} and s["tls"]["mutual"]
     assert s["solver"]["name"] == ("gopp" if method == "aa-igdp-an" else "procrustes")
     assert 0.5 < s["utility"]["balanced_accuracy"] <= 1.0
@@ -88,17 +89,41 @@ def test_colluder_run_discloses_and_the_attack_inverts_noiseless_uploads(tmp_pat
         assert traces == []
 
 
-def test_demo_command_prints_the_pinned_summary_keys(tmp_path):
+def test_demo_command_prints_the_pinned_summary_keys_and_names_its_folder(tmp_path):
     out = subprocess.run([sys.executable, "-m", "noisyanchor", "demo", "--participants", "3",
                           "--dim", "8", "--seed", "3", "--json"], capture_output=True, text=True,
-                         timeout=600, check=True, env=child_env())
+                         timeout=600, check=True, env=child_env(), cwd=tmp_path)
     s = json.loads(out.stdout)
     for key in ("participants", "tls", "pids", "z_matches_inprocess", "attacks", "utility",
                 "seconds"):
         assert key in s
     assert s["participants"] == 3 and s["z_matches_inprocess"] is True
-    assert set(s["pids"]) == {"analyst", "p0", "p1", "p2", "p0-collude", "attack"}
+    assert set(s["pids"]) == {"analyst", "p0", "p1", "p2", "p0-collude", "attack",
+                              "p0-predict", "p1-predict", "p2-predict"}
     # default: colluder p0; the paper's attacks and the corrected estimators (issue 12)
     assert set(s["attacks"]) == set(Method.AA_IGDP_AN.attacks) >= {"known_anchor", "mp", "op",
                                                                    "am"}
     assert s["seconds"] < 600
+    # The results stay in a new folder under the working directory, named in the summary.
+    folder = Path(s["folder"])
+    assert folder.parent == tmp_path and folder.name.startswith("noisyanchor-demo-")
+    for name in ("summary.md", "summary.json", "fig_sites.png", "fig_attacks.png"):
+        assert (folder / name).is_file(), name
+    assert json.loads((folder / "summary.json").read_text())["sites"] == s["sites"]
+    for pid, site in s["sites"].items():  # every site predicted records it never uploaded
+        assert site["held_back"] > 0 and 0.5 < site["federation"]["held_back_accuracy"] <= 1
+        assert (folder / "predictions" / f"{pid}.csv").is_file()
+    text = (folder / "summary.md").read_text()
+    assert "| p1 |" in text and "**op**: error" in text
+
+
+def test_demo_text_ends_with_its_folder(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "noisyanchor", "demo", "--participants", "2",
+                          "--colluder", "-1", "--seed", "4", "--workdir", tmp_path / "here"],
+                         capture_output=True, text=True, timeout=600, check=True,
+                         env=child_env(), cwd=tmp_path)
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1].startswith(f"results in {tmp_path / 'here'} (summary.json, summary.md, "
+                                "fig_sites.png)")
+    assert sum(line.startswith("site p") and "records it never uploaded" in line
+               for line in lines) == 2
