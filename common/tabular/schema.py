@@ -22,6 +22,8 @@ from typing import Any
 from noisyanchor.common.errors import ConfigError, InvalidInputError
 from noisyanchor.common.tabular.columns import (
     COLUMN_TYPES,
+    FALSE_TOKENS,
+    TRUE_TOKENS,
     BooleanColumn,
     CategoricalColumn,
     Column,
@@ -207,9 +209,9 @@ class TabularSchema:
 
 
 def _default_tokens(column: Column, key: str, value: Any) -> bool:
-    return isinstance(column, BooleanColumn) and (
-        (key == "true" and tuple(value) == BooleanColumn.__dataclass_fields__["true"].default)
-        or (key == "false" and tuple(value) == BooleanColumn.__dataclass_fields__["false"].default))
+    """Whether ``key = value`` of ``column`` is a boolean's default texts (left out of TOML)."""
+    defaults = {"true": TRUE_TOKENS, "false": FALSE_TOKENS}
+    return isinstance(column, BooleanColumn) and tuple(value) == defaults.get(key)
 
 
 def _float64(dtype: str) -> str:

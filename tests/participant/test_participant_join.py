@@ -1,0 +1,80 @@
+"""What a site checks when it joins, without a network: the preprocessing its kit agreed to,
+the schema kept for later uses of its records, and the withdrawal text the others read."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from noisyanchor import deploy
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.schema import RecordSchema
+from noisyanchor.common.tabular import NumericColumn, TableError, TabularSchema
+from noisyanchor.deploy.certs import write_pki
+from noisyanchor.participant.config import load_participant_config
+from noisyanchor.participant.run import (
+    keep_schema,
+    kept_schema,
+    local_data,
+    served_schema,
+    withdrawal_reason,
+)
+from noisyanchor.protos.v1 import analyst_pb2 as pb
+
+TEMPLATE = Path(deploy.__file__).parent / "templates" / "participant.toml"
+TABULAR = TabularSchema((NumericColumn("area", min=0.0, max=1000.0),
+                         NumericColumn("ratio", center=0.5, scale=0.25)))
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    write_pki(tmp_path / "pki", ["org-a"])
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "org-a.csv").write_text("ratio,area,label\n0.75,500,1\n0.25,250,0\n")
+    (tmp_path / "site.toml").write_text(TEMPLATE.read_text())
+    return load_participant_config(tmp_path / "site.toml")
+
+
+def _info(schema: TabularSchema | None) -> pb.FederationInfo:
+    info = pb.FederationInfo(federation_id="pilot-2026", participants=["org-a", "org-b"])
+    if schema is not None:
+        info.schema.CopyFrom(schema.to_proto())
+    return info
+
+
+def test_a_kit_pinned_to_another_preprocessing_refuses_the_analysts(cfg):
+    pinned = dataclasses.replace(cfg, preprocessing_sha256=TABULAR.digest().hex())
+    assert served_schema(pinned, _info(TABULAR)).tabular == TABULAR
+    other = TabularSchema((NumericColumn("area", min=0.0, max=2000.0), TABULAR.columns[1]))
+    with pytest.raises(InvalidInputError, match="other than the one org-a's config agreed to"):
+        served_schema(pinned, _info(other))
+    with pytest.raises(InvalidInputError, match=r"digest none\)"):
+        served_schema(pinned, _info(None))
+    assert served_schema(cfg, _info(other)).tabular == other  # no pin: the analyst's
+
+
+def test_the_kept_schema_preprocesses_later_uses_as_the_upload_did(cfg):
+    assert kept_schema(cfg) is None
+    np.testing.assert_array_equal(local_data(cfg).x, [[0.75, 500.0], [0.25, 250.0]])
+    keep_schema(cfg, _info(TABULAR))
+    assert kept_schema(cfg) == RecordSchema.typed(TABULAR)
+    np.testing.assert_array_equal(local_data(cfg).x, [[0.5, 1.0], [0.25, -1.0]])
+    (cfg.data.parent / "new.csv").write_text("area,ratio\n1000,0.5\n")  # next week's
+    new = local_data(dataclasses.replace(cfg, data=cfg.data.parent / "new.csv"),
+                     require_labels=False)
+    assert new.labels is None
+    np.testing.assert_array_equal(new.x, [[1.0, 0.0]])
+
+
+def test_the_withdrawal_names_line_and_column_but_no_value_and_no_local_path(cfg):
+    err = TableError(str(cfg.data), "{value} is not a number", line=7, column="area",
+                     value="12O")
+    reason = withdrawal_reason(cfg, err)
+    assert reason == "org-a.csv, line 7, column 'area': the value is not a number"
+    config_error = InvalidInputError(f"org-a's data {cfg.data} and key {cfg.tls.key}\n\x1b[31m")
+    text = withdrawal_reason(cfg, config_error)
+    assert str(cfg.data.parent) not in text and "org-a.csv" in text and "org-a.key" in text
+    assert "\x1b" not in text and "\n" not in text
