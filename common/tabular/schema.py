@@ -211,7 +211,7 @@ class TabularSchema:
 def _default_tokens(column: Column, key: str, value: Any) -> bool:
     """Whether ``key = value`` of ``column`` is a boolean's default texts (left out of TOML)."""
     defaults = {"true": TRUE_TOKENS, "false": FALSE_TOKENS}
-    return isinstance(column, BooleanColumn) and tuple(value) == defaults.get(key)
+    return isinstance(column, BooleanColumn) and key in defaults and tuple(value) == defaults[key]
 
 
 def _float64(dtype: str) -> str:
