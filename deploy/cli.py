@@ -11,7 +11,7 @@ from pathlib import Path
 COMMANDS = {"certs": "make a CA, the analyst's server certificate and one client certificate "
                      "per participant",
             "demo": "run analyst, participants, colluder and attack as separate processes over "
-                    "mutual TLS on the digits data",
+                    "mutual TLS on bundled data (digits, or the breast cancer table)",
             "provision": "make one startup kit per site (and the analyst) from a project file; "
                          "add sites, renew certificates, sign a site's CSR"}
 
@@ -73,6 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                       "figures, configs, certificates, logs, the store and each site's state "
                       "(default: a new folder noisyanchor-demo-<date>-<time> under the working "
                       "directory)")
+    demo.add_argument("--dataset", choices=("digits", "breast-cancer"), default="digits",
+                      help="bundled data: handwritten digits, or the breast cancer table scaled "
+                      "as deploy/templates/federation-breast-cancer.toml declares")
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
     demo.set_defaults(handler=_demo)
 
@@ -169,7 +172,7 @@ def _demo(args: argparse.Namespace) -> int:
     s = run_demo(participants=args.participants, method=args.method, v=args.v,
                  sigma=args.sigma, dim=args.dim, anchors=args.anchors,
                  colluder=None if args.colluder < 0 else args.colluder, seed=args.seed,
-                 workdir=args.workdir)
+                 workdir=args.workdir, dataset=args.dataset)
     if args.json:
         print(json.dumps(s, indent=2))
         return 0

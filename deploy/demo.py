@@ -368,16 +368,19 @@ def _attack_rows(fed, run: _Run, colluder: int) -> tuple[np.ndarray | None, list
 def run_demo(*, participants: int = 4, method: str = "aa-igdp-an",
              v: float = DEFAULT_ANCHOR_NOISE, sigma: float = 0.0, dim: int | None = None,
              anchors: int | None = None, colluder: int | None = 0, seed: int | None = None,
-             workdir: Path | None = None, held_back: float = HELD_BACK) -> dict[str, Any]:
+             workdir: Path | None = None, held_back: float = HELD_BACK,
+             dataset: str = "digits") -> dict[str, Any]:
     """Run the demo, keep everything in ``workdir`` (default: a new folder under the working
     directory) with ``summary.json``, ``summary.md`` and the figures, and return the summary
-    (keys of issue 3 kept; ``folder``, ``sites`` and ``files`` added)."""
+    (keys of issue 3 kept; ``folder``, ``sites`` and ``files`` added). ``dataset``: ``digits``
+    or ``breast-cancer`` (its 30 columns encoded with the public ranges its pilot template
+    declares, by the encoder every site uses: :func:`experiments.datasets.load_tabular`)."""
     from noisyanchor.common.methods import Method
     from noisyanchor.experiments.simulate import SimulationConfig, prepare, simulate
 
     start_time = time.perf_counter()
     seed = secrets.randbits(32) if seed is None else seed
-    config = SimulationConfig(dataset="digits", method=method, participants=participants,
+    config = SimulationConfig(dataset=dataset, method=method, participants=participants,
                               anchors=anchors, dim=dim, sigma=sigma, v=v, colluder=colluder,
                               seed=seed, utility=False)
     fed, held = hold_back(prepare(config), held_back, seed)

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
+import subprocess
+import sys
 
 import pytest
 from e2e_support import FEDERATION, wait_until
 
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.deploy.demo import write_analyst, write_participant
-from noisyanchor.deploy.launch import start, stop, wait_for_port
+from noisyanchor.deploy.launch import child_env, start, stop, wait_for_port
 from noisyanchor.participant.config import load_participant_config
 from noisyanchor.participant.run import analyst_status, run_upload
 
@@ -152,3 +155,14 @@ def _bad_site_stops_the_others(files, configs) -> None:
         assert "n/a" not in told and str(files.root) not in told
     assert not (files.store / "relay" / "keys" / "p2.pb").exists()
     assert not any((files.store / "uploads").glob("*.bundle"))
+
+
+def test_the_demo_runs_on_the_breast_cancer_table_as_its_template_scales_it(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "noisyanchor", "demo", "--dataset",
+                          "breast-cancer", "--participants", "2", "--colluder", "-1", "--seed",
+                          "5", "--workdir", tmp_path / "demo", "--json"], capture_output=True,
+                         text=True, timeout=600, check=True, env=child_env(), cwd=tmp_path)
+    s = json.loads(out.stdout)
+    assert s["z_matches_inprocess"] and s["dim"] == 30 and s["anchors"] == 120
+    # Logistic regression on the two sites' aligned, publicly scaled records; chance is 0.5.
+    assert s["utility"]["balanced_accuracy"] > 0.85, s["utility"]
