@@ -48,6 +48,7 @@ from noisyanchor.common.files import atomic_write, sweep_stale_writes
 from noisyanchor.common.models import load_site_model
 from noisyanchor.common.sealing import share_statement, verify_exchange_key, verify_statement
 from noisyanchor.common.splits import SPLIT_NAMES
+from noisyanchor.common.text import MAX_PEER_TEXT, peer_text
 from noisyanchor.common.theory import phase_transition_v
 from noisyanchor.common.wire import BundleSpec, BundleStream, drain
 from noisyanchor.protos.v1 import analyst_pb2 as pb
@@ -62,8 +63,6 @@ WITHDRAWN_DIR = "withdrawn"
 #: File of the store naming why the last alignment failed (removed when it runs again).
 FAILED_FILE = "failed.json"
 
-#: Longest withdrawal reason kept (characters).
-MAX_REASON = 2000
 
 #: Seconds a second stream of the same participant waits for the first one to finish.
 LOCK_WAIT = 30.0
@@ -168,13 +167,15 @@ class Federation:
         it publishes its exchange key again."""
         if pid in self.store.committed(self.store.uploads):
             raise PreconditionError(f"{pid!r} already committed its upload; it cannot withdraw")
-        text = " ".join(reason.split())[:MAX_REASON] or "no reason given"
+        text = peer_text(reason, MAX_PEER_TEXT, empty="no reason given")  # before stored/logged
         atomic_write(self._withdrawn_dir / f"{pid}.txt", text.encode())
         log.warning("%s withdrew: %s", pid, text)
 
     def withdrawals(self) -> dict[str, str]:
-        """``{participant: reason}`` of every standing withdrawal."""
-        return {pid: path.read_text(errors="replace") for pid in self.config.participants
+        """``{participant: reason}`` of every standing withdrawal (cleaned again as read: a
+        file written by an earlier version, or by hand, is relayed by the same rule)."""
+        return {pid: peer_text(path.read_text(errors="replace"), MAX_PEER_TEXT)
+                for pid in self.config.participants
                 if (path := self._withdrawn_dir / f"{pid}.txt").is_file()}
 
     def _rejoin(self, pid: str) -> None:

@@ -31,6 +31,7 @@ from noisyanchor.common.durations import human_duration, human_time, parse_deadl
 from noisyanchor.common.errors import ConfigError, InvalidInputError, PreconditionError
 from noisyanchor.common.files import fsync_dir, stale_prefix
 from noisyanchor.common.progress import Progress
+from noisyanchor.common.text import MAX_PEER_TEXT, peer_text
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,8 @@ def store_progress(cfg: AnalystConfig) -> Progress:
         state = "aligning" if len(committed) == len(cfg.participants) else "collecting"
     agreement = cfg.method_enum.uses_anchor or cfg.method_enum.shared_key
     withdrawn_dir = store.root / WITHDRAWN_DIR
-    withdrawn = {pid: (withdrawn_dir / f"{pid}.txt").read_text(errors="replace")
+    withdrawn = {pid: peer_text((withdrawn_dir / f"{pid}.txt").read_text(errors="replace"),
+                                MAX_PEER_TEXT)
                  for pid in cfg.participants if (withdrawn_dir / f"{pid}.txt").is_file()}
     result = json.loads((store.result / "result.json").read_text()) if state == "done" else None
     return Progress(

@@ -38,6 +38,7 @@ from noisyanchor.common.errors import (
     NoisyAnchorError,
 )
 from noisyanchor.common.progress import Pending
+from noisyanchor.common.text import MAX_PEER_TEXT, peer_text
 from noisyanchor.common.tomlconfig import TlsFiles
 from noisyanchor.common.wire import CHUNK_SIZE, BundleSender, BundleSpec
 from noisyanchor.participant import tls_check
@@ -252,7 +253,8 @@ class AnalystClient:
                                                                 datetime.UTC)))
             self.follow_deadline(status.deadline_unix)
         if status.withdrawn:
-            who = "; ".join(f"{w.participant_id}: {w.reason}" for w in status.withdrawn)
+            who = "; ".join(f"{w.participant_id}: {peer_text(w.reason, MAX_PEER_TEXT)}"
+                            for w in status.withdrawn)  # relayed text: cleaned again here
             ids = ", ".join(w.participant_id for w in status.withdrawn)
             raise FederationFailedError(f"participant(s) {ids} withdrew from federation "
                                         f"{self.federation_id!r} ({who}); stopping instead of "

@@ -28,6 +28,7 @@ from noisyanchor.common.progress import Progress
 from noisyanchor.common.schema import RecordSchema, check_declared
 from noisyanchor.common.splits import split_tags
 from noisyanchor.common.tabular import TableError
+from noisyanchor.common.text import MAX_PEER_TEXT, peer_text
 from noisyanchor.common.wire import bundle_spec
 from noisyanchor.participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
 from noisyanchor.participant.client import AnalystClient
@@ -348,7 +349,8 @@ def federation_progress(cfg: ParticipantConfig) -> tuple[pb.StatusReply, Progres
                 if reply.deadline_unix else None)
     return reply, Progress(
         reply.federation_id, reply.state, tuple(reply.expected), tuple(reply.committed), keys,
-        commitments, cfg.dealer, {w.participant_id: w.reason for w in reply.withdrawn},
+        commitments, cfg.dealer, {w.participant_id: peer_text(w.reason, MAX_PEER_TEXT)
+                                  for w in reply.withdrawn},  # relayed text, cleaned
         reply.error, json.loads(reply.result_json) if reply.result_json else None, deadline)
 
 

@@ -1,0 +1,29 @@
+"""Peer text (common.text): no control or format character survives, words stay apart."""
+
+import unicodedata
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from noisyanchor.common.text import MAX_PEER_TEXT, REMOVED_CATEGORIES, peer_text
+
+
+def test_escape_sequences_overrides_and_line_breaks_are_removed():
+    hostile = ("ok\x1b[2J\x1b]0;owned\x07 fake\u202elog\u2066x\u2069\u200b line\nINFO "
+               "forged\r\n\x85\u2028end\ufeff\x00\x9b31m")
+    assert peer_text(hostile, 200) == "ok[2J]0;owned fakelogx line INFO forged end31m"
+
+
+def test_limit_and_empty():
+    assert peer_text("a" * 5000, MAX_PEER_TEXT) == "a" * MAX_PEER_TEXT
+    assert peer_text("\x1b\u202e  \n", 10, empty="no reason given") == "no reason given"
+
+
+@given(st.text(max_size=300))
+def test_no_removed_category_survives_and_the_rest_is_kept_in_order(text):
+    out = peer_text(text, 10_000)
+    assert not any(unicodedata.category(ch) in REMOVED_CATEGORIES for ch in out)
+    assert out == out.strip() and "  " not in out
+    kept = [ch for ch in text if unicodedata.category(ch) not in REMOVED_CATEGORIES
+            and not ch.isspace()]
+    assert [ch for ch in out if not ch.isspace()] == kept

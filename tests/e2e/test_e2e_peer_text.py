@@ -1,0 +1,37 @@
+"""Peer text (issue 22, item 5) over real processes: a withdrawal reason carrying terminal
+escape sequences, a right-to-left override, zero-width characters and forged log lines reaches
+the analyst's store, its log and the other participants' Status without any control or format
+character."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+HOSTILE = ("data error\x1b[2J\x1b[1;31m\n2026-01-01 00:00:00 noisyanchor INFO org-b committed "
+           "upload\u202e txt.exe\u200b\ufeff\x9b0m\x07")
+
+
+def _clean(text: str) -> bool:
+    return not any(unicodedata.category(ch) in ("Cc", "Cf") for ch in text)
+
+
+def test_a_withdrawal_reason_is_stored_logged_and_relayed_without_control_characters(analyst):
+    fed = analyst(["p0", "p1"], "aa-igdp", dim=8, anchors=16)
+    with fed.client("p0") as c:
+        c.withdraw(HOSTILE)
+    with fed.client("p1") as c:
+        (withdrawal,) = c.status().withdrawn
+    assert withdrawal.participant_id == "p0" and _clean(withdrawal.reason)
+    assert withdrawal.reason.startswith("data error[2J[1;31m 2026-01-01 00:00:00 noisyanchor")
+    stored = (fed.files.store / "withdrawn" / "p0.txt").read_text()
+    assert stored == withdrawal.reason
+    log = fed.log.read_text()
+    line = next(x for x in log.splitlines() if "p0 withdrew" in x)
+    assert _clean(line) and "txt.exe" in line
+    assert "\x1b" not in log and "\u202e" not in log
+    # the forged line stayed inside the withdrawal's own line
+    assert not any(x.startswith("2026-01-01 00:00:00") for x in log.splitlines())
