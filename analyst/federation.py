@@ -10,6 +10,7 @@ References: SPEC.md sections 1-2; issue 3, items 2 and 4.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import logging
@@ -356,6 +357,9 @@ class Federation:
         The dealer's key is bound to nothing; every other key must be bound to the dealer's
         published key (:func:`common.sealing.key_statement`), so the dealer publishes first.
         """
+        stored = self._stored_key(pid)
+        if stored is None or stored.public_key != public_key:  # a repeat of the same is a no-op
+            self.check_not_uploaded(pid)
         dealer = self.config.dealer
         if pid == dealer:
             if bound_to:
@@ -383,6 +387,20 @@ class Federation:
                            f"the exchange key of {pid!r} was already published differently",
                            lambda stored: _parse(pb.SignedKey, stored).public_key == public_key,
                            event=f"{pid} published its exchange key")
+
+    def check_not_uploaded(self, pid: str) -> None:
+        """Refuse a new anchor agreement of a participant whose upload is committed (a site run
+        again after its upload makes a new exchange key): say so, with when and the receipt,
+        instead of letting the relay call the new key a different one."""
+        path = self.store.upload_path(pid)
+        if not path.is_file():
+            return
+        receipt = read_bundle_spec(path)[0].receipt(pid)
+        when = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC)
+        raise AlreadyExistsError(
+            f"{pid!r} already uploaded at {when.isoformat(timespec='seconds')}, receipt "
+            f"{receipt.hex()[:16]}...; each site uploads once, so there is nothing to do "
+            "('noisyanchor participant status' shows the federation's progress)")
 
     def list_keys(self) -> list[pb.SignedKey]:
         """Every published signed key."""

@@ -40,6 +40,7 @@ from noisyanchor.common.errors import (
     ConfigError,
     InvalidInputError,
     NotFoundError,
+    PreconditionError,
 )
 from noisyanchor.common.identity import participant_id
 from noisyanchor.common.tabular import TabularSchema
@@ -206,6 +207,34 @@ def check_deadline_ahead(project: Project, now: datetime.datetime | None = None)
             f"({human_duration((now - deadline).total_seconds())} ago): the analyst would refuse "
             "every site ('closed at its deadline'); set a later date-time or a time from now "
             "such as deadline = \"in 7 days\"")
+
+
+def check_agreement_not_started(out: Path, sites: tuple[str, ...]) -> None:
+    """Refuse to add ``sites`` once the federation's anchor agreement has started.
+
+    The dealer seals the anchor seed once, to the sites whose keys it found, and the analyst's
+    store is bound to the participants it was created with (issue 22): a site added afterwards
+    could never receive the anchor and would wait until the deadline. The analyst's kit under
+    ``out`` names its store; exchange keys in it mean the agreement has started. (An analyst on
+    another host, whose store is not here, refuses the changed participant list itself when it
+    is restarted with the new config.)
+    """
+    config = out / "analyst" / "analyst.toml"
+    if not config.is_file():
+        return
+    folder = read_toml(config).get("server", {}).get("output_dir")
+    if not folder:
+        return
+    store = Path(folder) if Path(folder).is_absolute() else config.parent / folder
+    keys = sorted(p.stem for p in (store / "relay" / "keys").glob("*.pb"))
+    if keys:
+        fid = read_toml(config).get("federation", {}).get("id", "?")
+        raise PreconditionError(
+            f"cannot add {', '.join(sites)} to federation {fid!r}: its anchor agreement has "
+            f"started (the analyst's store {store} holds the exchange keys of "
+            f"{', '.join(keys)}), and a site added now could never receive the anchor: it would "
+            "wait until the deadline. Nothing was written. To bring in a new site, provision a "
+            "new federation: a new [federation] id in the project, and a new --out")
 
 
 def _kit_settings(out: Path) -> dict[str, Any]:
@@ -480,6 +509,8 @@ def provision(project_path: Path, out: Path | None = None, *, add_sites: tuple[s
         else:
             ca = KeptCa.load(out)
             names = []
+            if add_sites:
+                check_agreement_not_started(out, add_sites)
             for site_name in add_sites:
                 if (out / site_name).exists():
                     raise AlreadyExistsError(f"{out / site_name} exists: use --renew "

@@ -16,6 +16,7 @@ from noisyanchor.common.errors import (
     ConfigError,
     InvalidInputError,
     NoisyAnchorError,
+    PreconditionError,
 )
 from noisyanchor.common.identity import participant_id
 from noisyanchor.deploy.provision import provision, sign_request
@@ -100,6 +101,24 @@ def test_a_site_added_later_is_issued_by_the_kept_ca_and_the_analyst_expects_it(
     assert load_analyst_config(kits / "analyst" / "analyst.toml").participants[-1] == "org-d"
     with pytest.raises(AlreadyExistsError, match="--renew org-d"):
         provision(project, add_sites=("org-d",))
+
+
+def test_a_site_cannot_be_added_once_the_anchor_agreement_has_started(project):
+    """Issue 22: after the dealer's key is published a new site could never get the anchor;
+    --add-site refuses, says why and what to do, and writes nothing."""
+    provision(project)
+    kits = project.parent / "kits"
+    keys = kits / "analyst" / "store" / "relay" / "keys"
+    keys.mkdir(parents=True)
+    (keys / "org-a.pb").write_bytes(b"signed key")
+    before = sorted(p.relative_to(kits) for p in kits.rglob("*"))
+    analyst_toml = (kits / "analyst" / "analyst.toml").read_bytes()
+    project.write_text(project.read_text() + '\n[[site]]\nname = "org-d"\n')
+    with pytest.raises(PreconditionError, match=r"cannot add org-d to federation .*: its anchor "
+                       r"agreement has started .* exchange keys of org-a.*new \[federation\] id"):
+        provision(project, add_sites=("org-d",))
+    assert sorted(p.relative_to(kits) for p in kits.rglob("*")) == before
+    assert (kits / "analyst" / "analyst.toml").read_bytes() == analyst_toml
 
 
 def test_renewal_keeps_the_key_and_issues_a_new_certificate(project):
