@@ -41,8 +41,12 @@ Estimates from ``S_tilde`` (post-processing):
   is 1-Lipschitz. Standard error (first order): ``sqrt(n (n - 1) sigma^4 + 4 sigma^2 R + 8
   sigma^4 div)``.
 
-Decision: the release is reported ``no_better_than_identity`` unless it is shown closer at about
-two standard errors: ``min(bound, SURE + 2 se) < max(identity estimate - 2 se, public floor)``.
+Decision: the release is reported ``no_better_than_identity`` unless it is shown closer at three
+standard errors: ``min(bound, SURE + 3 se) < max(identity estimate - 3 se, public floor)``, where
+SURE is used only when it is resolved (positive, standard error at most half of it). At record
+level and small epsilon SURE's standard error (``~ sigma^2 n``) dwarfs every distance a
+correlation matrix can have, and an unresolved (e.g. negative) estimate must not pass for a small
+one: there only the public bound counts, which never shows such a release closer.
 ``useful_epsilon`` is an epsilon (same adjacency, same delta) at which the release is expected to
 beat releasing nothing: this release's own epsilon when it is shown closer, else the epsilon at
 which the public bound on the metric projection's distance falls to the identity's (estimated)
@@ -72,8 +76,8 @@ from noisyanchor.common.scoreshield.calibration import gaussian_epsilon
 #: noise, large against the projection's stopping tolerance).
 SURE_STEP = 1e-2
 
-#: Standard errors a comparison is made at.
-CONFIDENCE_SE = 2.0
+#: Standard errors a comparison is made at (one-sided: about 1 in 700 for a normal error).
+CONFIDENCE_SE = 3.0
 
 
 @dataclass(frozen=True)
@@ -254,7 +258,8 @@ def gram_baseline(noisy: np.ndarray, sigma: float, *, projector: str, metric: bo
     else:
         bound = projected_distance_bound(n, sigma, metric=metric)
         est, se_p = risk if risk is not None else (None, None)
-        upper = bound if est is None or se_p is None else min(bound, est + CONFIDENCE_SE * se_p)
+        resolved_p = est is not None and se_p is not None and 0.0 < est and se_p <= est / 2.0
+        upper = min(bound, est + CONFIDENCE_SE * se_p) if resolved_p else bound
     lower = max(raw - CONFIDENCE_SE * se_i, floor)
     worse = not upper < lower
     resolved = raw > 0.0 and se_i <= raw / 2.0

@@ -351,6 +351,20 @@ def test_record_level_gram_at_epsilon_1_warns_it_is_no_better_than_the_identity(
     assert b.identity_max == 300 * 299
 
 
+def test_noise_dominated_gram_releases_never_claim_to_beat_the_identity() -> None:
+    # record level at epsilon 3: SURE's standard error (~ sigma^2 n) dwarfs every distance a
+    # correlation matrix can have; an unresolved (e.g. strongly negative) estimate must not pass
+    # for a small one (it did, 1 release in 16, in the first rerun of experiment scores)
+    rng = np.random.default_rng(26)
+    g = _gram(rng, 120, 16)
+    ident = np.linalg.norm(g - np.eye(120)) ** 2
+    cal = calibrate(3.0, 1e-5, Regime("gram", 120))
+    for _ in range(40):
+        rel = release_gram(g, cal, rng=rng)
+        assert np.linalg.norm(rel.matrix - g) ** 2 > ident  # the truth: worse than nothing
+        assert rel.baseline.no_better_than_identity, rel.baseline
+
+
 def test_projection_on_low_rank_data_at_output_adjacency_is_not_warned(
         rng: np.random.Generator) -> None:
     g = _gram(rng, 200, 3)
