@@ -415,24 +415,29 @@ def floors(report: dict) -> dict:
     return out
 
 
-def run_peers(quick: bool) -> dict:
-    """The peer comparison at every size, factor and thread count (issue 24)."""
+def run_peers(quick: bool, *, on_row: Callable[[dict], None] | None = None) -> dict:
+    """The peer comparison at every size, factor and thread count (issue 24); the rows the
+    floors need (one thread) first, and ``on_row(report so far)`` after each row, so that a
+    long run that is stopped keeps what it measured."""
     sizes = QUICK_PEER_SIZES if quick else PEER_SIZES
     cap = 100 if quick else 500
-    entries = []
-    for p, d, r in sizes:
-        entry = {"p": p, "d": d, "r": r, "v_pt": phase_transition_v(p, d, r), "rows": []}
-        for factor in PEER_FACTORS:
-            anchors = make_anchors(p, d, r, factor, seed=1 if factor < 1 else 2)
-            for threads in PEER_THREADS:
-                print(f"p={p} d={d} r={r} {factor} v_PT, {threads} thread(s)", file=sys.stderr,
-                      flush=True)
-                _use_threads(threads)
-                row = peer_comparison(anchors, threads, cap=cap,
-                                      pymanopt_seconds=10.0 if quick else 60.0)
-                row["factor"] = factor
-                entry["rows"].append(row)
-        entries.append(entry)
+    entries = [{"p": p, "d": d, "r": r, "v_pt": phase_transition_v(p, d, r), "rows": []}
+               for p, d, r in sizes]
+    order = [(threads, factor, i) for threads in PEER_THREADS
+             for factor in sorted(PEER_FACTORS, reverse=True) for i in range(len(sizes))]
+    for threads, factor, i in order:
+        entry = entries[i]
+        p, d, r = entry["p"], entry["d"], entry["r"]
+        print(f"p={p} d={d} r={r} {factor} v_PT, {threads} thread(s)", file=sys.stderr,
+              flush=True)
+        anchors = make_anchors(p, d, r, factor, seed=1 if factor < 1 else 2)
+        _use_threads(threads)
+        row = peer_comparison(anchors, threads, cap=cap,
+                              pymanopt_seconds=10.0 if quick else 30.0)
+        row["factor"] = factor
+        entry["rows"].append(row)
+        if on_row is not None:
+            on_row({"peers": entries})
     _use_threads(os.cpu_count() or 1)
     return {"peers": entries}
 
@@ -583,15 +588,19 @@ def main(argv: list[str] | None = None) -> int:
     configure_blas()
     sections = set(args.sections.split(","))
     if "peers" in sections:
-        peer_report = {"meta": _meta(args.quick), **run_peers(args.quick)}
-        peer_report["floors"] = floors(peer_report)
-        peer_report["meta"]["loadavg_end"] = os.getloadavg()
         peer_out = args.out if args.out is not None and sections == {"peers"} else (
             None if args.quick else PEER_RESULTS)
-        if peer_out is not None:
-            peer_out.parent.mkdir(parents=True, exist_ok=True)
-            peer_out.write_text(json.dumps(peer_report, indent=2) + "\n")
-        print(peers_table(peer_report))
+        meta = _meta(args.quick)
+
+        def write(partial: dict) -> dict:
+            peer_report = {"meta": {**meta, "loadavg_end": os.getloadavg()}, **partial}
+            peer_report["floors"] = floors(peer_report)
+            if peer_out is not None:
+                peer_out.parent.mkdir(parents=True, exist_ok=True)
+                peer_out.write_text(json.dumps(peer_report, indent=2) + "\n")
+            return peer_report
+
+        print(peers_table(write(run_peers(args.quick, on_row=write))))
         if sections == {"peers"}:
             return 0
     report = run(args.quick)
