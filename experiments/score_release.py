@@ -96,7 +96,9 @@ class ScoresConfig:
     scaling_epsilon: float = 1.0
     scaling_iter: int = 30
     spectral: bool = True
-    out: str = "experiments/results/scores"
+    # Under the working directory's git-ignored runs/, so a run from the repository root never
+    # overwrites the committed experiments/results/scores (pass --out there on purpose).
+    out: str = "runs/scores"
     command: str = field(default="", compare=False)
 
 
@@ -652,20 +654,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--queries", type=int, default=d.queries, help="probes for regime (i)")
     p.add_argument("--epsilons", type=_floats, default=d.epsilons,
                    help="comma-separated epsilon grid")
-    p.add_argument("--delta", type=float, default=d.delta)
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--delta", type=float, default=d.delta,
+                   help="delta of every (epsilon, delta) release")
+    p.add_argument("--seed", type=int, default=d.seed,
+                   help="seed of the data split and of every release's noise")
     p.add_argument("--aap-iter", type=int, default=d.aap_iter, help="AAP iteration cap")
     p.add_argument("--dykstra-iter", type=int, default=d.dykstra_iter,
                    help="Dykstra iteration cap")
     p.add_argument("--tol", type=float, default=d.tol, help="projection stopping tolerance")
     p.add_argument("--scaling-n", type=_ints, default=d.scaling_n,
                    help="comma-separated n for the Frobenius ratio study")
-    p.add_argument("--scaling-epsilon", type=float, default=d.scaling_epsilon)
-    p.add_argument("--scaling-iter", type=int, default=d.scaling_iter)
+    p.add_argument("--scaling-epsilon", type=float, default=d.scaling_epsilon,
+                   help="epsilon of the Frobenius ratio study")
+    p.add_argument("--scaling-iter", type=int, default=d.scaling_iter,
+                   help="projection iteration cap of the Frobenius ratio study")
     p.add_argument("--no-spectral", action="store_true", help="skip spectral clustering")
     p.add_argument("--threads", type=int, default=1,
                    help="BLAS threads (1 is fastest on a shared machine)")
     p.add_argument("--out", default=d.out, help="output directory")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the results already in --out (refused otherwise)")
     p.add_argument("--json", action="store_true", help="print the summary JSON")
     p.add_argument("--render", metavar="SUMMARY_JSON", default=None,
                    help="only redraw figures and summary.md from an existing summary.json")
@@ -683,6 +691,9 @@ def _run(args: argparse.Namespace) -> int:
         (src.parent / "summary.md").write_text(markdown(summary))
         print(f"redrawn {src.parent}/ (summary.md, regime_i.png, regime_ii.png, scaling.png)")
         return 0
+    if (Path(args.out) / "summary.json").exists() and not args.overwrite:
+        raise InvalidInputError(f"{args.out} already holds results (summary.json); choose "
+                                "another --out or pass --overwrite to replace them")
     argv = " ".join(shlex.quote(a) for a in sys.argv[1:])
     config = ScoresConfig(
         n=args.n, queries=args.queries, epsilons=tuple(args.epsilons), delta=args.delta,

@@ -16,8 +16,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     from noisyanchor.experiments.cli import COMMANDS
 
     ps = sub.add_parser("simulate", help=COMMANDS["simulate"])
-    ps.add_argument("--dataset", choices=DATASETS, default="digits")
-    ps.add_argument("--method", choices=[m.value for m in Method], default="aa-igdp-an")
+    ps.add_argument("--dataset", choices=DATASETS, default="digits",
+                    help="bundled data set the participants' records come from (split among "
+                         "them, stratified)")
+    ps.add_argument("--method", choices=[m.value for m in Method], default="aa-igdp-an",
+                    help="GDP method of every participant (the paper's Table 1)")
     ps.add_argument("--participants", type=int_at_least(2), default=10, help="p")
     ps.add_argument("--anchors", type=int_at_least(2), default=None,
                     help="anchor rows r (default 4 d)")

@@ -85,10 +85,38 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     return parser
 
 
+def _chosen_parser(parser: argparse.ArgumentParser,
+                   args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost (sub)command parser ``args`` went through (``simulate``, ``release
+    gram``, ...): the one whose usage an unknown option should be answered with."""
+    while True:
+        sub = next((a for a in parser._actions
+                    if isinstance(a, argparse._SubParsersAction)), None)
+        name = None if sub is None else getattr(args, sub.dest, None)
+        if sub is None or name not in sub.choices:
+            return parser
+        parser = sub.choices[name]
+
+
+def _unknown(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """The usage error for unrecognised arguments, with the closest options of the command."""
+    import difflib
+
+    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    hints = {e: difflib.get_close_matches(e.split("=")[0], options, n=1, cutoff=0.6)
+             for e in extras if e.startswith("-")}
+    near = "; ".join(f"{e}: did you mean {m[0]}?" for e, m in hints.items() if m)
+    return f"unrecognized arguments: {' '.join(extras)}" + (f" ({near})" if near else "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the chosen handler, map project errors to exit status 1."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(argv).parse_args(argv)
+    parser = build_parser(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # answered with the subcommand's usage, not the top level's
+        chosen = _chosen_parser(parser, args)
+        chosen.error(_unknown(chosen, extras))
     level = logging.WARNING - 10 * min(verbosity(args), 2)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

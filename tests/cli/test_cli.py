@@ -64,6 +64,47 @@ def test_usage_errors_exit_with_status_2_naming_the_option(argv):
     assert "error:" in out.stderr
 
 
+def _every_parser():
+    """Every (sub)command parser of every role, with its command path."""
+    import argparse
+
+    def walk(parser, path):
+        yield path, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, [*path, name])
+
+    for name in ROLE_MODULES:
+        for command in importlib.import_module(name).COMMANDS:
+            top = next(a for a in build_parser([command])._actions if a.dest == "command")
+            yield from walk(top.choices[command], [command])
+
+
+def test_every_option_of_every_command_has_help_text():
+    import argparse
+
+    missing = [(" ".join(path), action.option_strings or action.dest)
+               for path, parser in _every_parser() for action in parser._actions
+               if not isinstance(action, argparse._HelpAction | argparse._SubParsersAction)
+               and not action.dest.startswith("verbose:") and not action.help]
+    assert missing == []
+
+
+@pytest.mark.parametrize(("argv", "usage", "hint"), [
+    (["simulate", "--meth", "c-gdp"], "usage: noisyanchor simulate", "did you mean --method?"),
+    (["experiment", "sweep", "--config", "x.toml", "--out", "o", "--drawz", "3"],
+     "usage: noisyanchor experiment sweep", "did you mean --draws?"),
+    (["participant", "status", "--config", "p.toml", "--bogus"],
+     "usage: noisyanchor participant status", "unrecognized arguments: --bogus"),
+])
+def test_an_unknown_option_is_answered_with_its_own_commands_usage(argv, usage, hint):
+    """Regression (issue 23): `simulate --meth c-gdp` answered with the top-level usage."""
+    out = _run(*argv)
+    assert out.returncode == 2
+    assert out.stderr.startswith(usage) and hint in out.stderr
+
+
 def test_verbose_is_accepted_before_and_after_the_subcommand():
     def count(*argv: str) -> int:
         return verbosity(build_parser(argv).parse_args(argv))
@@ -90,3 +131,16 @@ def test_status_json_nests_the_result_instead_of_a_json_string():
     status = status_summary(reply)
     assert status["result"] == result and "result_json" not in status
     assert status_summary(pb.StatusReply(state="collecting"))["result"] is None
+
+
+def test_experiment_scores_never_overwrites_results_by_default(tmp_path):
+    """Regression (issue 23): `experiment scores` wrote to experiments/results/scores under the
+    working directory, overwriting the committed results when run from the repository root.
+    Its default is now runs/scores there, and a folder that holds results is refused."""
+    from noisyanchor.experiments.score_release import ScoresConfig
+
+    assert ScoresConfig().out == "runs/scores"
+    (tmp_path / "summary.json").write_text("{}")
+    out = _run("experiment", "scores", "--out", str(tmp_path), "--n", "50")
+    assert out.returncode == 1 and "--overwrite" in out.stderr
+    assert (tmp_path / "summary.json").read_text() == "{}"
