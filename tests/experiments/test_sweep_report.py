@@ -208,21 +208,21 @@ def test_report_judges_every_claim_in_every_replicate_on_its_axes_with_intervals
     assert set(threats["aa-igdp-an"]["sets"]) == {"paper", "all", "analyst", "public"}
 
 
-def test_claims_need_the_stated_minimum_of_draws(tiny, tmp_path):
-    """The same rows with min_draws above the 10 draws per replicate: every claim that rests on
-    draws says so instead of a verdict."""
-    _, out = tiny
-    meta = json.loads((out / "meta.json").read_text())
-    meta["config"]["min_draws"] = 11
-    (tmp_path / "meta.json").write_text(json.dumps(meta))
-    (tmp_path / ROWS_FILE).write_text((out / ROWS_FILE).read_text())
-    make_report(tmp_path, resamples=5, claim_resamples=20)
-    summary = json.loads((tmp_path / "summary.json").read_text())["studies"]["3"]
-    for claim, state in summary["claims"].items():
+def test_claims_need_the_stated_minimum_of_draws(tiny):
+    """The same rows judged with a minimum above the 10 draws per replicate: every claim that
+    rests on draws says so instead of a verdict."""
+    from noisyanchor.experiments.claims import judge
+    from noisyanchor.experiments.report import LOW_GRID
+    from noisyanchor.experiments.study import Study, load_rows
+
+    meta, rows = load_rows(tiny[1])
+    bench = meta["benches"]["3"]
+    views = {f"{m}/{a}": Study(rows, bench, np.random.default_rng(0), 0, model=m, auditor=a,
+                               full=False) for m in MODELS for a in AUDITORS}
+    judged = judge(views, ("logistic", "pca"), np.random.default_rng(1), 20, 11, LOW_GRID)
+    for claim, per in judged.items():
         if claim != "noiseless_c_eq_aa_gt_i":  # single noiseless runs: judged by test records
-            assert state == "not enough draws", claim
-    assert not any(summary["robust"][c] for c in summary["robust"]
-                   if c != "noiseless_c_eq_aa_gt_i")
+            assert {r["verdict"] for r in per.values()} == {"not enough draws"}, claim
 
 
 def test_membership_inference_is_reported_per_method_and_noise_beside_utility(tiny):
