@@ -32,14 +32,14 @@ def save_figure(plt, fig, path: Path, dpi: int = 120) -> None:
     plt.close(fig)
 
 
-def fit_to_points(ax, values) -> None:
-    """Y limits around the observed points (a spline can swing far outside them where the
-    draws are sparse; the curve is then cut, never the data)."""
+def fit_to_points(ax, values, axis: str = "y") -> None:
+    """Limits of ``axis`` around the observed points (a spline can swing far outside them where
+    the draws are sparse; the curve is then cut, never the data)."""
     v = np.asarray([x for x in values if x is not None], dtype=float)
     v = v[np.isfinite(v)]
     if len(v):
         pad = 0.08 * max(float(v.max() - v.min()), 0.02)
-        ax.set_ylim(float(v.min()) - pad, float(v.max()) + pad)
+        (ax.set_ylim if axis == "y" else ax.set_xlim)(float(v.min()) - pad, float(v.max()) + pad)
 
 
 def title(study: Study, dataset: str = "", *, model: bool = True, auditor: bool = True) -> str:
@@ -159,10 +159,13 @@ def utility(study: Study, path: Path, dataset: str = "") -> None:
 
 
 def _frontier_axes(ax, study, methods, colors, attack_set, label_suffix=""):
+    xs, ys = [CHANCE], []
     for m, color in zip(methods, colors, strict=True):
         rs = study.draws.get(m, [])
         if not rs or attack_set not in study.attack_sets(m):
             continue
+        xs += study.strongest_series(m, attack_set)
+        ys += [r["utility"] for r in rs]
         same = m == "aa-igdp-pn" and "c-gdp-pn" in methods
         marker = {"facecolors": "none", "edgecolors": color} if same else {"color": color}
         ax.scatter(study.strongest_series(m, attack_set), [r["utility"] for r in rs],
@@ -173,6 +176,9 @@ def _frontier_axes(ax, study, methods, colors, attack_set, label_suffix=""):
             ax.plot(lf.fit, uf.fit, color=color,
                     label=f"{m}{label_suffix}" + (IDENTICAL_NOTE if same else ""),
                     **(IDENTICAL if same else {}))
+    if ys:
+        fit_to_points(ax, xs, "x")
+        fit_to_points(ax, ys)
 
 
 #: Panels of the frontier figure: attack set and what it holds.
@@ -430,6 +436,7 @@ def membership(rows: list[dict[str, Any]], config: dict[str, Any], path: Path,
                                         (axes[1][col], ("aa-igdp-an",), "v")):
             for k, m in enumerate(methods):
                 sel = [r for r in rs if r["method"] == m and not r["control"]]
+                same = m == "aa-igdp-pn"  # coupled to c-gdp-pn: the same points
                 for attack, filled in (("loss_threshold", True), ("shadow", False)):
                     pts = [(r["noise"], g["auc"]) for r in sel
                            if (g := r["membership"]["model"][model].get(attack))]
@@ -438,13 +445,17 @@ def membership(rows: list[dict[str, Any]], config: dict[str, Any], path: Path,
                     x, y = zip(*pts, strict=True)
                     style = ({"color": f"C{k}"} if filled else
                              {"facecolors": "none", "edgecolors": f"C{k}"})
-                    row_ax.scatter(x, y, s=12, label=f"{m} {attack}", **style)
-            for j, ctrl in enumerate(("c-gdp", "aa-igdp", "i-gdp")):
+                    row_ax.scatter(x, y, s=4 if same else 16, marker="x" if same else "o",
+                                   label=f"{m} {attack}" + (" (= c-gdp-pn, coupled)" if same
+                                                            else ""),
+                                   **({"color": f"C{k}"} if same else style))
+            for ctrl, ls, name in (("aa-igdp", "-.", "c-gdp = aa-igdp noiseless (coupled)"),
+                                   ("i-gdp", "--", "i-gdp noiseless")):
                 got = [r["membership"]["model"][model]["loss_threshold"]["auc"] for r in rs
                        if r["method"] == ctrl and r["control"]]
                 if got:
-                    row_ax.axhline(float(np.mean(got)), color="k", lw=0.8,
-                                   ls=(":", "-.", "--")[j], label=f"{ctrl} noiseless (loss)")
+                    row_ax.axhline(float(np.mean(got)), color="k", lw=0.8, ls=ls,
+                                   label=f"{name}, loss threshold")
             row_ax.axhline(0.5, color="gray", lw=0.8, label="chance")
             row_ax.set_xlabel(xlabel)
             row_ax.set_ylabel("membership AUC")
