@@ -88,9 +88,11 @@ def fit_spline(
     for _ in range(resamples):  # each resample is its own least-squares problem
         idx = rng.integers(0, len(x), len(x))
         try:
-            boots.append(_fit(x[idx], y[idx], knots, grid))
+            boot = _fit(x[idx], y[idx], knots, grid)
         except (ValueError, np.linalg.LinAlgError):
             continue
+        if np.isfinite(boot).all():  # a resample on too few distinct x can leave NaNs
+            boots.append(boot)
     if boots:
         low, high = np.percentile(np.asarray(boots), [2.5, 97.5], axis=0)
     else:
