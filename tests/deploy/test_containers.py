@@ -109,18 +109,32 @@ def _image_uid() -> int:
     return int(made.group(1))
 
 
+def _volume(spec: str) -> tuple[str, str, str]:
+    """``(source, mount point, mode)`` of a compose volume (a source may hold ``${VAR:?...}``)."""
+    match = re.fullmatch(r"(.*):(/[^:]*)(?::(ro|rw))?", spec)
+    assert match, spec
+    return match.group(1), match.group(2), match.group(3) or "rw"
+
+
 def _owner_step(service: dict, root: Path) -> list[str]:
-    """The kit-owner service's shell command, as compose passes it ($$ -> $), run on ``root``
-    instead of the mount point."""
+    """The kit-owner service's shell command, as compose passes it ($$ -> $), run on the host
+    folder ``root`` that its volumes mount (``./kits/<kit>`` at ``/kits/<kit>``, or one kit's
+    folder at ``/kit``)."""
     assert service["user"] == "0:0" and service["entrypoint"] == ["sh", "-c"]
-    mount = next(v.split(":")[1] for v in service["volumes"])
+    mounts = [_volume(v)[:2] for v in service["volumes"]]
+    top = "/kits" if all(m.startswith("/kits/") for _, m in mounts) else "/kit"
+    for host, mount in mounts:  # each host folder appears at the same place under the top
+        assert Path(host).name == Path(mount).name or mount == top, (host, mount)
     (command,) = service["command"]
-    return ["sh", "-c", command.replace("$$", "$").replace(mount, str(root))]
+    return ["sh", "-c", command.replace("$$", "$").replace(top, str(root))]
 
 
 @pytest.mark.parametrize("name", ["compose.yaml", "compose.site.yaml"])
 def test_the_kit_owner_step_gives_the_kit_files_to_the_uid_the_roles_run_as(name):
     doc = yaml.safe_load((CONTAINER / name).read_text())
+    for service in doc["services"].values():  # the CA's key never enters a container
+        assert all(not _volume(v)[0].rstrip("/").endswith(("kits", "kits/ca"))
+                   for v in service["volumes"]), service["volumes"]
     uid = _image_uid()
     step = doc["services"]["kit-owner"]
     owners = set(re.findall(r"chown -R (\d+):(\d+)", step["command"][0]))
