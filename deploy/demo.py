@@ -321,19 +321,27 @@ def _site_results(fed, held: dict[str, tuple[np.ndarray, np.ndarray]], run: _Run
                                strict=True):
         x_new, y_new = held[pid]
         gain, test = run.gains[pid], tags == TEST
+
+        def held_back(predicted, y_new=y_new) -> dict[str, Any]:
+            if predicted is None:
+                return {"held_back_accuracy": None, "held_back_balanced_accuracy": None}
+            m = held_out_metrics(y_new, predicted)
+            return {"held_back_accuracy": m["accuracy"],
+                    "held_back_balanced_accuracy": m["balanced_accuracy"]}
+
         try:
-            alone = float(np.mean(fit(x, y, tags).predict(x_new) == y_new))
+            alone = fit(x, y, tags).predict(x_new)
         except InvalidInputError:  # e.g. a single class among the site's training rows
             alone = None
         sites[pid] = {
             "test_rows": gain["test_rows"], "held_back": len(y_new), "gain": gain["gain"],
             "local_only": {"test_balanced_accuracy": gain["local_only_balanced_accuracy"],
-                           "held_back_accuracy": alone},
+                           **held_back(alone)},
             "federation": {"test_balanced_accuracy": gain["federation_balanced_accuracy"],
-                           "held_back_accuracy": float(np.mean(run.predictions[pid] == y_new))},
+                           **held_back(run.predictions[pid])},
             "centralised": {"test_balanced_accuracy": held_out_metrics(
                 y[test], central.predict(x[test]))["balanced_accuracy"],
-                "held_back_accuracy": float(np.mean(central.predict(x_new) == y_new))}}
+                **held_back(central.predict(x_new))}}
     return sites
 
 
@@ -399,8 +407,8 @@ def run_demo(*, participants: int = 4, method: str = "aa-igdp-an",
     rel = diff / max(float(np.max(np.abs(z_ref))), np.finfo(float).tiny)
     model = (run.result.get("model") or {}).get("name", "logistic")
     summary = {
-        "participants": participants, "method": method, "v": v, "sigma": sigma,
-        "dim": fed.d, "anchors": run.result["anchors"], "seed": seed,
+        "participants": participants, "dataset": dataset, "method": method, "v": v,
+        "sigma": sigma, "dim": fed.d, "anchors": run.result["anchors"], "seed": seed,
         "colluder": participant_ids(participants)[colluder] if colluder is not None else None,
         "tls": {"mutual": True, "ca": "demo CA (ECDSA P-256)", "server_name": "localhost",
                 "client_certificates": participants},

@@ -134,7 +134,8 @@ def _fmt(value: float | None) -> str:
 
 def summary_markdown(s: dict[str, Any]) -> str:
     """``summary.md``: the run, what each site gained and predicted, what each attack means."""
-    lines = [f"# noisyanchor demo, {s['method']}, {s['participants']} sites",
+    lines = [f"# noisyanchor demo, {s.get('dataset', 'digits')}, {s['method']}, "
+             f"{s['participants']} sites",
              "",
              f"Analyst, {s['participants']} sites"
              + (f", the colluder {s['colluder']}'s disclosure and the attack" if s["colluder"]

@@ -153,3 +153,42 @@ def test_a_sites_key_and_map_decode_every_row_of_z_as_the_am_attack_does(tmp_pat
         x_hat = (z[a:b] - part.shift) @ q.T
         # v = 0.01, d = 5: the alignment's residual rotation only (a random one: ~1.4).
         assert relative_error(x_hat, data[pid][0]) < 0.1
+
+
+@pytest.mark.parametrize("method, sigma, v", [
+    ("c-gdp", 0.0, 0.0), ("c-gdp-pn", 0.05, 0.0), ("i-gdp", 0.0, 0.0), ("aa-igdp", 0.0, 0.0),
+    ("aa-igdp-pn", 0.05, 0.0), ("aa-igdp-an", 0.0, 0.01)])
+def test_every_method_returns_a_map_that_predicts_like_the_analyst(tmp_path, rng, method,
+                                                                  sigma, v):
+    """Whatever the method, h(N_i(M_i(x))) at the site is the analyst's h on that record's row
+    of Z, up to the private-data noise the upload added (none for the other methods)."""
+    from noisyanchor.common.methods import Method
+    from noisyanchor.participant.predict import SitePredictor
+    from noisyanchor.participant.site_state import SiteKey, records_digest
+
+    cfg = _config(tmp_path, method=method, sigma=sigma, v=v,
+                  anchors=R if Method(method).uses_anchor else None)
+    fed = Federation(cfg, Store(tmp_path / "store"))
+    keys, records = {}, {}
+    for k, pid in enumerate(IDS):
+        x, y, tags = _records(rng, N)
+        up, state = compute_upload(method, x, np.random.default_rng(k), shared_seed=b"s" * 32,
+                                   anchors=R, sigma=sigma, v=v, translation_scale=10.0)
+        arrays = {"data": up.data} | ({"anchor": up.anchor} if up.anchor is not None else {})
+        _upload(fed, pid, arrays | {"labels": y, "tags": tags})
+        keys[pid] = SiteKey("f", pid, method, state.key, None, D, tags, records_digest(x, y))
+        records[pid] = x
+    fed.wait(60)
+    result = json.loads((fed.store.result / "result.json").read_text())
+    z = np.load(fed.store.result / "z.npy")
+    model = load_model((fed.store.result / MODEL_FILE).read_bytes())
+    for pid in IDS:
+        predictor = SitePredictor(keys[pid], load_site_model(fed.site_model(pid)))
+        a, b = result["row_ranges"][pid]
+        rows = predictor.rows(records[pid])
+        # Z's rows carry the upload's noise sigma W_i (N_i is a rotation: norms are kept).
+        diff = float(np.max(np.linalg.norm(rows - z[a:b], axis=1)))
+        assert diff <= (1e-9 if not sigma else 6 * sigma * np.sqrt(D)), diff
+        if not sigma:
+            np.testing.assert_allclose(predictor.predict_proba(records[pid]),
+                                       model.predict_proba(z[a:b]), rtol=0, atol=1e-9)

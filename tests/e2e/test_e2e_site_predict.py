@@ -231,3 +231,16 @@ def test_a_model_file_carrying_a_pickle_is_refused_without_running_it(federation
                       federation["procs"])
     assert code == 0, text  # fetched again: the verified copy replaces the altered one
     assert len(_read_predictions(root / "p2-again.csv")[1]) == 5
+
+
+def test_predict_needs_no_network_once_the_site_model_is_kept(federation):
+    """Last in this module: the analyst is stopped, and every site still predicts."""
+    root = federation["root"]
+    stop(federation["procs"][0])  # the analyst
+    for pid, cfg in federation["configs"].items():
+        new = _csv(root / "new" / f"{pid}-offline.csv", federation["held"][pid][0][:3])
+        code, text = _run(["participant", "predict", "--config", cfg, "--input", new, "--out",
+                           root / "offline" / f"{pid}.csv"], root / f"{pid}-offline.log",
+                          federation["procs"])
+        assert code == 0, text
+        assert len(_read_predictions(root / "offline" / f"{pid}.csv")[1]) == 3
