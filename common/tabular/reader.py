@@ -278,9 +278,11 @@ def _listed(names, limit: int = 8) -> str:
 
 def _width_error(shown: str, line: int, row: list[str], header: list[str]) -> TableError:
     if len(row) < len(header):
+        other = [name for d, name in OTHER_DELIMITERS.items() if len(row) == 1 and d in row[0]]
         return TableError(shown, f"the row has {len(row)} fields, the header {len(header)}",
                           line=line, column=header[len(row)],
-                          hint="this and the later columns are missing: a value left out, or "
+                          hint=f"the line seems {other[0]}-separated, unlike the header" if other
+                          else "this and the later columns are missing: a value left out, or "
                                "the line cut short")
     return TableError(shown, f"the row has {len(row)} fields, the header {len(header)}",
                       line=line, column=f"field {len(header) + 1}",

@@ -123,6 +123,7 @@ def test_unknown_categories_may_be_mapped_to_a_declared_one(tmp_path):
 # -- every bad table: file, line, column, value --------------------------------------------
 @pytest.mark.parametrize("text, line, column, value, words", [
     (GOOD + "250,1.5,east\n", 4, "smoker", None, "3 fields, the header 5"),  # short row
+    (GOOD + "250;1.5;east;no;benign\n", 4, "ratio", None, "seems semicolon-separated"),
     (GOOD + "250,1.5,east,no,benign,7\n", 4, "field 6", None, "6 fields"),  # long row
     (GOOD.replace("750", "7,50"), 2, "field 6", None, "decimal comma"),
     (GOOD.replace("750", "abc"), 2, "area", "abc", "is not a number"),
@@ -216,3 +217,15 @@ def test_a_numeric_missing_text_such_as_nan_is_filled_when_declared(tmp_path):
                            missing_tokens=("", "nan"))
     table = read_table(_write(tmp_path, "a,label\nnan,0\n2.5,1\n"), schema)
     np.testing.assert_array_equal(table.x, [[1.0], [2.5]])
+
+
+def test_windows_line_ends_read_as_unix_ones(tmp_path):
+    np.testing.assert_array_equal(
+        read_table(_write(tmp_path, GOOD.replace("\n", "\r\n").encode()), SCHEMA).lines, [2, 3])
+
+
+def test_a_nul_byte_or_an_overlong_field_is_named_by_its_line(tmp_path):
+    err = _refused(tmp_path, (GOOD + "1,1\0,north,yes,benign\n").encode())
+    assert (err.line, err.column) == (4, "ratio") and "is not a number" in str(err)
+    err = _refused(tmp_path, GOOD + "1,1,north,yes," + "x" * 200_000 + "\n")
+    assert err.line == 4 and "field larger than field limit" in str(err)
