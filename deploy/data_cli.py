@@ -1,5 +1,6 @@
 """Subcommands that prepare a site's table: ``schema draft`` (a draft ``[schema]`` from one
-site's CSV, for the operator to review) and ``data split`` (one CSV per site from a bundled data
+site's CSV, for the operator to review), ``schema check`` (a site's table read with a schema,
+offline, as its upload will read it) and ``data split`` (one CSV per site from a bundled data
 set or the operator's own table)."""
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import sys
 from pathlib import Path
 
 #: Top-level commands of this role and their one-line help (see :mod:`noisyanchor.cli`).
-COMMANDS = {"schema": "draft a typed [schema] from one site's CSV table, to review",
+COMMANDS = {"schema": "draft a typed [schema] from one site's CSV table, or check a table "
+                      "against one",
             "data": "split a data set into one CSV table per site"}
 
 
@@ -35,6 +37,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     draft.add_argument("--out", type=Path, default=None,
                        help="write the draft here (refused if it exists; default: print it)")
     draft.set_defaults(handler=_draft)
+    check = inner.add_parser("check", help="read a site's table with a [schema] as the upload "
+                             "will, offline: the first bad cell by file, line, column and value, "
+                             "or the records' count, d_in and the preprocessing digest")
+    check.add_argument("--schema", type=Path, required=True,
+                       help="a file with the [schema] table (project file, analyst config, draft)")
+    check.add_argument("--data", type=Path, required=True, help="the site's CSV table")
+    check.add_argument("--label", default="label", help="the label column, unless the schema "
+                       "names it")
+    check.add_argument("--tag", default="split", help="the optional split column")
+    check.add_argument("--delimiter", default=",", help="between values")
+    check.add_argument("--no-labels", action="store_true",
+                       help="a table without labels (records to predict)")
+    check.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    check.set_defaults(handler=_check)
 
     data = sub.add_parser("data", help=COMMANDS["data"])
     inner = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
@@ -74,6 +90,36 @@ def _draft(args: argparse.Namespace) -> int:
     atomic_write(args.out, text.encode())
     print(f"draft schema of {args.data.name} in {args.out}: review it, and replace this site's "
           "statistics (centres, scales, ranges, categories) with public values")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from noisyanchor.common.errors import ConfigError
+    from noisyanchor.common.tabular import TabularSchema, read_table
+    from noisyanchor.common.tomlconfig import read_toml
+
+    doc = read_toml(args.schema)
+    if not isinstance(doc.get("schema"), dict):
+        raise ConfigError(f"{args.schema}: no [schema] table")
+    typed = "column" in doc["schema"]
+    schema = TabularSchema.from_toml(doc["schema"], args.schema) if typed else None
+    table = read_table(args.data, schema, label_column=args.label, tag_column=args.tag,
+                       require_label=not args.no_labels, delimiter=args.delimiter)
+    features = doc["schema"].get("features")
+    if not typed and features is not None and table.x.shape[1] != features:
+        raise ConfigError(f"{args.data} has {table.x.shape[1]} feature columns but "
+                          f"{args.schema} declares features = {features}")
+    digest = schema.digest().hex() if schema is not None else None
+    outcome = {"records": int(table.x.shape[0]), "d_in": int(table.x.shape[1]),
+               "labels": table.labels is not None, "ignored": list(table.ignored),
+               "preprocessing_sha256": digest}
+    if args.json:
+        print(json.dumps(outcome, indent=2))
+        return 0
+    print(f"{args.data}: {outcome['records']} records read, d_in = {outcome['d_in']}"
+          + (f", columns left out: {', '.join(table.ignored)}" if table.ignored else "")
+          + (f"; preprocessing {digest} (the kit's [protocol] preprocessing_sha256 must be "
+             "the same)" if digest else ""))
     return 0
 
 

@@ -55,3 +55,23 @@ def test_a_range_draft_proposes_min_and_max(tmp_path, capsys):
                                      tmp_path / "x.toml")
     area = next(c for c in schema.columns if c.name == "area")
     assert (area.min, area.max) == (100.0, 490.0)
+
+
+def test_schema_check_reads_a_table_offline_as_the_upload_will(tmp_path, capsys):
+    (tmp_path / "site.csv").write_text(TABLE)
+    draft = tmp_path / "draft.toml"
+    assert main(["schema", "draft", "--data", str(tmp_path / "site.csv"), "--label",
+                 "diagnosis", "--out", str(draft)]) == 0
+    capsys.readouterr()
+    assert main(["schema", "check", "--schema", str(draft), "--data",
+                 str(tmp_path / "site.csv"), "--json"]) == 0
+    import json
+
+    outcome = json.loads(capsys.readouterr().out)
+    assert outcome["records"] == 40 and outcome["d_in"] == 5 and outcome["ignored"] == ["note"]
+    assert len(outcome["preprocessing_sha256"]) == 64
+    (tmp_path / "bad.csv").write_text(TABLE.replace(",north,", ",west,", 1))
+    assert main(["schema", "check", "--schema", str(draft), "--data",
+                 str(tmp_path / "bad.csv")]) == 1
+    err = capsys.readouterr().err
+    assert "bad.csv, line 2, column 'region': 'west' is not one of the declared" in err
