@@ -88,6 +88,8 @@ def keep_schema(cfg: ParticipantConfig, info: pb.FederationInfo) -> None:
     if info.HasField("schema"):
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(schema_path(cfg), info.schema.SerializeToString(deterministic=True))
+    else:  # a schema kept from an earlier declaration of this federation no longer applies
+        schema_path(cfg).unlink(missing_ok=True)
 
 
 def kept_schema(cfg: ParticipantConfig) -> RecordSchema | None:
@@ -124,10 +126,16 @@ def local_data(cfg: ParticipantConfig, schema: RecordSchema | None = None, *,
     ``schema`` None: the schema kept when this site joined (:func:`kept_schema`).
     ``require_labels=False`` reads a table without labels too (prediction input).
     """
-    return load_local_data(cfg.data, schema=schema if schema is not None else kept_schema(cfg),
-                           label_column=cfg.label_column, tag_column=cfg.tag_column,
-                           label_index=cfg.label_index, require_labels=require_labels,
-                           delimiter=cfg.delimiter)
+    return read_records(cfg, schema if schema is not None else kept_schema(cfg),
+                        require_labels=require_labels)
+
+
+def read_records(cfg: ParticipantConfig, schema: RecordSchema | None, *,
+                 require_labels: bool = True) -> LocalData:
+    """This participant's records read with exactly ``schema`` (None: no schema declared)."""
+    return load_local_data(cfg.data, schema=schema, label_column=cfg.label_column,
+                           tag_column=cfg.tag_column, label_index=cfg.label_index,
+                           require_labels=require_labels, delimiter=cfg.delimiter)
 
 
 def withdrawal_reason(cfg: ParticipantConfig, err: Exception) -> str:
@@ -234,7 +242,7 @@ def _join(client: AnalystClient, cfg: ParticipantConfig) -> Joined:
     try:
         check_member(cfg, info)
         schema = served_schema(cfg, info)
-        data = local_data(cfg, schema)
+        data = read_records(cfg, schema)
         x = working_data(cfg, data.x)
         check_fits_federation(cfg, info, data, x)
     except InvalidInputError as err:

@@ -67,6 +67,8 @@ def test_the_kept_schema_preprocesses_later_uses_as_the_upload_did(cfg):
                      require_labels=False)
     assert new.labels is None
     np.testing.assert_array_equal(new.x, [[1.0, 0.0]])
+    keep_schema(cfg, _info(None))  # the federation now declares none: nothing stale is kept
+    assert kept_schema(cfg) is None
 
 
 def test_the_withdrawal_names_line_and_column_but_no_value_and_no_local_path(cfg):
