@@ -147,6 +147,7 @@ def _predict(args: argparse.Namespace) -> int:
     from noisyanchor.participant.gain import gain_line
     from noisyanchor.participant.predict import (
         SITE_MODEL_FILE,
+        class_names,
         load_predictor,
         predict_with,
         prediction_records,
@@ -156,11 +157,12 @@ def _predict(args: argparse.Namespace) -> int:
     fetched = args.refresh or not (cfg.state_dir / SITE_MODEL_FILE).is_file()
     predictor = load_predictor(cfg, refresh=args.refresh)
     data = prediction_records(cfg, args.input, predictor.key)
-    out = predict_with(predictor, data.x, data.lines)
+    out = predict_with(predictor, data.x, data.lines, class_names(cfg, predictor.classes))
     out.write_csv(args.out)
     gain = _site_gain(cfg)
     summary = {"participant": cfg.id, "input": str(args.input), "out": str(args.out),
-               "records": len(out.labels), "classes": out.classes.tolist(),
+               "records": len(out.labels),
+               "classes": list(out.class_names or out.classes.tolist()),
                "model": predictor.model.name, "fetched": fetched,
                "site_model": str(cfg.state_dir / SITE_MODEL_FILE), "gain": gain}
     if args.json:
@@ -168,7 +170,8 @@ def _predict(args: argparse.Namespace) -> int:
         return 0
     source = ("fetched from the analyst and kept in" if fetched else "kept in")
     print(f"{cfg.id}: predicted {summary['records']} records of {args.input} into {args.out} "
-          f"(label and the probability of each class {', '.join(map(str, out.classes))}) with "
+          f"(label and the probability of each class "
+          f"{', '.join(map(str, out.class_names or out.classes))}) with "
           f"the federation's {predictor.model.name} model and {cfg.id}'s own map, "
           f"{source} {summary['site_model']}; nothing about the records left this host")
     print(f"gain: {gain['error']}" if "error" in gain else f"gain {gain_line(gain)}")

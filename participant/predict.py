@@ -176,6 +176,9 @@ class Predictions:
         Each record's 1-based position in its input.
     lines : (n,) ndarray of int64
         The line each record starts on in its CSV file (header: line 1); its row otherwise.
+    class_names : tuple of str or None
+        The label text of each class in ``classes`` when the federation's schema declares them
+        (``label_classes``: ``benign``, ``malignant``); None for integer labels.
     """
 
     labels: np.ndarray
@@ -183,31 +186,57 @@ class Predictions:
     classes: np.ndarray
     rows: np.ndarray
     lines: np.ndarray
+    class_names: tuple[str, ...] | None = None
+
+    @property
+    def names(self) -> list[str]:
+        """The predicted labels as the site's table writes them (their texts, or numbers)."""
+        if self.class_names is None:
+            return [str(int(c)) for c in self.labels]
+        by_class = dict(zip(self.classes.tolist(), self.class_names, strict=True))
+        return [by_class[int(c)] for c in self.labels]
 
     def write_csv(self, path: Path) -> Path:
         """One line per input record: ``row``, ``line``, ``label``, ``p_<class>`` for every
-        class (probabilities with every digit: ``repr`` of the float)."""
+        class (the label texts when the schema declares them; probabilities with every digit:
+        ``repr`` of the float)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", newline="") as fh:
             out = csv.writer(fh)
-            out.writerow(["row", "line", "label", *(f"p_{c}" for c in self.classes)])
-            for row, line, label, p in zip(self.rows, self.lines, self.labels,
+            names = self.class_names or [str(int(c)) for c in self.classes]
+            out.writerow(["row", "line", "label", *(f"p_{c}" for c in names)])
+            for row, line, label, p in zip(self.rows, self.lines, self.names,
                                            self.probabilities, strict=True):
-                out.writerow([int(row), int(line), int(label), *(repr(float(v)) for v in p)])
+                out.writerow([int(row), int(line), label, *(repr(float(v)) for v in p)])
         return path
 
 
-def predict_with(predictor: SitePredictor, x: np.ndarray,
-                 lines: np.ndarray | None = None) -> Predictions:
+def class_names(cfg: ParticipantConfig, classes: np.ndarray) -> tuple[str, ...] | None:
+    """The label texts of the model's ``classes`` (integer codes ``0 .. k-1``) from the schema
+    kept when the site joined, when it declares them."""
+    from noisyanchor.participant.run import kept_schema
+
+    schema = kept_schema(cfg)
+    texts = schema.tabular.label_classes if schema is not None and schema.tabular else ()
+    if not texts:
+        return None
+    if not all(0 <= int(c) < len(texts) for c in classes):
+        raise InvalidInputError(f"the model predicts classes {classes.tolist()} but the schema "
+                                f"names {len(texts)} label classes {list(texts)}")
+    return tuple(texts[int(c)] for c in classes)
+
+
+def predict_with(predictor: SitePredictor, x: np.ndarray, lines: np.ndarray | None = None,
+                 names: tuple[str, ...] | None = None) -> Predictions:
     """:class:`Predictions` of raw records ``x`` (``n x d_in``; ``lines``: where each is in
-    its file)."""
+    its file; ``names``: the label texts of the classes, :func:`class_names`)."""
     x = np.asarray(x, dtype=np.float64)
     check_records(predictor.key, x, None, "the records")
     proba = predictor.predict_proba(x)
     rows = np.arange(1, len(x) + 1, dtype=np.int64)
     return Predictions(predictor.predict(x), proba, predictor.classes, rows,
-                       rows if lines is None else np.asarray(lines, dtype=np.int64))
+                       rows if lines is None else np.asarray(lines, dtype=np.int64), names)
 
 
 def predict(config: Path | str | ParticipantConfig, records: Path | str | np.ndarray, *,
@@ -227,7 +256,8 @@ def predict(config: Path | str | ParticipantConfig, records: Path | str | np.nda
     cfg = config if isinstance(config, ParticipantConfig) else load_participant_config(
         Path(config))
     predictor = load_predictor(cfg, refresh=refresh)
+    names = class_names(cfg, predictor.classes)
     if isinstance(records, np.ndarray):
-        return predict_with(predictor, records)
+        return predict_with(predictor, records, names=names)
     data = prediction_records(cfg, Path(records), predictor.key)
-    return predict_with(predictor, data.x, data.lines)
+    return predict_with(predictor, data.x, data.lines, names)

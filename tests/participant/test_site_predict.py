@@ -156,3 +156,23 @@ def test_gain_compares_local_only_with_the_federation_on_the_sites_test_rows(sit
         fh.write(",".join(["0"] * D_IN) + ",1\n")
     with pytest.raises(PreconditionError, match="not the ones org-a uploaded"):
         ensure_gain(cfg, predictor.key, predictor.site)
+
+
+def test_predictions_speak_the_schemas_label_texts(site, monkeypatch):
+    from types import SimpleNamespace
+
+    from noisyanchor.participant import run
+    from noisyanchor.participant.predict import class_names
+
+    tabular = SimpleNamespace(label_classes=("red", "green", "blue"))
+    monkeypatch.setattr(run, "kept_schema", lambda cfg: SimpleNamespace(tabular=tabular))
+    out = predict(site["cfg"], site["x"][:4])
+    assert out.class_names == ("red", "green", "blue")
+    by_code = {0: "red", 1: "green", 2: "blue"}
+    assert out.names == [by_code[int(c)] for c in out.labels]
+    lines = out.write_csv(site["tmp"] / "named.csv").read_text().splitlines()
+    assert lines[0] == "row,line,label,p_red,p_green,p_blue"
+    assert lines[1].split(",")[2] == by_code[int(out.labels[0])]
+    tabular.label_classes = ("red", "green")
+    with pytest.raises(InvalidInputError, match="names 2 label classes"):
+        class_names(site["cfg"], np.array([0, 1, 2]))
