@@ -258,8 +258,9 @@ def gram_baseline(noisy: np.ndarray, sigma: float, *, projector: str, metric: bo
     else:
         bound = projected_distance_bound(n, sigma, metric=metric)
         est, se_p = risk if risk is not None else (None, None)
-        resolved_p = est is not None and se_p is not None and 0.0 < est and se_p <= est / 2.0
-        upper = min(bound, est + CONFIDENCE_SE * se_p) if resolved_p else bound
+        upper = bound
+        if est is not None and se_p is not None and 0.0 < est and se_p <= est / 2.0:
+            upper = min(bound, est + CONFIDENCE_SE * se_p)  # the estimate is resolved
     lower = max(raw - CONFIDENCE_SE * se_i, floor)
     worse = not upper < lower
     resolved = raw > 0.0 and se_i <= raw / 2.0
