@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +32,8 @@ import grpc
 
 from benchmarks.hostile_scenario import memory_mib
 from benchmarks.stream_flood import StatusProbe, percentile, rapid_reset
-from noisyanchor.common.blas import available_cpus
+from noisyanchor.analyst import config as analyst_config
+from noisyanchor.common.blas import available_cpus, blas_settings
 from noisyanchor.common.tomlconfig import TlsFiles
 from noisyanchor.deploy.demo import write_analyst
 from noisyanchor.deploy.launch import start, stop, wait_for_port
@@ -44,11 +46,34 @@ STATUS_P99_FLOOR = 2.0
 AFTER = 2.0
 RUNS = {"quiet": None, "flood": {},
         "flood_unbounded_streams": {"max_streams_per_connection": 2**31 - 1}}
+#: Thread settings the analyst inherits from this process's environment.
+THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+              "GRPC_POLL_STRATEGY", "GRPC_VERBOSITY")
+
+
+def transport_defaults() -> dict:
+    """The ``[server]`` transport limits the ``flood`` run uses (its config sets none)."""
+    return {name.removeprefix("DEFAULT_").lower(): getattr(analyst_config, name)
+            for name in dir(analyst_config)
+            if name.startswith(("DEFAULT_MAX_", "DEFAULT_HANDSHAKE", "DEFAULT_CONNECTION"))}
+
+
+def commit() -> str | None:
+    """The checkout's commit (and ``+dirty`` when it has changes), or None outside git."""
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], text=True,
+                              capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "-uno"],
+                               text=True, capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
 
 
 def one_run(root: Path, name: str, args: argparse.Namespace) -> dict:
     """A fresh analyst, the honest probe, and the flood of run ``name`` (or a quiet window)."""
     server = RUNS[name]
+    load_before = os.getloadavg()
     files = write_analyst(root / name, ("org-a", "org-b", "org-c"), federation_id="bench",
                           method="aa-igdp", anchors=16, dim=8, sigma=None, v=None,
                           accept_collusion=False, extra_certificates=("outsider",),
@@ -78,6 +103,7 @@ def one_run(root: Path, name: str, args: argparse.Namespace) -> dict:
         mem = memory_mib(proc.pid)
         result = {
             "server": server, "seconds": end - begin,
+            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
             "honest_calls": len(during), "honest_errors": probe.errors,
             "status_p50_s": percentile(during, 0.5), "status_p99_s": percentile(during, 0.99),
             "status_max_s": max(during) if during else float("nan"),
@@ -132,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "loadavg_start": os.getloadavg(), "cpus": available_cpus(),
             "python": platform.python_version(), "grpcio": grpc.__version__,
+            "blas": blas_settings(), "env": {k: os.environ.get(k) for k in THREAD_ENV},
+            "transport_defaults": transport_defaults(), "commit": commit(),
             "command": "python -m benchmarks.bench_flood " + " ".join(argv or sys.argv[1:])}
     runs = {}
     with tempfile.TemporaryDirectory(prefix="bench-flood-") as tmp:
