@@ -32,6 +32,7 @@ from noisyanchor.analyst.federation import Federation
 from noisyanchor.analyst.release_service import add_release_servicer
 from noisyanchor.analyst.service import AnalystServicer, add_analyst_servicer
 from noisyanchor.analyst.storage import Store
+from noisyanchor.common.blas import load_scipy_blas
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.files import atomic_write
 from noisyanchor.protos.v1 import analyst_pb2 as analyst_pb
@@ -162,6 +163,9 @@ def start_server(config: AnalystConfig) -> Running:
     log.info("federation %s: serving %s on %s:%d (mutual TLS); waiting for %s",
              config.federation_id, config.method, config.host, port,
              ", ".join(fed.missing_uploads()) or "nobody (all uploads committed)")
+    # Nothing before listening imports scipy (a second of the start under load, issue 22): its
+    # BLAS is loaded and given the process's thread count now, beside the first calls.
+    threading.Thread(target=load_scipy_blas, name="load-scipy", daemon=True).start()
     return Running(server, health_server, fed, checks, port, pool)
 
 

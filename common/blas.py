@@ -237,7 +237,8 @@ def _environment_threads() -> tuple[int | None, str]:
     return None, "auto"
 
 
-def configure_blas(override: int | None = None, *, announce: bool = True) -> BlasPolicy:
+def configure_blas(override: int | None = None, *, announce: bool = True,
+                   load_scipy: bool = True) -> BlasPolicy:
     """Set this process's BLAS policy and its default of one thread; logs the choice once.
 
     Parameters
@@ -247,8 +248,14 @@ def configure_blas(override: int | None = None, *, announce: bool = True) -> Bla
         (:data:`THREAD_VARIABLES`) if any, else chosen per operation.
     announce : bool
         Log the policy (INFO), once per process (and again when an override changes it).
+    load_scipy : bool
+        Import ``scipy.linalg`` first, which loads scipy's own OpenBLAS, so that the limit
+        reaches it too. False: only the BLAS already loaded (numpy's); the caller then calls
+        :func:`load_scipy_blas` before any scipy work (the analyst listens first: scipy costs
+        its start half a second).
     """
-    import scipy.linalg  # noqa: F401  (loads scipy's own OpenBLAS, so the limit reaches it)
+    if load_scipy:
+        import scipy.linalg  # noqa: F401
 
     global _policy
     override = check_blas_threads(0 if override is None else override) or None
@@ -262,6 +269,20 @@ def configure_blas(override: int | None = None, *, announce: bool = True) -> Bla
     if announce and (first or override is not None):
         log.info("%s", _policy.describe())
     return _policy
+
+
+def load_scipy_blas(*, announce: bool = True) -> BlasPolicy:
+    """Import ``scipy.linalg`` (scipy's own OpenBLAS) and give it the count of every other BLAS
+    of the process: the rest of :func:`configure_blas` ``(load_scipy=False)``. Logs the policy,
+    its libraries now all loaded, when ``announce``."""
+    import scipy.linalg  # noqa: F401
+
+    pol = policy()
+    with _lock:
+        _apply(_effective())
+    if announce:
+        log.info("%s", pol.describe())
+    return pol
 
 
 def policy() -> BlasPolicy:

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.linalg
 
+# scipy is imported where it is used: it costs a process's start a second (issue 22).
 from noisyanchor.common.blas import (
     available_cpus,
     blas_threads,
@@ -211,6 +211,8 @@ class _GramOperator:
     """``G = K^T K`` in factored form; ``apply`` computes ``G R`` for stacked ``R``."""
 
     def __init__(self, bc: np.ndarray) -> None:
+        import scipy.linalg
+
         p, r, d = bc.shape
         self.p, self.d = p, d
         k = np.ascontiguousarray(bc.transpose(1, 0, 2).reshape(r, p * d))

@@ -29,9 +29,8 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
-import scipy.sparse.linalg
 
+# scipy is imported where it is used: it costs a process's start a second (issue 22).
 from noisyanchor.common.linalg import extreme_eigh
 
 #: Largest ``pd`` for which the certificate may use a dense ``pd x pd`` eigensolver.
@@ -131,6 +130,8 @@ def certify(k: np.ndarray, r_blocks: np.ndarray, gr: np.ndarray, *,
     Newton's method at the Rayleigh quotient on ``span(R)``; when that start is outside the
     equation's domain, Lanczos runs on the operator.
     """
+    import scipy.linalg
+
     p, d, _ = r_blocks.shape
     m, n = k.shape[0], p * d
     path = path or certificate_path(p, d, m)
@@ -210,6 +211,8 @@ class _Secular:
                     tol: float) -> tuple[float, np.ndarray, np.ndarray] | None:
         """Top eigenpair of ``M(s)`` by LOBPCG from ``block``, with the block to warm-start the
         next step; None when its residual stays above :data:`LOBPCG_ACCEPT`."""
+        import scipy.sparse.linalg
+
         m, p, d = self.k.shape[0], self.p, self.d
 
         def matmat(u: np.ndarray) -> np.ndarray:
@@ -276,6 +279,8 @@ def _lanczos_min_eig(k: np.ndarray, lam: np.ndarray) -> tuple[float, int]:
     The whole operator, not its restriction to the complement of ``span(R)``: that restriction
     gives ``lambda_min`` only when ``span(R)`` is invariant (a stationary point); elsewhere (a
     capped run) it was an upper bound (found by issue 24's tests: -8.65 for -8.84)."""
+    import scipy.sparse.linalg
+
     p, d, _ = lam.shape
     n = p * d
     products = 0

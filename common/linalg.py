@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Literal, TypeVar, overload
 
 import numpy as np
-import scipy.linalg
+
+# scipy is imported where it is used: it costs a process's start a second (issue 22).
 
 T = TypeVar("T")
 
@@ -54,6 +55,8 @@ def extreme_eigh(a: np.ndarray, count: int, *, largest: bool,
     v : (n, count) ndarray or None
         Orthonormal eigenvectors, column ``j`` for ``w[j]``.
     """
+    import scipy.linalg
+
     n = a.shape[0]
     index = [n - count, n - 1] if largest else [0, count - 1]
     out = scipy.linalg.eigh(a, subset_by_index=index, eigvals_only=not vectors,

@@ -19,12 +19,11 @@ both give the same labels and probabilities on the rows it is given.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy.special import expit, softmax
 
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.models.container import ArraysFile, dump_arrays, load_arrays
@@ -32,9 +31,19 @@ from noisyanchor.common.models.container import ArraysFile, dump_arrays, load_ar
 #: Format name of a downstream model file.
 MODEL_FORMAT = "noisyanchor.model"
 
+
+def _expit(a: np.ndarray) -> np.ndarray:
+    """The logistic function ``1 / (1 + exp(-a))`` (scipy's, imported here: scipy costs a
+    process's start a second, issue 22)."""
+    from scipy.special import expit
+
+    return expit(a)
+
+
 #: Hidden-layer activations an MLP may use (scikit-learn's names).
-ACTIVATIONS = {"identity": lambda a: a, "logistic": expit, "tanh": np.tanh,
-               "relu": lambda a: np.maximum(a, 0.0)}
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "identity": lambda a: a, "logistic": _expit, "tanh": np.tanh,
+    "relu": lambda a: np.maximum(a, 0.0)}
 
 #: Query rows per block of the k-NN distance computation (bounds its memory).
 KNN_BLOCK = 1024
@@ -148,6 +157,8 @@ class LogisticModel(Classifier):
         return u @ self.coef.T + self.intercept
 
     def _proba(self, u: np.ndarray) -> np.ndarray:
+        from scipy.special import expit, softmax
+
         d = self._decision(u)
         if self.coef.shape[0] == 1:
             p = expit(d[:, 0])
@@ -192,6 +203,8 @@ class MlpModel(Classifier):
         return a
 
     def _proba(self, u: np.ndarray) -> np.ndarray:
+        from scipy.special import expit, softmax
+
         out = self._output(u)
         if out.shape[1] == 1:
             p = expit(out[:, 0])

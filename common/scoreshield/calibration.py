@@ -13,9 +13,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.special import log_ndtr
 
+# scipy is imported where it is used: it costs a process's start a second (issue 22).
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.scoreshield.regimes import Regime
 from noisyanchor.common.validation import check_positive
@@ -44,6 +43,8 @@ def _log_gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> flo
     ``eps`` (``e^eps`` overflows beyond eps ~ 709), so we combine their logarithms from
     ``scipy.special.log_ndtr``: ``ln delta = la + log1p(-exp(lb - la))``.
     """
+    from scipy.special import log_ndtr
+
     ratio = sensitivity / sigma
     a = 0.5 * ratio - epsilon / ratio
     b = -0.5 * ratio - epsilon / ratio
@@ -98,6 +99,8 @@ def gaussian_epsilon(sigma: float, delta: float, sensitivity: float) -> float:
     sensitivity : float
         L2 sensitivity ``Delta > 0`` under the adjacency of interest.
     """
+    from scipy.optimize import brentq
+
     sig = check_positive(sigma, "sigma")
     sens = check_positive(sensitivity, "sensitivity")
     _, dlt = check_epsilon_delta(1.0, delta)
@@ -149,6 +152,8 @@ def analytic_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
     found by :func:`scipy.optimize.brentq`. The returned value is nudged up by a few ulps if
     needed so that the target is met, never missed.
     """
+    from scipy.optimize import brentq
+
     eps, dlt = check_epsilon_delta(epsilon, delta)
     sens = check_positive(sensitivity, "sensitivity")
     log_target = math.log(dlt)

@@ -19,10 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.special import ndtr
-from scipy.stats import rankdata
 
+# scipy is imported where it is used: it costs a process's start a second (issue 22).
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.validation import as_vector, check_nonnegative, check_positive
 
@@ -83,6 +81,8 @@ def auc(labels: object, scores: object) -> float:
     Computed from mid-ranks (``scipy.stats.rankdata``), which equals the trapezoidal area under
     :func:`roc_curve` and ``sklearn.metrics.roc_auc_score``.
     """
+    from scipy.stats import rankdata
+
     y, s = _labels_scores(labels, scores)
     ranks = rankdata(s)  # average ranks for ties
     n_pos = float(y.sum())
@@ -123,6 +123,8 @@ def flip_probability(score: object, threshold: float, sigma: float) -> np.ndarra
     ``P(flip) = Q(|s - tau| / sigma)`` for an interior threshold ``tau in (-1, 1)``; clipping to
     ``[-1, 1]`` does not change interior decisions (paper Proposition G.12).
     """
+    from scipy.special import ndtr
+
     s = np.asarray(score, dtype=float)
     sig = check_positive(sigma, "sigma")
     return ndtr(-np.abs(s - float(threshold)) / sig)
@@ -146,6 +148,8 @@ def private_fmr(impostor_scores: object, threshold: float, sigma: float) -> floa
     Impostor scores smoothed by ``N(0, sigma^2)``, strict rule ``score > tau`` at an interior
     ``tau`` (paper Appendix G.2, Gaussian smoothing of the impostor CDF).
     """
+    from scipy.special import ndtr
+
     s = as_vector(impostor_scores, "impostor_scores")
     sig = check_positive(sigma, "sigma")
     return float(ndtr((s - float(threshold)) / sig).mean())
@@ -204,6 +208,8 @@ def recalibrate_threshold(
     -------
     Recalibration
     """
+    from scipy.special import ndtr
+
     s = as_vector(impostor_scores, "impostor_scores")
     if s.size == 0:
         raise InvalidInputError("impostor_scores is empty")
@@ -222,6 +228,8 @@ def recalibrate_threshold(
     if excess(-1.0) <= 0.0:
         tau = -1.0
     else:
+        from scipy.optimize import brentq
+
         tau = float(brentq(excess, -1.0, hi, xtol=1e-12))
     return Recalibration(threshold=tau, clean_threshold=tau0, offset=tau - tau0,
                          fmr_before=before, fmr=private_fmr(s, tau, sig), feasible=True)

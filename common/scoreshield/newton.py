@@ -59,7 +59,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
+
+# scipy is imported where it is used: it costs a process's start a second (issue 22).
 
 #: Armijo sufficient-decrease constant, the largest and smallest factor a backtrack shrinks the
 #: step by, and the cap on backtracks of the line search.
@@ -153,6 +154,8 @@ class _Point:
     def at(cls, g: np.ndarray, y: np.ndarray, single: bool) -> _Point:
         """The point ``y``: one eigendecomposition of ``G + Diag(y)`` (LAPACK ``syevd``), in
         single precision when ``single`` (``g`` is then ``G`` as float32)."""
+        import scipy.linalg
+
         a = g.copy()
         a[np.diag_indices_from(a)] += y.astype(a.dtype)
         w, v = scipy.linalg.eigh(a, driver="evd", check_finite=False, overwrite_a=True)

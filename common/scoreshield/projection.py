@@ -39,8 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 
+# scipy is imported where it is used: it costs a process's start a second (issue 22).
 from noisyanchor.common.blas import eigh_threads, with_blas_threads
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.scoreshield.newton import newton_dual
@@ -132,6 +132,8 @@ def project_psd(matrix: np.ndarray) -> np.ndarray:
     positive or negative eigenpairs is the smaller set: ``S - V_- Lambda_- V_-^T`` when few
     eigenvalues are negative, which is the common case near convergence.
     """
+    import scipy.linalg
+
     w, v = scipy.linalg.eigh(matrix, driver="evd", check_finite=False)
     neg = w < 0.0
     n_neg = int(neg.sum())
@@ -171,6 +173,8 @@ def _normalize(matrix: np.ndarray, *, psd: bool = False) -> np.ndarray:
 
 def _min_eigenvalue(matrix: np.ndarray) -> float:
     """Smallest eigenvalue only (LAPACK ``syevr`` with an index subset)."""
+    import scipy.linalg
+
     w = scipy.linalg.eigh(matrix, eigvals_only=True, subset_by_index=[0, 0], driver="evr",
                          check_finite=False)
     return float(w[0])

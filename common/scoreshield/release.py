@@ -21,8 +21,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 
+# scipy is imported where it is used: it costs a process's start a second (issue 22).
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.scoreshield.baseline import (
     GramBaseline,
@@ -328,6 +328,8 @@ def check_gram(gram: object, *, psd: bool = False) -> np.ndarray:
     The record-level sensitivity ``2 sqrt(2 (n - 1))`` holds for any matrix with these entries;
     the identity-level one also uses that the blocks are PSD.
     """
+    import scipy.linalg
+
     s = as_matrix(gram, "gram")
     n = s.shape[0]
     if s.shape[1] != n:
