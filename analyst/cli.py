@@ -103,8 +103,8 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port, port_file=args.port_file, output_dir=args.output_dir,
         log_json=args.log_json, blas_threads=args.blas_threads)
     configure_logging(config.log_json)
-    # scipy's own BLAS is loaded (and the choice logged) once listening: analyst.server
-    configure_blas(config.blas_threads, announce=False, load_scipy=False)
+    # logs the choice; scipy's own BLAS is loaded once listening (analyst.server)
+    configure_blas(config.blas_threads, load_scipy=False)
     try:
         serve(config)
     except NoisyAnchorError as err:  # one line, in the analyst's log (console and JSON) too

@@ -250,9 +250,9 @@ def configure_blas(override: int | None = None, *, announce: bool = True,
         Log the policy (INFO), once per process (and again when an override changes it).
     load_scipy : bool
         Import ``scipy.linalg`` first, which loads scipy's own OpenBLAS, so that the limit
-        reaches it too. False: only the BLAS already loaded (numpy's); the caller then calls
-        :func:`load_scipy_blas` before any scipy work (the analyst listens first: scipy costs
-        its start half a second).
+        reaches it too. False: only the BLAS already loaded (numpy's, the only one the log line
+        then names); the caller then calls :func:`load_scipy_blas` before any scipy work (the
+        analyst listens first: scipy costs its start half a second).
     """
     if load_scipy:
         import scipy.linalg  # noqa: F401
@@ -271,18 +271,14 @@ def configure_blas(override: int | None = None, *, announce: bool = True,
     return _policy
 
 
-def load_scipy_blas(*, announce: bool = True) -> BlasPolicy:
+def load_scipy_blas() -> None:
     """Import ``scipy.linalg`` (scipy's own OpenBLAS) and give it the count of every other BLAS
-    of the process: the rest of :func:`configure_blas` ``(load_scipy=False)``. Logs the policy,
-    its libraries now all loaded, when ``announce``."""
+    of the process: the rest of :func:`configure_blas` ``(load_scipy=False)``."""
     import scipy.linalg  # noqa: F401
 
-    pol = policy()
+    policy()
     with _lock:
         _apply(_effective())
-    if announce:
-        log.info("%s", pol.describe())
-    return pol
 
 
 def policy() -> BlasPolicy:

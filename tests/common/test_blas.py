@@ -4,7 +4,11 @@ and nested blocks share without oversubscribing, and GOPP workers that fit besid
 
 from __future__ import annotations
 
+import ast
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -201,3 +205,25 @@ def test_gopp_workers_and_blas_threads_never_oversubscribe(four_cpus, monkeypatc
         assert (threads["workers"], threads["steps"]) == expected
         assert threads["workers"] * threads["steps"] <= 4
     assert _counts() == {4}  # the override of 4 is the default between operations
+
+
+def test_scipy_s_blas_loaded_after_the_policy_gets_its_count():
+    # The analyst sets its policy without importing scipy (it listens first, issue 22) and
+    # loads scipy's own OpenBLAS afterwards: that library must get the same count. Fresh
+    # process: scipy is already imported here. No thread pin: OpenBLAS would start at it.
+    code = ("import os, sys\n"
+            "for v in ('OPENBLAS_NUM_THREADS', 'OMP_NUM_THREADS', 'MKL_NUM_THREADS'):\n"
+            "    os.environ.pop(v, None)\n"
+            "from threadpoolctl import threadpool_info\n"
+            "from noisyanchor.common.blas import configure_blas, load_scipy_blas\n"
+            "configure_blas(announce=False, load_scipy=False)\n"
+            "assert 'scipy' not in sys.modules\n"
+            "load_scipy_blas()\n"
+            "print(sorted((i['filepath'], i['num_threads']) for i in threadpool_info()\n"
+            "             if i['user_api'] == 'blas'))\n")
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=env, check=True).stdout
+    libraries = ast.literal_eval(out)
+    assert any("scipy" in path for path, _ in libraries), libraries  # scipy's own was loaded
+    assert {n for _, n in libraries} == {1}, libraries
