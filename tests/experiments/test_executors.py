@@ -25,8 +25,8 @@ TINY = {"name": "tiny-cluster", "dataset": "digits", "max_records": 500, "partic
         "episodes": 100, "workers": 2, "grid_every": 3, "bootstrap": 20, "seed": 5,
         "models": ["logistic"], "auditors": ["pca"]}
 
-#: Fields that hold wall times (they differ from run to run, the rest must not).
-TIMINGS = ("seconds",)
+#: Fields that hold wall and CPU times (they differ from run to run, the rest must not).
+TIMINGS = ("seconds", "cpu_seconds")
 
 
 def _rows(out: Path) -> dict:
