@@ -5,17 +5,21 @@ local path) and stop waiting; nothing stored at the analyst changes."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import subprocess
 import sys
 
 import pytest
-from e2e_support import FEDERATION, wait_until
+from e2e_support import FEDERATION, random_upload, wait_until
 
 from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.tabular import TabularSchema
+from noisyanchor.common.wire import bundle_spec
 from noisyanchor.deploy.demo import write_analyst, write_participant
 from noisyanchor.deploy.launch import child_env, start, stop, wait_for_port
+from noisyanchor.participant.client import AnalystClient
 from noisyanchor.participant.config import load_participant_config
 from noisyanchor.participant.run import analyst_status, run_upload
 
@@ -33,16 +37,21 @@ SCHEMA = {"label": "outcome", "label_classes": ["no", "yes"], "column": [
 HEADER = "record_id,area,ratio,region,smoker,outcome"
 
 
-def _table(n: int, bad: tuple[int, str, str] | None = None) -> str:
-    """``n`` good records (line 2 onward); ``bad = (line, column, text)`` replaces one cell."""
+def _table(n: int, bad: tuple[int, str, str | None] | None = None) -> str:
+    """``n`` good records (line 2 onward) and a blank trailing line, as spreadsheets export
+    them; ``bad = (line, column, text)`` replaces one cell (text None: the row ends before
+    that column, a short row)."""
     names = HEADER.split(",")
     rows = [[f"r{i}", f"{100 + 37 * i % 800}", f"{0.1 + 0.05 * (i % 10):.2f}",
              ("north", "south")[i % 2], ("yes", "no")[i % 3 == 0], ("no", "yes")[i % 2]]
             for i in range(n)]
     if bad is not None:
         line, column, text = bad
-        rows[line - 2][names.index(column)] = text
-    return "\n".join([HEADER, *(",".join(r) for r in rows)]) + "\n"
+        if text is None:
+            del rows[line - 2][names.index(column):]
+        else:
+            rows[line - 2][names.index(column)] = text
+    return "\n".join([HEADER, *(",".join(r) for r in rows)]) + "\n\n"
 
 
 def _store_state(store) -> dict[str, str]:
@@ -86,6 +95,8 @@ def federation(tmp_path_factory):
     ((6, "outcome", "maybe"), "line 6, column 'outcome': the value is not one of the declared "
      "label classes", "'maybe'"),
     ((3, "area", "1,5"), "line 3, column 'field 7': the row has 7 fields, the header 6", "7"),
+    ((8, "smoker", None), "line 8, column 'smoker': the row has 4 fields, the header 6",
+     "4 fields"),
 ])
 def test_a_site_whose_table_is_refused_withdraws_naming_line_and_column(federation, bad, where,
                                                                        local):
@@ -108,21 +119,62 @@ def test_a_site_whose_table_is_refused_withdraws_naming_line_and_column(federati
     assert _store_state(files.store) == before  # nothing stored, nothing changed
 
 
-def test_an_empty_file_and_a_missing_label_column_withdraw_too(federation):
+@pytest.mark.parametrize("text, words", [
+    ("", "p2.csv: the file is empty"),
+    ("\n\n", "p2.csv: the file is empty"),
+    (HEADER.rsplit(",", 1)[0] + "\n1,2,0.5,north,yes\n",
+     "p2.csv, line 1: the header has no label column 'outcome'"),
+    (HEADER.replace("ratio", "area") + "\n",
+     "p2.csv, line 1, column 'area': the header names this column twice"),
+    (HEADER.replace("region", "regoin") + "\n",
+     "p2.csv, line 1, column 'region': the header has no such column"),
+    (HEADER.replace(",", ";") + "\n", "p2.csv, line 1: the header is a single field holding ';'"),
+])
+def test_an_empty_file_or_a_bad_header_withdraws_too(federation, text, words):
+    """The file, and the line and column of a header that lacks one (there is no value)."""
     files, configs = federation
     cfg = load_participant_config(configs["p2"])
-    for text, words in (("", "p2.csv: the file is empty"),
-                        (HEADER.rsplit(",", 1)[0] + "\n1,2,0.5,north,yes\n",
-                         "p2.csv, line 1: the header has no label column 'outcome'"),
-                        (HEADER.replace("ratio", "area") + "\n", "line 1, column 'area': the "
-                         "header names this column twice"),
-                        (HEADER.replace(",", ";") + "\n",
-                         "line 1: the header is a single field holding ';'")):
-        files.data["p2"].write_text(text)
-        with pytest.raises(InvalidInputError):
-            run_upload(cfg)
-        reason = {w.participant_id: w.reason for w in analyst_status(cfg).withdrawn}["p2"]
-        assert words in reason and "/" not in reason.replace("'/'", ""), reason
+    files.data["p2"].write_text(text)
+    before = _store_state(files.store)
+    with pytest.raises(InvalidInputError) as err:
+        run_upload(cfg)
+    local = words.replace("p2.csv", str(files.data["p2"]))
+    assert local in str(err.value), str(err.value)
+    reason = {w.participant_id: w.reason for w in analyst_status(cfg).withdrawn}["p2"]
+    assert words in reason and str(files.root) not in reason, reason
+    assert "/" not in reason.replace("'/'", ""), reason
+    assert _store_state(files.store) == before
+
+
+def test_a_site_or_an_upload_preprocessing_otherwise_is_refused(federation, rng):
+    """A kit pinned to another preprocessing digest than the analyst serves (a stale kit)
+    refuses to encode and withdraws; an upload declaring another digest (another encoder) is
+    refused by the analyst, naming both digests; nothing is stored."""
+    files, configs = federation
+    cfg = load_participant_config(configs["p2"])
+    files.data["p2"].write_text(_table(12))
+    served = TabularSchema.from_toml(SCHEMA, configs["p2"])
+    stale = TabularSchema.from_toml(SCHEMA | {"column": [
+        SCHEMA["column"][0] | {"max": 100.0}, *SCHEMA["column"][1:]]}, configs["p2"])
+    before = _store_state(files.store)
+    pinned = dataclasses.replace(cfg, preprocessing_sha256=stale.digest().hex())
+    with pytest.raises(InvalidInputError, match=r"the analyst serves a preprocessing \(digest "
+                       f"{served.digest().hex()[:16]}\\) other than the one p2's config "
+                       "agreed to"):
+        run_upload(pinned)
+    reason = {w.participant_id: w.reason for w in analyst_status(cfg).withdrawn}["p2"]
+    assert "other than the one p2's config agreed to" in reason, reason
+    arrays = random_upload(rng, 12, served.width, 4 * served.width)
+    client = AnalystClient(cfg.analyst, cfg.tls, cfg.server_name, FEDERATION, 30.0)
+    with client:
+        for declared, shown in ((stale.digest(), stale.digest().hex()[:16]), (b"", "none")):
+            spec = bundle_spec(FEDERATION, "aa-igdp", arrays, digests=False,
+                               preprocessing_sha256=declared)
+            with pytest.raises(InvalidInputError, match=rf"INVALID_ARGUMENT.*preprocessed "
+                               rf"differently .*digest {shown}.*the federation's "
+                               f"{served.digest().hex()[:16]}"):
+                client.send_bundle("upload", spec, arrays)
+    assert _store_state(files.store) == before
 
 
 def test_the_other_sites_stop_waiting_when_a_site_withdraws(tmp_path):
