@@ -96,6 +96,7 @@ def _draft(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from noisyanchor.common.errors import ConfigError
     from noisyanchor.common.tabular import TabularSchema, read_table
+    from noisyanchor.common.tabular.ranges import far_values
     from noisyanchor.common.tomlconfig import read_toml
 
     doc = read_toml(args.schema)
@@ -110,9 +111,15 @@ def _check(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.data} has {table.x.shape[1]} feature columns but "
                           f"{args.schema} declares features = {features}")
     digest = schema.digest().hex() if schema is not None else None
+    far = far_values(schema, table.x, table.lines) if schema is not None else []
+    columns = schema.columns if schema is not None else ()
     outcome = {"records": int(table.x.shape[0]), "d_in": int(table.x.shape[1]),
                "labels": table.labels is not None, "ignored": list(table.ignored),
-               "preprocessing_sha256": digest}
+               "preprocessing_sha256": digest,
+               "columns": [{"name": c.name, "type": c.kind, "unit": c.unit or None,
+                            "encoded": list(c.encoded_names), "encoding": c.describe()}
+                           for c in columns],
+               "warnings": [str(f) for f in far]}
     if args.json:
         print(json.dumps(outcome, indent=2))
         return 0
@@ -120,6 +127,10 @@ def _check(args: argparse.Namespace) -> int:
           + (f", columns left out: {', '.join(table.ignored)}" if table.ignored else "")
           + (f"; preprocessing {digest} (the kit's [protocol] preprocessing_sha256 must be "
              "the same)" if digest else ""))
+    for column in columns:  # how each column is read and encoded, in its declared unit
+        print(f"  {column.describe()}")
+    for warning in outcome["warnings"]:
+        print(f"warning: {warning}")
     return 0
 
 

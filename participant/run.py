@@ -28,6 +28,7 @@ from noisyanchor.common.progress import Progress
 from noisyanchor.common.schema import RecordSchema, check_declared
 from noisyanchor.common.splits import split_tags
 from noisyanchor.common.tabular import TableError
+from noisyanchor.common.tabular.ranges import far_values
 from noisyanchor.common.text import MAX_PEER_TEXT, peer_text
 from noisyanchor.common.wire import bundle_spec
 from noisyanchor.participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
@@ -252,6 +253,9 @@ def _join(client: AnalystClient, cfg: ParticipantConfig) -> Joined:
             log.warning("could not tell the analyst that %s withdraws: %s", cfg.id, failed)
         raise
     keep_schema(cfg, info)
+    if schema is not None and schema.tabular is not None and data.lines is not None:
+        for far in far_values(schema.tabular, data.x, data.lines):  # this log only, not sent
+            log.warning("%s: %s", cfg.data, far)
     if info.deadline_unix and (cfg.timeout is None
                                or info.deadline_unix < time.time() + cfg.timeout):
         client.follow_deadline(info.deadline_unix)

@@ -5,6 +5,7 @@ and the streaming table reader whose errors name the file, line, column and valu
 * :mod:`.schema`: :class:`TabularSchema` (TOML, wire, canonical digest).
 * :mod:`.reader`: :func:`read_table`, CSV to the encoded ``X_i``.
 * :mod:`.errors`: :class:`TableError` (a local message and a public one without the value).
+* :mod:`.ranges`: numeric values outside their declared scaling (another unit? typos?).
 """
 
 from noisyanchor.common.tabular.columns import (

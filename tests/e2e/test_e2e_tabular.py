@@ -184,8 +184,11 @@ def test_the_other_sites_stop_waiting_when_a_site_withdraws(tmp_path):
 
 def _bad_site_stops_the_others(files, configs) -> None:
     files.data["p0"].parent.mkdir(exist_ok=True)
-    for pid in ("p0", "p1"):
-        files.data[pid].write_text(_table(30))
+    files.data["p0"].write_text(_table(30))
+    # p1 exported its areas in um2 (10^6 of the declared mm2): warned, not refused.
+    files.data["p1"].write_text("\n".join(
+        ",".join(f"{float(c) * 1e6:g}" if k == 1 and n else c for k, c in enumerate(row.split(",")))
+        for n, row in enumerate(_table(30).split("\n"))))
     files.data["p2"].write_text(_table(30, (17, "ratio", "n/a")))
     logs = {pid: files.root / f"{pid}.log" for pid in IDS}
     procs = {pid: start(["participant", "upload", "--config", configs[pid]], logs[pid])
@@ -200,6 +203,9 @@ def _bad_site_stops_the_others(files, configs) -> None:
             stop(proc)
     own = logs["p2"].read_text()
     assert f"{files.data['p2']}, line 17, column 'ratio': 'n/a' is not a number" in own
+    assert "column 'area' [mm2]: 30 of 30 values lie outside the declared range 0 .. 1000 " \
+        "(seen 1e+08 .. 8.77e+08, first on line 2): is the export in mm2?" in \
+        logs["p1"].read_text()
     for pid in ("p0", "p1"):
         told = next(line for line in logs[pid].read_text().splitlines()
                     if line.startswith("noisyanchor participant: error:"))

@@ -1,0 +1,110 @@
+"""Values far outside a numeric column's declared public scaling: the sign of an export in
+another unit (an area in cm² where the federation declares mm²) or of a mistyped cell.
+
+Such a value is not an error (the public map is affine and clips nothing, and a record may
+truly lie outside a published reference range), so it is not refused; but a column exported in
+the wrong unit spoils the collaboration matrix unnoticed once the records are rotated. The site
+is told locally, before it uploads (``schema check`` and the upload's log), naming the column,
+its declared unit, how many values and the first line. Nothing of this leaves the site.
+
+Both are measured on the encoded value ``e = (x - a) / b``
+(:attr:`NumericColumn.offset_factor`). A ``min``/``max`` column maps the declared range onto
+``[0, 1]``: a value is *outside* it when ``e`` is not in ``[0, 1]`` and *far* when ``e`` lies
+more than :data:`RANGE_WIDTHS` whole ranges beyond it. A ``center``/``scale`` column: outside
+at ``|e| >`` :data:`OUTSIDE_SCALES`, far at ``|e| >`` :data:`FAR_SCALES`. Most values outside
+is the mark of another unit (an area in cm² below a range declared in mm²); a few far values
+that of mistyped cells. A unit slip that keeps the values near the declared centre (a column
+centred near 0 read in a larger unit) looks like ordinary data and is not detected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from noisyanchor.common.tabular.columns import NumericColumn
+from noisyanchor.common.tabular.schema import TabularSchema
+
+#: A ``min``/``max`` column's value is far when it lies more than this many ranges beyond it.
+RANGE_WIDTHS = 1.0
+
+#: A ``center``/``scale`` column's value is outside beyond this many scales from the centre.
+OUTSIDE_SCALES = 3.0
+
+#: A ``center``/``scale`` column's value is far beyond this many scales from the centre.
+FAR_SCALES = 10.0
+
+
+@dataclass(frozen=True)
+class FarValues:
+    """Values of one numeric column outside its declared scaling.
+
+    Attributes
+    ----------
+    column : NumericColumn
+        The column, with its declared unit and public parameters.
+    count, records : int
+        How many of the ``records`` values are outside (:attr:`unit` True) or far.
+    unit : bool
+        Whether most values lie outside (another unit?) rather than a few far (typos?).
+    low, high : float
+        The smallest and largest value of the column seen, in the table's own terms.
+    first_line : int
+        The line of the first record counted.
+    """
+
+    column: NumericColumn
+    count: int
+    records: int
+    unit: bool
+    low: float
+    high: float
+    first_line: int
+
+    def __str__(self) -> str:
+        c = self.column
+        unit = f" [{c.unit}]" if c.unit else ""
+        if c.min is not None and c.max is not None:
+            declared = f"the declared range {c.min:g} .. {c.max:g}"
+            outside = f"lie outside {declared}"
+            far = f"lie more than {RANGE_WIDTHS:g} range width beyond {declared}"
+        else:
+            declared = f"the declared center {c.center:g} (scale {c.scale:g})"
+            outside = f"lie more than {OUTSIDE_SCALES:g} scales from {declared}"
+            far = f"lie more than {FAR_SCALES:g} scales from {declared}"
+        if self.unit:
+            what = outside
+            ask = f"is the export in {c.unit}?" if c.unit else \
+                "is the export in the unit the federation agreed on?"
+        else:
+            what, ask = far, "check those records"
+        return (f"column {c.name!r}{unit}: {self.count} of {self.records} values {what} (seen "
+                f"{self.low:g} .. {self.high:g}, first on line {self.first_line}): {ask}")
+
+
+def far_values(schema: TabularSchema, x: np.ndarray, lines: np.ndarray) -> list[FarValues]:
+    """Every scaled numeric column of ``x`` (``n x d_in``, encoded with ``schema``; ``lines``
+    the records' lines) with most values outside its declared scaling or some far from it, in
+    column order."""
+    found = []
+    start = 0
+    for column in schema.columns:
+        j, start = start, start + column.width
+        if not isinstance(column, NumericColumn) or column.offset_factor == (0.0, 1.0) \
+                or not len(x):
+            continue
+        e = x[:, j]
+        if column.scale is not None:
+            outside, far = np.abs(e) > OUTSIDE_SCALES, np.abs(e) > FAR_SCALES
+        else:
+            outside = (e < 0.0) | (e > 1.0)
+            far = (e < -RANGE_WIDTHS) | (e > 1.0 + RANGE_WIDTHS)
+        unit = 2 * int(outside.sum()) > len(e)
+        counted = outside if unit else far
+        if counted.any():
+            a, b = column.offset_factor
+            found.append(FarValues(column, int(counted.sum()), len(e), unit,
+                                   float(e.min() * b + a), float(e.max() * b + a),
+                                   int(lines[np.argmax(counted)])))
+    return found
