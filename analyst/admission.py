@@ -12,14 +12,21 @@ the polling thread, before any worker is involved:
    naming one participant), and ``admit(id)`` must accept the id. A refused call is answered
    there and then (PERMISSION_DENIED / UNAUTHENTICATED with the reason; the refusal log of
    :mod:`analyst.edge` bounds what it writes) and never reaches a worker.
-2. **How much.** Each participant has its own queue of at most ``max_queued_per_caller`` calls
-   waiting for a worker; one more is refused at arrival (RESOURCE_EXHAUSTED), again without a
-   worker.
+2. **How much.** Each participant may hold at most ``max_calls_per_caller`` calls admitted at
+   once (waiting or running: a call is held until gRPC's future of it completes), of which at
+   most ``max_queued_per_caller`` wait for a worker; one more is refused at arrival
+   (RESOURCE_EXHAUSTED, naming the limit), again without a worker. gRPC's own global limit
+   (``maximum_concurrent_rpcs``, which counts exactly these futures) is set to
+   :func:`global_limit`, every participant's full share plus the calls completing at that
+   moment, so it is never the limit that refuses: whatever one peer (or several) sends, every
+   other participant keeps its own ``max_calls_per_caller`` slots.
 3. **In what order.** Workers take the callers' queues in turn (round robin), so an honest
    participant's call waits for at most one call of every other caller, whatever their
    backlogs.
 4. **Cancelled calls cost nothing.** A call whose client cancelled it while it waited is
-   dropped when its turn comes: gRPC has already closed it, and no worker runs its handler.
+   dropped when its turn comes: gRPC has already closed it, no worker runs its handler, and its
+   future completes then and there (a dropped call left pending would keep its slot in gRPC's
+   count for good).
 
 Steps 1, 2 and 4 read the call from what gRPC hands its pool (the handler function and its
 arguments: the call event and the call's state). That is gRPC's internal calling convention
@@ -106,6 +113,14 @@ class _Call:
             _ABORT(self.state, self.event.call, _CODES[code], str(err).encode())
 
 
+def global_limit(participants: int, max_calls_per_caller: int, workers: int) -> int:
+    """gRPC's ``maximum_concurrent_rpcs`` for :class:`AdmissionPool`: every participant's
+    ``max_calls_per_caller`` at once, plus one per worker thread for a call whose slot the pool
+    has just given back while gRPC has not yet counted it done (the pool's done callback runs
+    before gRPC's, on the worker completing the call)."""
+    return participants * max_calls_per_caller + workers
+
+
 class AdmissionPool(futures.Executor):
     """The server's worker threads behind per-caller queues (see the module docstring).
 
@@ -119,14 +134,21 @@ class AdmissionPool(futures.Executor):
         The federation CA certificates (PEM) every client certificate must be issued by.
     max_queued_per_caller : int
         Calls one caller may have waiting for a worker at once.
+    max_calls_per_caller : int
+        Calls one caller may have admitted at once, waiting or running (None: no more than
+        ``max_queued_per_caller`` plus every worker, i.e. no limit of its own).
     """
 
     def __init__(self, workers: int, admit: Callable[[str], None],
-                 ca_pems: Callable[[], tuple[bytes, ...]], max_queued_per_caller: int) -> None:
+                 ca_pems: Callable[[], tuple[bytes, ...]], max_queued_per_caller: int,
+                 max_calls_per_caller: int | None = None) -> None:
         self.workers = workers
         self._admit = admit
         self._ca_pems = ca_pems
         self.max_queued_per_caller = max_queued_per_caller
+        self.max_calls_per_caller = (max_queued_per_caller + workers
+                                     if max_calls_per_caller is None else max_calls_per_caller)
+        self._held: dict[str, int] = {}  # admitted calls per caller whose future is pending
         self._inspect = supported()
         if not self._inspect:
             log.warning("this grpcio hands calls to its pool in an unknown form: callers are "
@@ -150,6 +172,20 @@ class AdmissionPool(futures.Executor):
         """Calls of ``caller`` waiting for a worker."""
         with self._lock:
             return len(self._lanes.get(caller, ()))
+
+    def held(self, caller: str) -> int:
+        """Calls of ``caller`` admitted and not yet completed (waiting or running)."""
+        with self._lock:
+            return self._held.get(caller, 0)
+
+    def _release(self, caller: str) -> None:
+        """One call of ``caller`` completed (its future's first done callback)."""
+        with self._lock:
+            left = self._held[caller] - 1
+            if left:
+                self._held[caller] = left
+            else:
+                del self._held[caller]
 
     def _caller(self, call: _Call) -> str:
         """The admitted participant id of ``call``; raises a project error otherwise."""
@@ -177,61 +213,77 @@ class AdmissionPool(futures.Executor):
             queue = self._lanes.get(lane)
             if queue is None:
                 queue = self._lanes[lane] = collections.deque()
-            if call is not None and len(queue) >= self.max_queued_per_caller:
-                # Calls cancelled while they waited do not count against the caller.
-                for waiting in [item for item in queue if item[3].cancelled()]:
-                    queue.remove(waiting)
-                    waiting[0].set_result(None)
-                if len(queue) >= self.max_queued_per_caller:
-                    refusal = TooManyStreamsError(
-                        f"{call.method()} refused: {lane!r} already has {len(queue)} calls "
-                        "waiting for the analyst ([server] max_queued_calls_per_caller = "
-                        f"{self.max_queued_per_caller}); retry when they are answered")
+            if call is not None:
+                refusal = self._over_limit(lane, queue, call)
+                if refusal is not None:
                     call.refuse(refusal)
                     future.set_result(None)
                     return future
+                self._held[lane] = self._held.get(lane, 0) + 1
+                # Registered before gRPC's own callback, so the slot is given back first.
+                future.add_done_callback(lambda _f, lane=lane: self._release(lane))
             if not queue:
                 self._turns.append(lane)
             queue.append((future, fn, (args, kwargs), call))
             self._lock.notify()
         return future
 
-    def _next(self, dropped: list[futures.Future]) -> tuple | None:
-        """The next call to run, callers in turn (None once shut down); the futures of calls
-        cancelled while they waited go to ``dropped``, to be completed by the caller outside
-        the lock (their callbacks take gRPC's server lock, which the polling thread holds
-        while it submits)."""
+    def _over_limit(self, lane: str, queue: collections.deque,
+                    call: _Call) -> TooManyStreamsError | None:
+        """The refusal of one more call of ``lane`` (None: admitted); with the lock held."""
+        full = (len(queue) >= self.max_queued_per_caller
+                or self._held.get(lane, 0) >= self.max_calls_per_caller)
+        if full:
+            # Calls cancelled while they waited do not count against the caller. Completing
+            # their futures here is safe: this is gRPC's polling thread, which holds the
+            # server lock their callbacks take.
+            for waiting in [item for item in queue if item[3].cancelled()]:
+                queue.remove(waiting)
+                waiting[0].set_result(None)
+        held = self._held.get(lane, 0)
+        if held >= self.max_calls_per_caller:
+            return TooManyStreamsError(
+                f"{call.method()} refused: {lane!r} already has {held} calls in progress at "
+                f"the analyst ([server] max_calls_per_caller = {self.max_calls_per_caller}); "
+                "retry when they are answered")
+        if len(queue) >= self.max_queued_per_caller:
+            return TooManyStreamsError(
+                f"{call.method()} refused: {lane!r} already has {len(queue)} calls "
+                "waiting for the analyst ([server] max_queued_calls_per_caller = "
+                f"{self.max_queued_per_caller}); retry when they are answered")
+        return None
+
+    def _next(self) -> tuple | None:
+        """The next waiting call, callers in turn (None once shut down)."""
         with self._lock:
-            while True:
-                while not self._turns and not self._stopped:
-                    self._lock.wait()
-                if not self._turns:
-                    return None
-                lane = self._turns.popleft()
-                queue = self._lanes[lane]
-                item = queue.popleft()
-                if queue:
-                    self._turns.append(lane)
-                else:
-                    del self._lanes[lane]
-                future, _, _, call = item
-                if call is not None and call.cancelled():
-                    dropped.append(future)  # gRPC closed it already: nothing to run
-                    continue
-                if not future.set_running_or_notify_cancel():
-                    continue
-                self._running += 1
-                return item
+            while not self._turns and not self._stopped:
+                self._lock.wait()
+            if not self._turns:
+                return None
+            lane = self._turns.popleft()
+            queue = self._lanes[lane]
+            item = queue.popleft()
+            if queue:
+                self._turns.append(lane)
+            else:
+                del self._lanes[lane]
+            return item
 
     def _work(self) -> None:
         while True:
-            dropped: list[futures.Future] = []
-            item = self._next(dropped)
-            for future in dropped:
-                future.set_result(None)
+            item = self._next()
             if item is None:
                 return
-            future, fn, (args, kwargs), _ = item
+            # Futures are completed outside the lock: their callbacks take gRPC's server lock,
+            # which the polling thread holds while it submits (and waits for this lock).
+            future, fn, (args, kwargs), call = item
+            if call is not None and call.cancelled():
+                future.set_result(None)  # gRPC closed it already: nothing to run
+                continue
+            if not future.set_running_or_notify_cancel():
+                continue
+            with self._lock:
+                self._running += 1
             try:
                 future.set_result(fn(*args, **kwargs))
             except BaseException as err:  # delivered to whoever waits on the future

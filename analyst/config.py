@@ -46,6 +46,9 @@ DEFAULT_MAX_CONNECTIONS = 1000
 DEFAULT_HANDSHAKE_TIMEOUT = 5.0
 DEFAULT_CONNECTION_IDLE_TIMEOUT = 300.0
 DEFAULT_MAX_QUEUED_CALLS_PER_CALLER = 16
+#: Calls one participant may have in progress at the analyst at once (waiting or running); with
+#: gRPC's global limit set to every participant's full share, one peer cannot take another's.
+DEFAULT_MAX_CALLS_PER_CALLER = 32
 DEFAULT_MAX_PENDING_CALLS = 1000
 
 #: File name of the privacy ledger under ``output_dir`` when ``[privacy] ledger`` is not set.
@@ -187,6 +190,12 @@ class AnalystConfig:
     max_queued_calls_per_caller : int
         Calls of one participant waiting for a worker at once; more are refused at arrival
         (RESOURCE_EXHAUSTED), without a worker (:mod:`analyst.admission`).
+    max_calls_per_caller : int
+        Calls of one participant in progress at once, waiting or running (more than
+        ``max_streams_per_caller``, so a participant holding all its streams can still call
+        Status); more are refused at arrival (RESOURCE_EXHAUSTED). gRPC's global limit of
+        concurrent calls is every participant's full share (:func:`analyst.admission.
+        global_limit`), so no peer's calls can use up another's.
     max_pending_calls : int
         Calls the transport has accepted and the analyst not yet taken; past it gRPC refuses
         new calls early.
@@ -246,6 +255,7 @@ class AnalystConfig:
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
     connection_idle_timeout: float = DEFAULT_CONNECTION_IDLE_TIMEOUT
     max_queued_calls_per_caller: int = DEFAULT_MAX_QUEUED_CALLS_PER_CALLER
+    max_calls_per_caller: int = DEFAULT_MAX_CALLS_PER_CALLER
     max_pending_calls: int = DEFAULT_MAX_PENDING_CALLS
     privacy: PrivacyBudget | None = None
     release: ReleaseLimits = ReleaseLimits()
@@ -334,6 +344,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
     gopp_method = solver.str("method", "auto", check=check_method)
     solver.done()
     server = Table(doc, "server", path)
+    streams = server.int("max_streams_per_caller", DEFAULT_MAX_STREAMS_PER_CALLER, minimum=1)
     privacy = _privacy(doc, path)
     release = _release(doc, path)
     if privacy is not None and release.min_epsilon > privacy.epsilon_budget:
@@ -358,8 +369,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         stream_min_rate=server.float("stream_min_rate", DEFAULT_STREAM_MIN_RATE,
                                      check=lambda r: check_nonnegative(r, "stream_min_rate")),
         stream_deadline=server.positive_float("stream_deadline", DEFAULT_STREAM_DEADLINE),
-        max_streams_per_caller=server.int("max_streams_per_caller",
-                                          DEFAULT_MAX_STREAMS_PER_CALLER, minimum=1),
+        max_streams_per_caller=streams,
         max_streams_per_connection=server.int("max_streams_per_connection",
                                               DEFAULT_MAX_STREAMS_PER_CONNECTION, minimum=1),
         max_connections=server.int("max_connections", DEFAULT_MAX_CONNECTIONS, minimum=1),
@@ -368,6 +378,9 @@ def load_analyst_config(path: Path) -> AnalystConfig:
                                                       DEFAULT_CONNECTION_IDLE_TIMEOUT),
         max_queued_calls_per_caller=server.int("max_queued_calls_per_caller",
                                                DEFAULT_MAX_QUEUED_CALLS_PER_CALLER, minimum=1),
+        # Above the streams, so that a participant holding all of them can still call Status.
+        max_calls_per_caller=server.int("max_calls_per_caller", DEFAULT_MAX_CALLS_PER_CALLER,
+                                        minimum=streams + 1),
         max_pending_calls=server.int("max_pending_calls", DEFAULT_MAX_PENDING_CALLS, minimum=1),
         privacy=privacy, release=release, precision=precision, stopping=stopping,
         gopp_method=gopp_method,

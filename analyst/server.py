@@ -25,7 +25,7 @@ from typing import NoReturn
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from noisyanchor.analyst.admission import AdmissionPool
+from noisyanchor.analyst.admission import AdmissionPool, global_limit
 from noisyanchor.analyst.caller_limits import CallerGate, StreamLimits, worker_count
 from noisyanchor.analyst.config import AnalystConfig
 from noisyanchor.analyst.federation import Federation
@@ -109,9 +109,11 @@ def transport_options(config: AnalystConfig) -> list[tuple[str, int]]:
 
 def max_concurrent_rpcs(config: AnalystConfig, workers: int) -> int:
     """Calls admitted at once (running or queued for a worker), over which gRPC refuses a call
-    at arrival (RESOURCE_EXHAUSTED): the workers plus every participant's full queue, a bound
-    honest participants within their own limits never reach."""
-    return workers + len(config.participants) * config.max_queued_calls_per_caller
+    at arrival (RESOURCE_EXHAUSTED "Concurrent RPC limit exceeded!"): every participant's
+    ``max_calls_per_caller`` (:func:`analyst.admission.global_limit`), so the admission pool's
+    per-caller limit always refuses a flooding peer first and gRPC's never refuses an honest
+    one."""
+    return global_limit(len(config.participants), config.max_calls_per_caller, workers)
 
 
 def _health_servicer(server: grpc.Server) -> health.HealthServicer:
@@ -129,7 +131,7 @@ def start_server(config: AnalystConfig) -> Running:
     limits = StreamLimits.of(config)
     workers = worker_count(len(config.participants), limits)
     pool = AdmissionPool(workers, fed.check_member, lambda: fed.ca_pems,
-                         config.max_queued_calls_per_caller)
+                         config.max_queued_calls_per_caller, config.max_calls_per_caller)
     server = grpc.server(pool, interceptors=[CallerGate(limits, fed.check_member, fed.ca_pems)],
                          options=transport_options(config),
                          maximum_concurrent_rpcs=max_concurrent_rpcs(config, workers))

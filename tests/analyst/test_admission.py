@@ -9,7 +9,7 @@ import time
 import grpc
 import pytest
 
-from noisyanchor.analyst.admission import AdmissionPool, supported
+from noisyanchor.analyst.admission import AdmissionPool, global_limit, supported
 from noisyanchor.common.errors import PermissionDeniedError
 from noisyanchor.deploy.certs import write_pki
 
@@ -25,7 +25,7 @@ def test_this_grpcio_hands_calls_in_the_form_the_pool_reads():
 class _Server:
     """One worker, a method that records who ran and can be held, and the pool in front."""
 
-    def __init__(self, tmp_path, members=("p0", "p1", "p2"), queued=3) -> None:
+    def __init__(self, tmp_path, members=("p0", "p1", "p2"), queued=3, calls=None) -> None:
         self.pki = write_pki(tmp_path, ["p0", "p1", "p2", "outsider"])
         self.ran: list[str] = []
         self.hold = threading.Event()
@@ -35,7 +35,7 @@ class _Server:
             if pid not in members:
                 raise PermissionDeniedError(f"{pid!r} is not a participant")
 
-        self.pool = AdmissionPool(1, admit, lambda: (self.pki.ca.read_bytes(),), queued)
+        self.pool = AdmissionPool(1, admit, lambda: (self.pki.ca.read_bytes(),), queued, calls)
 
         def call(request: bytes, context) -> bytes:
             self.ran.append(request.decode())
@@ -46,7 +46,8 @@ class _Server:
 
         handler = grpc.method_handlers_generic_handler("test.Admission", {
             "Call": grpc.unary_unary_rpc_method_handler(call)})
-        self.server = grpc.server(self.pool, handlers=[handler])
+        self.server = grpc.server(self.pool, handlers=[handler], maximum_concurrent_rpcs=(
+            global_limit(len(members), self.pool.max_calls_per_caller, 1)))
         creds = grpc.ssl_server_credentials(
             [(self.pki.server_key.read_bytes(), self.pki.server_cert.read_bytes())],
             root_certificates=self.pki.ca.read_bytes(), require_client_auth=True)
@@ -105,6 +106,45 @@ def test_a_callers_queue_is_bounded_and_the_excess_refused_at_arrival(served):
     assert "max_queued_calls_per_caller = 3" in err.value.details()
     served.hold.set()
     assert [f.result() for f in queued] == [b"q0", b"q1", b"q2"] and held.result()
+
+
+def test_a_callers_calls_in_progress_are_bounded_and_others_keep_their_share(tmp_path):
+    """p1's running call and one waiting fill its share of 2: its next call is refused at
+    arrival naming the limit, while p2's calls are still admitted."""
+    served = _Server(tmp_path, calls=2)
+    try:
+        running = served.stub("p1").future(b"hold", timeout=20)
+        assert served.started.wait(10)
+        waiting = served.stub("p1").future(b"p1-waiting", timeout=20)
+        assert _eventually(lambda: served.pool.held("p1") == 2)
+        with pytest.raises(grpc.RpcError) as err:
+            served.stub("p1")(b"p1-one-too-many", timeout=5)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "max_calls_per_caller = 2" in err.value.details()
+        other = served.stub("p2").future(b"p2-admitted", timeout=20)
+        assert _eventually(lambda: served.pool.queued("p2") == 1)
+        served.hold.set()
+        assert [f.result() for f in (running, waiting, other)] == [
+            b"hold", b"p1-waiting", b"p2-admitted"]
+        assert _eventually(lambda: served.pool.held("p1") == served.pool.held("p2") == 0)
+    finally:
+        served.stop()
+
+
+def test_calls_cancelled_while_they_wait_give_their_slots_back_when_dropped(served):
+    """Dropped with no other call waiting, their futures complete at once: a dropped call left
+    pending would hold its slot in gRPC's global count of calls for good (a stream-reset flood
+    once filled it so that every later call got "Concurrent RPC limit exceeded")."""
+    held = _hold_the_worker(served)
+    doomed = [served.stub("p1").future(f"c{k}".encode(), timeout=20) for k in range(3)]
+    assert _eventually(lambda: served.pool.queued("p1") == 3)
+    for f in doomed:
+        f.cancel()
+    time.sleep(0.3)  # the cancellations reach the server
+    served.hold.set()
+    assert held.result() == b"hold"
+    assert _eventually(lambda: served.pool.held("p1") == 0 and served.pool.held("p0") == 0)
+    assert served.ran == ["hold"]
 
 
 def test_callers_take_turns_whatever_their_backlog(served):

@@ -58,7 +58,8 @@ def test_every_transport_limit_is_a_key_and_reaches_grpc_with_port_sharing_off(w
     assert options["grpc.server_handshake_timeout_ms"] == 1500
     assert options["grpc.max_allowed_incoming_connections"] == defaults.DEFAULT_MAX_CONNECTIONS
     assert options["grpc.server.max_pending_requests_hard_limit"] == a.max_pending_calls
-    assert max_concurrent_rpcs(a, 30) == 30 + 3 * a.max_queued_calls_per_caller
+    assert a.max_calls_per_caller == defaults.DEFAULT_MAX_CALLS_PER_CALLER
+    assert max_concurrent_rpcs(a, 30) == 30 + 3 * a.max_calls_per_caller
 
 
 @pytest.mark.parametrize("old, new, match", [
@@ -86,6 +87,8 @@ def test_every_transport_limit_is_a_key_and_reaches_grpc_with_port_sharing_off(w
      r"\[server\] stream_deadline: must be a finite number > 0"),
     ("max_streams_per_caller = 4", "max_streams_per_caller = 0",
      r"\[server\] max_streams_per_caller must be >= 1"),
+    ("max_calls_per_caller = 32", "max_calls_per_caller = 4",
+     r"\[server\] max_calls_per_caller must be >= 5"),
     # Values the engine would refuse only after every upload committed, refused at load:
     ("tol = 1e-7", "tol = 0", r"\[solver\] tol: tol must be a finite number > 0"),
     ("tol = 1e-7", "tol = nan", r"\[solver\] tol must be a finite number"),
