@@ -52,6 +52,23 @@ class CellError(Exception):
         self.index, self.problem, self.value, self.hint = index, problem, value, hint
 
 
+#: Texts exports commonly write for a missing cell (compared in lower case): a cell holding
+#: one that the schema does not declare in ``missing_tokens`` gets a hint saying how to.
+MISSING_MARKERS = frozenset({"na", "n/a", "#n/a", "null", "none", "nil", "missing", "?", "-",
+                             "--", "."})
+
+#: The hint for such a cell (public: it quotes no value).
+MISSING_MARKER_HINT = ("if the export writes this text for a missing value, fill in the value, "
+                       "or ask the federation's operator to declare it in [schema] "
+                       'missing_tokens (and missing = "fill" with a public fill for this column)')
+
+
+def _hint(cell: str, otherwise: str) -> str:
+    """:data:`MISSING_MARKER_HINT` for a cell that looks like a missing marker, else
+    ``otherwise``."""
+    return MISSING_MARKER_HINT if cell.casefold() in MISSING_MARKERS else otherwise
+
+
 def _missing(index: int, cell: str) -> CellError:
     problem = "the cell is empty" if cell == "" else "{value} marks a missing value"
     return CellError(index, problem, cell or None,
@@ -244,8 +261,8 @@ class NumericColumn(Column):
                 out[k] = float(cell)
             except ValueError:
                 raise CellError(k, "{value} is not a number", cell,
-                                "numbers use '.' as the decimal point and no thousands "
-                                "separator") from None
+                                _hint(cell, "numbers use '.' as the decimal point and no "
+                                      "thousands separator")) from None
             if "_" in cell or not cell.isascii():
                 raise CellError(k, "{value} is not a plain decimal number", cell)
         return out
@@ -323,7 +340,8 @@ class CategoricalColumn(Column):
                 near = [c for c in self.categories if c.casefold() == cell.casefold()]
                 raise CellError(k, "{value} is not one of the declared categories", cell,
                                 f"did you mean {near[0]!r}? (categories are case-sensitive)"
-                                if near else f"declared: {', '.join(self.categories)}")
+                                if near else _hint(cell, "declared: "
+                                                   f"{', '.join(self.categories)}"))
             codes[k] = j
         return codes
 
@@ -369,8 +387,8 @@ class BooleanColumn(Column):
                 value = truth.get(cell.casefold())
                 if value is None:
                     raise CellError(k, "{value} is neither true nor false", cell,
-                                    f"true: {', '.join(self.true)}; false: "
-                                    f"{', '.join(self.false)}") from None
+                                    _hint(cell, f"true: {', '.join(self.true)}; false: "
+                                          f"{', '.join(self.false)}")) from None
                 out[k] = value
         return out[:, None]
 

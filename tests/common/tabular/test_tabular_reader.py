@@ -147,6 +147,18 @@ def test_a_bad_cell_or_row_is_named_by_line_column_and_value(tmp_path, text, lin
     assert f"line {line}" in err.public() and (column is None or repr(column) in err.public())
 
 
+@pytest.mark.parametrize("text, column", [
+    (GOOD.replace("750", "NA"), "area"),
+    (GOOD.replace("north", "#N/A"), "region"),
+    (GOOD.replace("yes", "null"), "smoker"),
+])
+def test_a_missing_marker_the_schema_does_not_declare_says_how_to_declare_it(tmp_path, text,
+                                                                           column):
+    err = _refused(tmp_path, text)
+    assert (err.line, err.column) == (2, column)
+    assert "declare it in [schema] missing_tokens" in err.public()
+
+
 def test_an_unknown_split_tag_is_named(tmp_path):
     err = _refused(tmp_path, "a,label,split\n1,0,train\n2,1,later\n", None)
     assert (err.line, err.column, err.value) == (3, "split", "later")
