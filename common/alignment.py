@@ -132,6 +132,7 @@ def align(
         rotations, means, shift = gopp.rotations, gopp.means, np.zeros(d)
         diag = {"name": "gopp", "iterations": gopp.iterations, "converged": gopp.converged,
                 "stopping": stopping, "stopped_by": gopp.stopped_by,
+                "stop_reason": gopp.stop_reason,
                 "objective": gopp.objective, "fixed_point_residual": gopp.fixed_point_residual,
                 "gopp_residual": gopp.gopp_residual,
                 "certificate_min_eig": gopp.certificate_min_eig,

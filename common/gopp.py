@@ -14,9 +14,10 @@ steps are small, ``G R`` is carried forward by float32 increments ``K^T (K Delta
 drift budget, with exact float64 refreshes (:class:`_GpmStep`). The default stopping rule ends
 the iterations once the objective still to gain is predicted to be negligible, no later than the
 relative step rule (:class:`_StoppingRule`). The extrapolated GPM (:class:`_Momentum`) cuts
-iterations without changing the stopping rule or lowering the objective: opt-in from the start
+iterations without lowering the objective: opt-in from the start
 (``accelerate``), and by default (``method="auto"``) once the plain GPM is seen to contract
-slowly, as it does above ``v_PT``, where it then carries ``G R`` by float32 increments too.
+slowly, as it does above ``v_PT``, where it then carries ``G R`` by float32 increments too and
+the default rule also stops once the decay of the gains predicts little left to gain.
 
 References: SPEC.md section 2; noisy-anchor GDP paper, Algorithm 4 and Section 4.
 """
@@ -76,6 +77,20 @@ SLOW_MIN_STEPS = 5
 
 #: Accepted values of ``solve_gopp(..., method=...)``.
 METHODS = ("auto", "gpm")
+
+#: Steps per window of the gain rule (:class:`_StoppingRule`): once ``method="auto"`` has
+#: switched, the objective gained over the last window of steps and the one before it predict
+#: what is still to gain.
+GAIN_WINDOW = 20
+
+#: The gain rule stops once the objective still to gain is predicted at most this many times
+#: ``eps`` (``tol``) of the objective: 1e-5 at the default ``eps = 1e-7``. Above ``v_PT`` the
+#: GPM converges sublinearly at the CelebA size (its steps shrink like ``1/t``), so no rule on a
+#: contraction rate fires within the paper's cap. Measured on the extrapolated GPM's traces: at
+#: p=10, d=400, r=1600, 1.5 v_PT it stops after 149 steps, 4e-5 relative above the paper's
+#: 500-iteration GPM (benchmarks/bench_gopp.py, peers); on 13 smaller draws above v_PT (p=6-30,
+#: d=10-100) at most 2.7e-6 below a capped GPM that had converged (windows of 10 steps: 6e-4).
+GAIN_GAP_PER_TOL = 100.0
 
 #: While the extrapolated steps run (a slow contraction, far from the fixed point), the carried
 #: ``G R`` may drift by this fraction of the relative step ``||Delta||_F / ||R||_F`` before an
@@ -162,7 +177,10 @@ class GoppResult:
         The solver's running estimate of that drift (the quantity held below
         ``PRODUCT_DRIFT_BUDGET``); tests check it bounds the measured drift.
     stopped_by : str
-        ``"step"`` (a step rule), ``"objective"`` (the objective rule) or ``"max_iter"``.
+        ``"step"`` (a step rule), ``"objective"`` (the objective rule), ``"gain"`` (the gain
+        rule of the extrapolated steps, :class:`_StoppingRule`) or ``"max_iter"``.
+    stop_reason : str
+        Why the iterations ended, with the measured quantity and its bound.
     blas_threads : dict
         Threads chosen (:mod:`common.blas`): ``workers`` (GPM block workers), and the BLAS threads
         of the ``start``, of the ``steps`` (each worker's) and of the ``certificate``.
@@ -205,6 +223,7 @@ class GoppResult:
     method: str = "gpm"
     switched_at: int | None = None
     switch_reason: str = ""
+    stop_reason: str = ""
 
 
 class _GramOperator:
@@ -382,6 +401,16 @@ class _StoppingRule:
     consecutive plain steps, and both must be below 1 (a linear contraction under way). As a
     guard, the step itself must be within ``sqrt(eps) ||R||_F``, so that the estimate is only
     trusted near the fixed point, and ``eps -> 0`` switches this rule off like the others.
+
+    The objective rule also watches the gains once ``method="auto"`` has switched to the
+    extrapolated steps (:meth:`watch_gains`), which a rule on plain steps never sees: after
+    every step, with ``S_2`` the objective gained over the last ``GAIN_WINDOW`` steps and
+    ``S_1`` over the window before, the gains decaying by ``q = S_2 / S_1 < 1`` per window
+    leave ``S_2 q / (1 - q)`` to gain; the gain rule stops once that is at most
+    ``GAIN_GAP_PER_TOL eps |f|``. Each step's objective is at least the one before (an
+    overshooting extrapolation is replaced by the plain step), so stopping never costs objective
+    already reached. Under a sublinear convergence the prediction is low: the tolerance is set
+    from measurements against the paper's capped GPM (``GAIN_GAP_PER_TOL``).
     """
 
     def __init__(self, rule: str, tol: float, p: int, d: int) -> None:
@@ -391,21 +420,56 @@ class _StoppingRule:
         self._objective_rule = rule == "objective"
         self._objective_max_step = float(np.sqrt(tol)) * norm_r
         self._steps: list[float] = []
-        #: Which rule stopped the iterations: "step", "objective", or "max_iter" (none yet).
+        self._gain_rtol = GAIN_GAP_PER_TOL * tol
+        #: Gains of the steps since :meth:`watch_gains` (None: the gain rule is off).
+        self._gains: list[float] | None = None
+        #: Which rule stopped the iterations: "step", "objective", "gain", or "max_iter" (none
+        #: yet), and why.
         self.stopped_by = "max_iter"
+        self.reason = ""
+
+    def watch_gains(self) -> None:
+        """Switch the gain rule on (the objective rule only), from the next step on."""
+        if self._objective_rule:
+            self._gains = []
 
     def met(self, step: _Step, *, plain: bool, exact_input: bool) -> bool:
         """Whether to stop after ``step`` (``plain``: not extrapolated; ``exact_input``: computed
         from an exact ``G R``)."""
+        if self._gains is not None:
+            self._gains.append(step.gain)
+            left = self._gain_left()
+            if left is not None and left <= self._gain_rtol * abs(step.objective):
+                self.stopped_by = "gain"
+                self.reason = (f"objective still to gain predicted {left / abs(step.objective):.1e}"
+                               f" of the objective (<= {self._gain_rtol:.0e}) from the gains of "
+                               f"the last {2 * GAIN_WINDOW} steps")
+                return True
         if not plain:
             self._steps.clear()
             return False
         self._steps = [*self._steps[-2:], step.size]
         if step.size <= self.step_tol and exact_input:
             self.stopped_by = "step"
+            self.reason = (f"plain step ||R' - R||_F = {step.size:.1e} <= {self.step_tol:.1e}")
         elif self._objective_rule and self._objective_known(step):
             self.stopped_by = "objective"
+            self.reason = (f"objective still to gain predicted at most {OBJECTIVE_GAP_RTOL:.0e} "
+                           "of the objective from the contraction of the last 3 plain steps")
         return self.stopped_by != "max_iter"
+
+    def _gain_left(self) -> float | None:
+        """``S_2 q / (1 - q)`` from the last two windows of gains, or None (too few steps, or
+        the gains not decaying)."""
+        gains = self._gains
+        if gains is None or len(gains) < 2 * GAIN_WINDOW:
+            return None
+        s1 = float(sum(gains[-2 * GAIN_WINDOW:-GAIN_WINDOW]))
+        s2 = float(sum(gains[-GAIN_WINDOW:]))
+        if not (s1 > 0.0 and 0.0 <= s2 < s1):
+            return None
+        q = s2 / s1
+        return s2 * q / (1.0 - q)
 
     def _objective_known(self, step: _Step) -> bool:
         if len(self._steps) < 3 or step.size > self._objective_max_step:
@@ -534,7 +598,7 @@ def _power_iterations(op: _GramOperator, workers: BlockWorkers, rot: np.ndarray,
     ``auto``: plain steps until the plain GPM is seen to contract slowly (two consecutive step
     ratios of at least ``SLOW_CONTRACTION_RATE`` after ``SLOW_MIN_STEPS`` steps), then the
     extrapolated steps of ``accelerate`` with float32 increments of ``G R`` allowed a drift of
-    ``SLOW_DRIFT_PER_STEP`` of each step (when ``mixed``)."""
+    ``SLOW_DRIFT_PER_STEP`` of each step (when ``mixed``), and the gain rule of ``rule`` on."""
     gr = op.apply(rot)
     run = _PowerRun(rot, gr, [_objective(rot, gr)], [time.perf_counter()])
     gr_prev = gr
@@ -567,6 +631,9 @@ def _power_iterations(op: _GramOperator, workers: BlockWorkers, rot: np.ndarray,
                                      f"{SLOW_CONTRACTION_RATE}) after {run.iterations} steps")
                 momentum.start(plain_sizes)
                 gpm_step.drift_per_step = SLOW_DRIFT_PER_STEP
+                rule.watch_gains()
+    if rule.stopped_by == "max_iter":
+        rule.reason = f"max_iter = {max_iter} steps reached"
     return run
 
 
@@ -639,7 +706,9 @@ def solve_gopp(
     stopping : {"objective", "relative", "absolute"}
         The stopping rule (:class:`_StoppingRule`). ``"objective"`` (default): the relative
         step rule, or earlier once the objective still to gain is predicted below
-        ``OBJECTIVE_GAP_RTOL`` relative. ``"relative"``: the step rule relative to
+        ``OBJECTIVE_GAP_RTOL`` relative from the plain steps' contraction, or (after
+        ``method="auto"`` switched) below ``GAIN_GAP_PER_TOL * tol`` relative from the decay
+        of the gains (the gain rule). ``"relative"``: the step rule relative to
         ``||R||_F``. ``"absolute"``: the paper's rule.
     method : {"auto", "gpm"}
         ``"gpm"``: the paper's GPM (extrapolated only with ``accelerate``), for reproducing its
@@ -647,8 +716,9 @@ def solve_gopp(
         fast (below ``v_PT``: identical to ``"gpm"``); once two consecutive step ratios are at
         least ``SLOW_CONTRACTION_RATE`` the extrapolated steps of ``accelerate`` take over
         (never lowering the objective, converging only on a plain step), with float32
-        increments of ``G R`` where ``precision`` allows them. ``GoppResult.method`` and
-        ``switch_reason`` say what ran.
+        increments of ``G R`` where ``precision`` allows them, stopped by the gain rule of
+        ``stopping="objective"`` (:class:`_StoppingRule`). ``GoppResult.method`` and
+        ``switch_reason`` say what ran, ``stopped_by`` and ``stop_reason`` why it stopped.
 
     Returns
     -------
@@ -721,6 +791,7 @@ def solve_gopp(
         method="gpm+momentum" if accelerate or run.switched_at is not None else "gpm",
         switched_at=run.switched_at,
         switch_reason=run.switch_reason,
+        stop_reason=rule.reason,
     )
 
 

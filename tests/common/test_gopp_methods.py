@@ -8,7 +8,13 @@ import pytest
 from benchmarks import bench_gopp
 from noisyanchor.common import gopp as gopp_module
 from noisyanchor.common.errors import InvalidInputError
-from noisyanchor.common.gopp import METHODS, SLOW_CONTRACTION_RATE, solve_gopp
+from noisyanchor.common.gopp import (
+    GAIN_GAP_PER_TOL,
+    GAIN_WINDOW,
+    METHODS,
+    SLOW_CONTRACTION_RATE,
+    solve_gopp,
+)
 
 
 @pytest.mark.parametrize(("seed", "p", "d", "r"), [(0, 6, 10, 40), (1, 12, 8, 30),
@@ -22,20 +28,44 @@ def test_below_v_pt_auto_is_exactly_the_papers_gpm(seed, p, d, r):
     assert auto.certified and gpm.certified
 
 
-@pytest.mark.parametrize(("seed", "factor"), [(0, 1.5), (1, 2.0), (2, 3.0), (4, 1.5), (5, 2.5)])
-def test_above_v_pt_auto_extrapolates_and_reaches_the_capped_gpm_objective_sooner(seed, factor):
-    b = list(bench_gopp.make_anchors(6, 10, 40, factor, seed))
-    cap = 200
-    gpm = solve_gopp(b, max_iter=cap, method="gpm", certify=False)
+@pytest.mark.parametrize(("seed", "factor", "p", "d", "r"), [
+    (0, 1.5, 6, 10, 40), (1, 2.0, 6, 10, 40), (2, 3.0, 6, 10, 40), (4, 1.5, 6, 10, 40),
+    (5, 2.5, 6, 10, 40), (2, 1.5, 10, 20, 80), (3, 1.5, 10, 20, 80)])
+def test_above_v_pt_auto_stops_at_the_capped_gpm_objective_in_a_fraction_of_its_steps(
+        seed, factor, p, d, r):
+    b = list(bench_gopp.make_anchors(p, d, r, factor, seed))
+    cap = 500  # the paper's
+    gpm = solve_gopp(b, max_iter=cap, method="gpm", stopping="absolute", certify=False)
     auto = solve_gopp(b, max_iter=cap, certify=False)
     assert auto.method == "gpm+momentum" and auto.switched_at is not None
     assert f">= {SLOW_CONTRACTION_RATE}" in auto.switch_reason
+    # it stops by a rule (not the cap), says which and why, in at most a quarter of the steps
+    assert auto.converged and auto.stopped_by in ("gain", "objective", "step")
+    assert auto.stop_reason and auto.iterations <= cap // 4
     trace = auto.objective_trace
     # never lower: each objective at least the one before, up to 1e-12 relative rounding
     assert np.all(np.diff(trace) >= -1e-12 * abs(trace[-1]))
-    assert auto.objective >= gpm.objective * (1 - 1e-12)
-    reached = int(np.argmax(trace >= gpm.objective * (1 - 1e-12)))
-    assert reached <= cap // 2  # the capped GPM's objective in at most half its iterations
+    # at least the capped GPM's objective, less the gain rule's tolerance (1e-5 relative)
+    assert auto.objective >= gpm.objective * (1 - GAIN_GAP_PER_TOL * 1e-7)
+
+
+def test_the_gain_rule_says_what_is_left_and_is_off_for_the_step_rules():
+    b = list(bench_gopp.make_anchors(10, 20, 80, 1.5, seed=2))
+    auto = solve_gopp(b, certify=False)
+    assert auto.stopped_by == "gain" and "of the objective (<= 1e-05)" in auto.stop_reason
+    left = float(auto.stop_reason.split("predicted ")[1].split(" ")[0])
+    assert 0.0 <= left <= 1e-5
+    # the window sums it predicts from, recomputed from the trace
+    gains = np.diff(auto.objective_trace[auto.switched_at:])
+    s1, s2 = gains[-2 * GAIN_WINDOW:-GAIN_WINDOW].sum(), gains[-GAIN_WINDOW:].sum()
+    q = s2 / s1
+    assert left == pytest.approx(s2 * q / (1 - q) / auto.objective, rel=0.06)
+    for stopping in ("relative", "absolute"):
+        res = solve_gopp(b, certify=False, stopping=stopping, max_iter=auto.iterations + 5)
+        assert res.stopped_by == "max_iter" and "max_iter = " in res.stop_reason
+    # eps -> 0 switches it off like the other rules
+    never = solve_gopp(b, certify=False, tol=1e-300, max_iter=auto.iterations + 5)
+    assert never.stopped_by == "max_iter" and never.switched_at == auto.switched_at
 
 
 def test_auto_converges_on_a_plain_step_at_a_stationary_point():
