@@ -5,7 +5,9 @@ A claim is judged per replicate and per axis: ``pair`` claims (utility at matche
 under every (downstream model, auditor) pair, ``model`` claims (utility only) once per model,
 ``auditor`` claims (linkage only) once per auditor. It is **robust** only when it holds, its
 interval excluding zero, in every replicate and on every axis, each with at least the config's
-``min_draws`` draws of every compared method (:mod:`experiments.intervals` for the verdicts).
+``min_draws`` draws of every compared method (:mod:`experiments.intervals` for the verdicts),
+and when the claims judged on the draws of every deployment pooled (:func:`judge_pooled`: the
+matched-linkage margins and OP's, bootstrapped with draws nested in deployments) hold too.
 """
 
 from __future__ import annotations
@@ -101,24 +103,37 @@ def _noiseless(study: Study, model: str, rng: np.random.Generator,
                    c_gdp=util["c-gdp"], aa_igdp=util["aa-igdp"], i_gdp=util["i-gdp"])
 
 
-def _low_linkage(study: Study, aset: str, rng: np.random.Generator, resamples: int,
-                 min_draws: int, grid: tuple[float, ...]) -> dict[str, Any]:
+def _series(studies: list[Study], m: str,
+            aset: str) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """(noise, strongest linkage, utility) of ``m``'s draws in ``studies`` (one per deployment)
+    pooled, and each draw's deployment (its index in ``studies``)."""
+    rs = [(k, r, link) for k, s in enumerate(studies)
+          for r, link in zip(s.draws[m], s.strongest_series(m, aset), strict=True)]
+    return ((np.array([r["noise"] for _, r, _ in rs]),
+             np.array([link for _, _, link in rs], dtype=float),
+             np.array([r["utility"] for _, r, _ in rs], dtype=float)),
+            np.array([k for k, _, _ in rs]))
+
+
+def _low_linkage(study: Study | list[Study], aset: str, rng: np.random.Generator,
+                 resamples: int, min_draws: int, grid: tuple[float, ...]) -> dict[str, Any]:
+    """The matched-linkage claim in one deployment, or (a list: one study per deployment) on
+    their draws pooled, resampled nested in deployments."""
     an, pn = Method.AA_IGDP_AN.value, Method.AA_IGDP_PN.value
-    counts = {m: len(study.draws.get(m, [])) for m in (an, pn)}
+    studies = study if isinstance(study, list) else [study]
+    counts = {m: min(len(s.draws.get(m, [])) for s in studies) for m in (an, pn)}
     if min(counts.values()) < min_draws:
         return _result("not enough draws", draws=counts)
-    if aset not in study.attack_sets(an) or aset not in study.attack_sets(pn):
+    if any(aset not in s.attack_sets(an) or aset not in s.attack_sets(pn) for s in studies):
         return _result("not reached", draws=counts, note=f"no {aset} attack ran")
-
-    def series(m: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        rs = study.draws[m]
-        return (np.array([r["noise"] for r in rs]),
-                np.array(study.strongest_series(m, aset), dtype=float),
-                np.array([r["utility"] for r in rs], dtype=float))
-
-    margin = matched_margin(series(an), series(pn), grid, rng, resamples, HEADLINE_LEVEL)
-    lowest = {m: float(np.min(fit.fit)) if (fit := study.fits.get(f"{m}/strongest-{aset}"))
-              is not None else None for m in (an, pn)}
+    (a_series, a_groups), (p_series, p_groups) = (_series(studies, m, aset) for m in (an, pn))
+    nested = (a_groups, p_groups) if len(studies) > 1 else None
+    margin = matched_margin(a_series, p_series, grid, rng, resamples, HEADLINE_LEVEL, nested)
+    # How low each noise's linkage fit gets: the pooled fits' (the margin's) or the study's.
+    lowest = (dict(zip((an, pn), margin["lowest_fitted_linkage"], strict=True))
+              if len(studies) > 1 else
+              {m: float(np.min(fit.fit)) if (fit := studies[0].fits.get(f"{m}/strongest-{aset}"))
+               is not None else None for m in (an, pn)})
     if not margin["levels"]:
         return _result("not reached", draws=counts, lowest_fitted_linkage=lowest,
                        margin=margin)
@@ -128,13 +143,17 @@ def _low_linkage(study: Study, aset: str, rng: np.random.Generator, resamples: i
                    statistic="best margin" if margin["verdict"] == "fails" else "worst margin")
 
 
-def _op_strongest(study: Study, rng: np.random.Generator, resamples: int,
+def _op_strongest(study: Study | list[Study], rng: np.random.Generator, resamples: int,
                   min_draws: int) -> dict[str, Any]:
-    rs = study.draws.get(Method.AA_IGDP_AN.value, [])
-    if len(rs) < min_draws:
-        return _result("not enough draws", draws=len(rs))
+    """OP against MP and AM in one deployment, or pooled over several nested in them."""
+    studies = study if isinstance(study, list) else [study]
+    per = [s.draws.get(Method.AA_IGDP_AN.value, []) for s in studies]
+    if min(len(rs) for rs in per) < min_draws:
+        return _result("not enough draws", draws=min(len(rs) for rs in per))
+    rs = [r for got in per for r in got]
+    groups = np.repeat(np.arange(len(per)), [len(got) for got in per]) if len(per) > 1 else None
     link = {a: np.array([r["linkage"][a] for r in rs]) for a in ("op", "mp", "am")}
-    diff = paired_min_difference(link["op"], [link["mp"], link["am"]], rng, resamples)
+    diff = paired_min_difference(link["op"], [link["mp"], link["am"]], rng, resamples, groups)
     low, high = diff["interval"] or (None, None)
     return _result(verdict(low, high), diff["estimate"], diff["interval"], draws=len(rs))
 
@@ -167,7 +186,37 @@ def judge(studies: dict[str, Study], primary: tuple[str, str], rng: np.random.Ge
     return out
 
 
-def robust(judgements: dict[int, dict[str, dict[str, Any]]]) -> dict[str, bool]:
-    """Per claim: it holds in every replicate on every axis."""
+#: Claims judged on every deployment's draws pooled (those with a statistic over draws).
+POOLED_CLAIMS = (*(c for c in CLAIMS if c.startswith(LOW_PREFIX)), "op_strongest_of_three")
+
+
+def judge_pooled(pairs: dict[int, dict[str, Study]], primary: tuple[str, str],
+                 rng: np.random.Generator, resamples: int, min_draws: int,
+                 grid: tuple[float, ...]) -> dict[str, dict[str, Any]]:
+    """The :data:`POOLED_CLAIMS` on the draws of every deployment pooled, their intervals from
+    a bootstrap with draws nested in deployments: ``{claim: {axis label: result}}`` on the same
+    axes as :func:`judge` (``pairs``: every deployment's views per ``model/auditor``)."""
+    reps = sorted(pairs)
+    names = list(pairs[reps[0]])
+    out: dict[str, dict[str, Any]] = {}
+    for claim in POOLED_CLAIMS:
+        if claim == "op_strongest_of_three":
+            auditors = dict.fromkeys(n.split("/", 1)[1] for n in names)
+            out[claim] = {a: _op_strongest([pairs[k][f"{primary[0]}/{a}"] for k in reps], rng,
+                                           resamples, min_draws) for a in auditors}
+        else:
+            aset = low_claim_set(claim)
+            assert aset is not None
+            out[claim] = {n: _low_linkage([pairs[k][n] for k in reps], aset, rng, resamples,
+                                          min_draws, grid) for n in names}
+    return out
+
+
+def robust(judgements: dict[int, dict[str, dict[str, Any]]],
+           pooled: dict[str, dict[str, Any]] | None = None) -> dict[str, bool]:
+    """Per claim: it holds in every replicate on every axis, and on every axis of the pooled
+    judgement where the claim has one."""
     return {c: bool(judgements) and all(res["verdict"] == "holds" for per in judgements.values()
-                                        for res in per[c].values()) for c in CLAIMS}
+                                        for res in per[c].values())
+            and all(res["verdict"] == "holds" for res in (pooled or {}).get(c, {}).values())
+            for c in CLAIMS}

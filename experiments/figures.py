@@ -335,27 +335,32 @@ VERDICT_COLORS = {"holds": "C2", "fails": "C3", "undecided": "C7", "not reached"
 
 def claims(summary: dict[str, Any], path: Path, dataset: str = "") -> bool:
     """Every claim's statistic with its 95% interval, per axis (model/auditor pair, model or
-    auditor) and replicate, coloured by verdict; zero marked. False without judgements."""
+    auditor) and replicate, and pooled over the replicates (draws nested in them; black
+    edge), coloured by verdict; zero marked. False without judgements."""
     from noisyanchor.experiments.claims import CLAIMS
 
     by_rep = summary.get("claims_by_replicate") or {}
     if not by_rep:
         return False
+    pooled = summary.get("claims_pooled") or {}
     reps = sorted(by_rep, key=int)
+    rows = [*reps, "pooled"] if pooled else reps
     keys = [c for c in CLAIMS if c != "pn_pairs_identical"]  # exact: no interval to draw
     axes_of = {c: list(by_rep[reps[0]][c]) for c in keys}
     plt = pyplot()
     fig, axes = plt.subplots(len(keys), 1, squeeze=False,
-                             figsize=(9, sum(1.0 + 0.32 * len(v) * len(reps)
+                             figsize=(9, sum(1.0 + 0.32 * len(v) * len(rows)
                                              for v in axes_of.values())),
                              gridspec_kw={"height_ratios": [len(axes_of[c]) for c in keys]})
     markers = "os^Dv"
     for ax, claim in zip(axes[:, 0], keys, strict=True):
         labels = axes_of[claim]
-        for j, rep in enumerate(reps):
+        for j, rep in enumerate(rows):
             for i, axis in enumerate(labels):
-                res = by_rep[rep][claim][axis]
-                y = i + (j - (len(reps) - 1) / 2) * 0.22
+                res = (by_rep[rep] if rep != "pooled" else pooled).get(claim, {}).get(axis)
+                if res is None:  # judged per replicate only
+                    continue
+                y = i + (j - (len(rows) - 1) / 2) * 0.8 / len(rows)
                 if res.get("estimate") is None:
                     ax.text(0, y, res["verdict"], fontsize=6, va="center", color="C1")
                     continue
@@ -365,7 +370,9 @@ def claims(summary: dict[str, Any], path: Path, dataset: str = "") -> bool:
                     lo, hi = (100 * v for v in res["interval"])
                     ax.plot([lo, hi], [y, y], color=color, lw=1.5)
                 ax.scatter([x], [y], color=color, marker=markers[j % len(markers)], s=14,
-                           label=f"replicate {rep}" if i == 0 else None)
+                           edgecolors="k" if rep == "pooled" else "none",
+                           label=(f"replicate {rep}" if rep != "pooled" else
+                                  "pooled (draws nested in replicates)") if i == 0 else None)
         ax.axvline(0, color="k", lw=0.8)
         ax.set_yticks(range(len(labels)), labels, fontsize=7)
         ax.invert_yaxis()
@@ -373,7 +380,8 @@ def claims(summary: dict[str, Any], path: Path, dataset: str = "") -> bool:
         ax.set_xlabel("points (95% interval; green holds, red fails, grey undecided)",
                       fontsize=7)
     outside_legend(axes[0][0])
-    fig.suptitle(f"{dataset or 'sweep'}, p = {summary['p']}: the claims in every replicate",
+    fig.suptitle(f"{dataset or 'sweep'}, p = {summary['p']}: the claims in every replicate"
+                 + (" and pooled" if pooled else ""),
                  fontsize=10)
     save_figure(plt, fig, path)
     return True

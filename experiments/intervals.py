@@ -20,6 +20,14 @@ Statistics:
   and refits all four splines.
 * paired mean difference (:func:`paired_min_difference`): ``min_k mean(a - b_k)`` over draws,
   resampled by draw (OP against MP and against AM on the same draws).
+* over replicated deployments (``groups``, :func:`nested_resample`): the same statistics on the
+  draws of every deployment pooled, with a two-stage bootstrap (Davison and Hinkley 1997,
+  Section 3.8): deployments drawn with replacement, then each drawn deployment's draws with
+  replacement, so the interval carries the variation between deployments (split, ``F``,
+  anchor, galleries) as well as between draws. With few deployments (3) the first stage has
+  few distinct outcomes: the interval is then wide rather than exact.
+* mean with its interval (:func:`mean_interval`), per draw or nested in deployments
+  (membership inference: mean AUC over the rows of a noise bin).
 * balanced-accuracy difference on shared test records (:func:`accuracy_difference`), resampled
   by test record.
 
@@ -65,6 +73,43 @@ def percentile_interval(values: Sequence[float]) -> tuple[float | None, float | 
     return float(low), float(high)
 
 
+def nested_resample(groups: Sequence[np.ndarray], rng: np.random.Generator) -> list[np.ndarray]:
+    """One two-stage bootstrap resample of series observed in the same deployments.
+
+    ``groups[s][j]`` is the deployment of draw ``j`` of series ``s`` (the series, e.g. the
+    two compared methods, share each deployment). Deployments are drawn with replacement once
+    for all series; each drawn deployment's draws of every series are then drawn with
+    replacement (as many as it holds). Returns the drawn indices per series.
+    """
+    labels = np.unique(np.concatenate([np.asarray(g) for g in groups]))
+    picked = rng.choice(labels, len(labels), replace=True)
+    out = []
+    for g in groups:
+        members = [np.flatnonzero(np.asarray(g) == k) for k in picked]
+        out.append(np.concatenate([rng.choice(m, len(m), replace=True) for m in members
+                                   if len(m)] or [np.zeros(0, dtype=int)]))
+    return out
+
+
+def _resample(sizes: Sequence[int], groups: Sequence[np.ndarray] | None,
+              rng: np.random.Generator) -> list[np.ndarray]:
+    """Indices of one resample of each series: by draw (independent series) or nested."""
+    if groups is None:
+        return [rng.integers(0, n, n) for n in sizes]
+    return nested_resample(groups, rng)
+
+
+def mean_interval(values: Sequence[float], rng: np.random.Generator, resamples: int,
+                  groups: Sequence[int] | None = None) -> dict[str, Any]:
+    """Mean of ``values`` with its percentile interval, resampled by value or, with ``groups``
+    (each value's deployment), nested in deployments."""
+    v = np.asarray(values, dtype=float)
+    g = None if groups is None else [np.asarray(groups)]
+    boots = [float(v[_resample([len(v)], g, rng)[0]].mean()) for _ in range(resamples)]
+    low, high = percentile_interval(boots)
+    return {"estimate": float(v.mean()), "interval": None if low is None else [low, high]}
+
+
 def _curves(noise: np.ndarray, link: np.ndarray, util: np.ndarray,
             rng: np.random.Generator) -> tuple[Any, Any]:
     return (fit_spline(noise, link, rng, resamples=0), fit_spline(noise, util, rng, resamples=0))
@@ -81,7 +126,8 @@ def _utility_at(curves: tuple[Any, Any], level: float) -> float:
 def matched_margin(an: tuple[np.ndarray, np.ndarray, np.ndarray],
                    pn: tuple[np.ndarray, np.ndarray, np.ndarray], levels: Sequence[float],
                    rng: np.random.Generator, resamples: int,
-                   headline: float | None = None) -> dict[str, Any]:
+                   headline: float | None = None,
+                   groups: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
     """The matched-linkage margin of anchor over private-data noise with its interval.
 
     Parameters
@@ -91,6 +137,9 @@ def matched_margin(an: tuple[np.ndarray, np.ndarray, np.ndarray],
     resamples : bootstrap resamples
     headline : float, optional
         A level whose own margin and interval are reported too (e.g. 20%).
+    groups : (an, pn) deployment of every draw, optional
+        Given, the draws of several deployments are pooled and resampled nested in them
+        (:func:`nested_resample`); else each method's draws are resampled independently.
 
     Returns
     -------
@@ -98,7 +147,8 @@ def matched_margin(an: tuple[np.ndarray, np.ndarray, np.ndarray],
         ``levels`` judged; ``worst`` and ``best``: the point fits' smallest and largest margin
         over them with their intervals (None when no level is reached); ``verdict`` from them
         (module docstring); ``reached`` (resamples in which a judged level was reached by
-        both); ``per_level`` point margins; ``headline`` (level, estimate, interval).
+        both); ``per_level`` point margins; ``headline`` (level, estimate, interval);
+        ``lowest_fitted_linkage`` of each method's point fit (an, pn).
     """
     point_an, point_pn = _curves(*an, rng), _curves(*pn, rng)
     margins = {float(lvl): _utility_at(point_an, lvl) - _utility_at(point_pn, lvl)
@@ -107,8 +157,7 @@ def matched_margin(an: tuple[np.ndarray, np.ndarray, np.ndarray],
     wanted = sorted(set(judged) | ({float(headline)} if headline is not None else set()))
     worst, best, at_headline = [], [], []
     for _ in range(resamples):  # each resample is its own four least-squares problems
-        ia = rng.integers(0, len(an[0]), len(an[0]))
-        ip = rng.integers(0, len(pn[0]), len(pn[0]))
+        ia, ip = _resample((len(an[0]), len(pn[0])), groups, rng)
         try:
             boot_an = _curves(*(a[ia] for a in an), rng)
             boot_pn = _curves(*(a[ip] for a in pn), rng)
@@ -132,6 +181,7 @@ def matched_margin(an: tuple[np.ndarray, np.ndarray, np.ndarray],
     out: dict[str, Any] = {
         "levels": judged, **ends, "verdict": state,
         "reached": int(np.sum(np.isfinite(worst))), "resamples": len(worst),
+        "lowest_fitted_linkage": [float(np.min(c[0].fit)) for c in (point_an, point_pn)],
         "per_level": {f"{lvl:.3f}": (None if not np.isfinite(m) else m)
                       for lvl, m in margins.items()}}
     if headline is not None:
@@ -145,15 +195,17 @@ def matched_margin(an: tuple[np.ndarray, np.ndarray, np.ndarray],
 
 
 def paired_min_difference(a: np.ndarray, others: Sequence[np.ndarray], rng: np.random.Generator,
-                          resamples: int) -> dict[str, Any]:
-    """``min_k mean(a - b_k)`` over paired draws with its interval (resampled by draw)."""
+                          resamples: int, groups: np.ndarray | None = None) -> dict[str, Any]:
+    """``min_k mean(a - b_k)`` over paired draws with its interval (resampled by draw, or
+    nested in deployments with ``groups``, each draw's deployment)."""
     a = np.asarray(a, dtype=float)
     diffs = np.stack([a - np.asarray(b, dtype=float) for b in others])
 
     def stat(idx: np.ndarray) -> float:
         return float(diffs[:, idx].mean(axis=1).min())
 
-    boots = [stat(rng.integers(0, len(a), len(a))) for _ in range(resamples)]
+    g = None if groups is None else [np.asarray(groups)]
+    boots = [stat(_resample([len(a)], g, rng)[0]) for _ in range(resamples)]
     low, high = percentile_interval(boots)
     return {"estimate": stat(np.arange(len(a))),
             "interval": None if low is None else [low, high]}

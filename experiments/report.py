@@ -26,7 +26,15 @@ from noisyanchor.common.attacks import ATTACK_NAMES, PAPER_ANCHOR_ATTACKS
 from noisyanchor.common.cliargs import int_at_least
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.methods import Method
-from noisyanchor.experiments.claims import CLAIM_AXES, CLAIMS, judge, low_claim_set, robust
+from noisyanchor.experiments.claims import (
+    CLAIM_AXES,
+    CLAIMS,
+    judge,
+    judge_pooled,
+    low_claim_set,
+    robust,
+)
+from noisyanchor.experiments.intervals import mean_interval
 from noisyanchor.experiments.linkage import ATTACK_SETS, CHANCE, PAPER_ATTACKS, strongest_attack
 from noisyanchor.experiments.study import (
     METRICS,
@@ -233,10 +241,24 @@ def _noise_bins(config: dict[str, Any], method: str) -> list[tuple[float, float]
     return [(float(a), float(b)) for a, b in itertools.pairwise(edges)]
 
 
-def _membership_table(rows: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, Any]:
+def _mi_cell(got: list[tuple[int, dict[str, Any]]], rng: np.random.Generator,
+             resamples: int) -> dict[str, Any]:
+    """Mean AUC and TPR at 1% FPR of one attack over rows ``(replicate, metrics)``, each with
+    its 95% interval from a bootstrap of the rows nested in their deployments."""
+    groups = [k for k, _ in got]
+    cell: dict[str, Any] = {"rows": len(got)}
+    for key in ("auc", "tpr_at_1pct_fpr"):
+        res = mean_interval([g[key] for _, g in got], rng, resamples, groups)
+        cell[key], cell[f"{key}_interval"] = res["estimate"], res["interval"]
+    return cell
+
+
+def _membership_table(rows: list[dict[str, Any]], config: dict[str, Any],
+                      rng: np.random.Generator, resamples: int) -> dict[str, Any]:
     """Membership inference per method and noise level (the controls, then thirds of the swept
-    range), every replicate: mean AUC and TPR at 1% FPR of each attack on each model, and the
-    model's mean utility on the same rows; against ``Z`` per attack set."""
+    range), every replicate: mean AUC and TPR at 1% FPR of each attack on each model with
+    their intervals (rows nested in deployments), and the model's mean utility on the same
+    rows; against ``Z`` per attack set."""
     out: dict[str, Any] = {}
     for m in ALL_METHODS:
         rs = [r for r in rows if r["method"] == m and r.get("membership")
@@ -255,18 +277,16 @@ def _membership_table(rows: list[dict[str, Any]], config: dict[str, Any]) -> dic
                 cell = {"utility": float(np.mean([r["utility_by_model"][model]["utility"]
                                                   for r in sel]))}
                 for attack in ("loss_threshold", "shadow"):
-                    got = [r["membership"]["model"][model].get(attack) for r in sel]
-                    got = [g for g in got if g]
+                    got = [(replicate_of(r), g) for r in sel
+                           if (g := r["membership"]["model"][model].get(attack))]
                     if got:
-                        cell[attack] = {k: float(np.mean([g[k] for g in got]))
-                                        for k in ("auc", "tpr_at_1pct_fpr")}
+                        cell[attack] = _mi_cell(got, rng, resamples)
                 entry["model"][model] = cell
             for aset in ATTACK_SETS:
-                got = [r["membership"]["z"][aset] for r in sel
+                got = [(replicate_of(r), r["membership"]["z"][aset]) for r in sel
                        if aset in (r["membership"].get("z") or {})]
                 if got:
-                    entry["z"][aset] = {k: float(np.mean([g[k] for g in got]))
-                                        for k in ("auc", "tpr_at_1pct_fpr")}
+                    entry["z"][aset] = _mi_cell(got, rng, resamples)
             per_bin[label] = entry
         out[m] = per_bin
     return out
@@ -284,6 +304,11 @@ def _ml_summary(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
             "all_starts_converged": int(sum(f["converged_starts"] == f["starts"]
                                             for f in facts)),
             "other_start_won": int(sum(f["best_start"] != 0 for f in facts)),
+            # A start whose likelihood beats the reported estimate's (relative 1e-9) would
+            # mean the attack reported a worse optimum than it found: counted, expected 0.
+            "start_beat_reported": int(sum(
+                max(f["start_objectives"]) > f["objective"] + 1e-9 * abs(f["objective"])
+                for f in facts if f.get("start_objectives"))),
             "median_iterations": float(np.median([f["iterations"] for f in facts]))}
 
 
@@ -326,11 +351,16 @@ def _noise_estimate(study: Study) -> dict[str, Any] | None:
 def summarize(study: Study, pairs: dict[int, dict[str, Study]] | None = None,
               rows: list[dict[str, Any]] | None = None,
               judgements: dict[int, dict[str, dict[str, Any]]] | None = None,
-              config: dict[str, Any] | None = None) -> dict[str, Any]:
+              config: dict[str, Any] | None = None,
+              pooled: dict[str, dict[str, Any]] | None = None,
+              rng: np.random.Generator | None = None,
+              resamples: int = 0) -> dict[str, Any]:
     """Every number the markdown summary quotes, for one ``p``: ``study`` is the primary
     (model, auditor) view of replicate 0; ``pairs`` every measured view by replicate and
     ``"model/auditor"``; ``judgements`` the claims per replicate and axis
-    (:func:`experiments.claims.judge`)."""
+    (:func:`experiments.claims.judge`); ``pooled`` the claims on every deployment's draws
+    pooled (:func:`experiments.claims.judge_pooled`); ``rng``/``resamples`` for the membership
+    intervals."""
     ctrl = study.controls
     controls = {m: {"utility": r["utility"], "linkage": r["linkage"],
                     "relative_error": r["relative_error"],
@@ -358,7 +388,8 @@ def summarize(study: Study, pairs: dict[int, dict[str, Study]] | None = None,
            "claims": {c: first[c][primary[c]]["verdict"] for c in first},
            "claim_intervals": {c: first[c][primary[c]] for c in first},
            "claims_by_replicate": {str(k): v for k, v in judgements.items()},
-           "robust": robust(judgements), "replicates": len(judgements),
+           "claims_pooled": pooled or {},
+           "robust": robust(judgements, pooled), "replicates": len(judgements),
            "low_linkage_margins_by_pair": margins_by_pair,
            **_controls_by_model(study), "noise_estimate": _noise_estimate(study)}
     if rows is not None:
@@ -367,7 +398,8 @@ def summarize(study: Study, pairs: dict[int, dict[str, Study]] | None = None,
         out["threat_table"] = _threat_table(rows, threats, study.auditor or auditors[0])
         out["ml_attack"] = _ml_summary(rows)
         if config is not None:
-            out["membership"] = _membership_table(rows, config)
+            out["membership"] = _membership_table(
+                rows, config, rng if rng is not None else np.random.default_rng(0), resamples)
             out["model_convergence"] = _model_convergence(rows, config["models"])
     return out
 
@@ -477,7 +509,28 @@ def _error_section(main: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def _low_linkage_claim(main: dict[str, Any], aset: str) -> str:
+def _headline_text(margin: dict[str, Any]) -> str:
+    """``at 20.0%: +x.x points [lo, hi]`` from a margin's headline level ('' without one)."""
+    head = margin.get("headline") or {}
+    if head.get("estimate") is None:
+        return ""
+    return (f"at {_pct(head['level'])}: {100 * head['estimate']:+.1f} points"
+            + (f" [{100 * head['interval'][0]:+.1f}, {100 * head['interval'][1]:+.1f}]"
+               if head.get("interval") else ""))
+
+
+def _pooled_text(main: dict[str, Any], claim: str, axis: str) -> str:
+    """The claim on every deployment's draws pooled (draws nested in deployments), or ''."""
+    res = (main.get("claims_pooled") or {}).get(claim, {}).get(axis)
+    if not res:
+        return ""
+    head = _headline_text(res.get("margin") or {})
+    return (f" Over the {main['replicates']} deployments pooled (95% interval with the draws "
+            f"nested in deployments): {_cell(res, claim, True)}"
+            + (f"; {head}" if head else "") + ".")
+
+
+def _low_linkage_claim(main: dict[str, Any], aset: str, pair: str) -> str:
     parts = []
     for lvl in LOW_LEVELS:
         mm = main["matched_linkage"][aset][f"{lvl:.3f}"]
@@ -492,13 +545,10 @@ def _low_linkage_claim(main: dict[str, Any], aset: str) -> str:
     judged = (f"{res.get('statistic', 'worst margin')} over the {len(margin['levels'])} levels "
               f"of {_grid_text()} both fits reach, 95% interval over the draws"
               if margin.get("levels") else f"no level of {_grid_text()} reached by both")
-    head = margin.get("headline") or {}
-    if head.get("estimate") is not None:
-        judged += (f"; at {_pct(head['level'])}: {100 * head['estimate']:+.1f} points"
-                   + (f" [{100 * head['interval'][0]:+.1f}, {100 * head['interval'][1]:+.1f}]"
-                      if head.get("interval") else ""))
+    if _headline_text(margin):
+        judged += f"; {_headline_text(margin)}"
     return (f"- At matched low linkage ({SET_TEXT[aset]}), anchor noise keeps more utility: "
-            f"{_verdict(res)} ({'; '.join(parts)}; {judged}).")
+            f"{_verdict(res)} ({'; '.join(parts)}; {judged})." + _pooled_text(main, claim, pair))
 
 
 def _claims_section(main: dict[str, Any], config: dict[str, Any]) -> list[str]:
@@ -526,7 +576,7 @@ def _claims_section(main: dict[str, Any], config: dict[str, Any]) -> list[str]:
             f"{_pct(c['aa-igdp']['utility'])} vs {_pct(c['i-gdp']['utility'])}; interval of "
             "AA-I-GDP minus I-GDP over the test records).")
     for aset in ATTACK_SETS:
-        lines.append(_low_linkage_claim(main, aset))
+        lines.append(_low_linkage_claim(main, aset, f"{config['model']}/{config['auditor']}"))
     if rk:
         means = ", ".join(f"{a} {_pct(v)}" for a, v in rk["mean_linkage"].items()
                           if a in PAPER_ANCHOR_ATTACKS)
@@ -535,7 +585,8 @@ def _claims_section(main: dict[str, Any], config: dict[str, Any]) -> list[str]:
             f"(smaller of OP's mean linkage margins over MP and AM, paired by draw; mean "
             f"linkage over the anchor-noise draws: {means}; OP is the pointwise maximum of "
             f"the three in {rk['op_pointwise_max_draws']}/{rk['draws']} draws, ties included). "
-            f"Strongest of every attack on average: {rk['strongest_of_all']}.")
+            f"Strongest of every attack on average: {rk['strongest_of_all']}."
+            + _pooled_text(main, "op_strongest_of_three", config["auditor"]))
     return [*lines, ""]
 
 
@@ -557,25 +608,34 @@ def _robustness_section(main: dict[str, Any], min_draws: int) -> list[str]:
              "excluding zero, in every replicate and on every axis, each with at least "
              f"{min_draws} draws of every compared method (fewer: not enough draws).", "",
              "| claim | judged per | " + " | ".join(f"replicate {k}" for k in reps)
-             + " | robust |", "|---|---|" + "---|" * (len(reps) + 1)]
+             + " | pooled | robust |", "|---|---|" + "---|" * (len(reps) + 2)]
+    pooled = main.get("claims_pooled") or {}
+
+    def held(per: dict[str, Any]) -> str:
+        return f"{sum(r['verdict'] == 'holds' for r in per.values())}/{len(per)} hold"
+
     for claim, text in CLAIMS.items():
-        cells = []
-        for k in reps:
-            per = by_rep[k][claim]
-            held = sum(r["verdict"] == "holds" for r in per.values())
-            cells.append(f"{held}/{len(per)} hold")
+        cells = [held(by_rep[k][claim]) for k in reps]
+        cells.append(held(pooled[claim]) if claim in pooled else "-")
         lines.append(f"| {text} | {_axis_text(claim)} | " + " | ".join(cells)
                      + f" | {'**yes**' if main['robust'][claim] else 'no'} |")
-    lines.append("")
+    lines += ["", f"Pooled: the claim on the draws of all {len(reps)} deployments together, its "
+              "95% interval from a two-stage bootstrap (deployments with replacement, then "
+              "each drawn deployment's draws), so it carries the variation between deployments; "
+              "with few deployments that interval is coarse. Claims with one exact check or one "
+              "control per deployment (-) are judged per deployment only.", ""]
     for claim, text in CLAIMS.items():
         axes = list(by_rep[reps[0]][claim])
         points = claim != "pn_pairs_identical"
+        extra = claim in pooled
         lines += [f"### {text}", "", "| " + CLAIM_AXES[claim] + " | "
-                  + " | ".join(f"replicate {k}" for k in reps) + " |",
-                  "|---|" + "---|" * len(reps)]
+                  + " | ".join(f"replicate {k}" for k in reps) + (" | pooled |" if extra else " |"),
+                  "|---|" + "---|" * (len(reps) + extra)]
         for axis in axes:
-            lines.append(f"| {axis} | " + " | ".join(
-                _cell(by_rep[k][claim][axis], claim, points) for k in reps) + " |")
+            cells = [_cell(by_rep[k][claim][axis], claim, points) for k in reps]
+            if extra:
+                cells.append(_cell(pooled[claim][axis], claim, points))
+            lines.append(f"| {axis} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += [f"Matched-linkage claims: the worst margin over the levels of {_grid_text()} both "
               "fits reach (points; for a failing claim the best margin: behind at every level); "
@@ -645,8 +705,9 @@ def _membership_section(main: dict[str, Any], config: dict[str, Any]) -> list[st
              "and shadow models (each trained on half of the public pool). Against Z: the "
              "analyst's strongest reconstruction of each threat, distance to the nearest "
              "reconstructed row; non-members are held-out records never uploaded. AUC (0.5 is "
-             "chance) / TPR at 1% FPR (0.01 is chance), means over the rows of each noise bin, "
-             "beside the model's utility on the same rows. k-NN models are not returned to "
+             "chance) [95% interval, rows nested in deployments] / TPR at 1% FPR (0.01 is "
+             "chance), means over the rows of each noise bin, beside the model's utility on the "
+             "same rows. k-NN models are not returned to "
              "sites (they hold Z's training rows): their row measures the analyst's model.", ""]
     for model in models:
         lines += [f"### {model}", "", "| method | noise | rows | utility | loss threshold | "
@@ -669,8 +730,13 @@ def _membership_section(main: dict[str, Any], config: dict[str, Any]) -> list[st
     return [*lines, ""]
 
 
-def _mi(cell: dict[str, float] | None) -> str:
-    return "-" if not cell else f"{cell['auc']:.3f} / {cell['tpr_at_1pct_fpr']:.3f}"
+def _mi(cell: dict[str, Any] | None) -> str:
+    """``AUC [low, high] / TPR at 1% FPR`` of a membership cell ('-' without one)."""
+    if not cell:
+        return "-"
+    ci = cell.get("auc_interval")
+    return (f"{cell['auc']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+            + f" / {cell['tpr_at_1pct_fpr']:.3f}")
 
 
 def _diagnostics_section(main: dict[str, Any]) -> list[str]:
@@ -682,7 +748,9 @@ def _diagnostics_section(main: dict[str, Any]) -> list[str]:
                   f"{ml['targets']} target estimates converged (gradient tolerance or no gain "
                   f"left at working precision); {ml['all_starts_converged']} with every one of "
                   f"the {ml['starts']} starts converged; a start other than OP had the highest "
-                  f"likelihood for {ml['other_start_won']}; median Newton iterations of the "
+                  f"likelihood for {ml['other_start_won']}; a start with a higher likelihood "
+                  f"than the reported estimate: {ml.get('start_beat_reported', 'not recorded')} "
+                  f"of {ml['targets']}; median Newton iterations of the "
                   f"winner {ml['median_iterations']:.0f}. Per target in rows.jsonl "
                   "(`attack_diagnostics.ml`).", ""]
     conv = main.get("model_convergence")
@@ -904,10 +972,15 @@ def make_report(results: Path, out: Path | None = None, *, resamples: int | None
     for p in sorted(by_p):
         studies[p], pairs[p] = _studies(by_p[p], meta, p, metric, resamples)
         rng = np.random.default_rng(np.random.SeedSequence(config["seed"], spawn_key=(5, p)))
-        judgements = {k: judge(views, (config["model"], config["auditor"]), rng,
-                               claim_resamples, config.get("min_draws", 1), LOW_GRID)
-                      for k, views in pairs[p].items()}
-        summaries[p] = {**summarize(studies[p], pairs[p], by_p[p], judgements, config),
+        primary = (config["model"], config["auditor"])
+        judgements = {k: judge(views, primary, rng, claim_resamples, config.get("min_draws", 1),
+                               LOW_GRID) for k, views in pairs[p].items()}
+        pooled = (judge_pooled(pairs[p], primary, np.random.default_rng(np.random.SeedSequence(
+            config["seed"], spawn_key=(6, p))), claim_resamples, config.get("min_draws", 1),
+            LOW_GRID) if len(pairs[p]) > 1 else None)
+        summaries[p] = {**summarize(studies[p], pairs[p], by_p[p], judgements, config, pooled,
+                                    np.random.default_rng(np.random.SeedSequence(
+                                        config["seed"], spawn_key=(7, p))), claim_resamples),
                         "metric": metric}
     main_p = main_participant_count(studies)
     others = [summaries[p] for p in sorted(summaries)] if len(studies) > 1 else []
@@ -919,7 +992,8 @@ def make_report(results: Path, out: Path | None = None, *, resamples: int | None
          for p, s in studies.items()}))
     (out / "summary.json").write_text(json.dumps(
         {"main_p": main_p, "studies": {str(p): s for p, s in summaries.items()},
-         "command": command, "runtime": runtime}, indent=1))
+         "command": command, "runtime": runtime, "resamples": resamples, "figures": files},
+        indent=1))
     (out / "summary.md").write_text(markdown(summaries[main_p], config, others, command,
                                              runtime, resamples, files))
     if threat_model is not None:

@@ -59,33 +59,66 @@ def render(config: dict[str, Any], summary: dict[str, Any], results: Path) -> st
                      + " | ".join(cells) + " |")
     primary = {"pair": f"{config['model']}/{config['auditor']}", "model": config["model"],
                "auditor": config["auditor"]}
-    lines += ["", f"Claims ({primary['pair']}; margins in points with 95% intervals; robust = "
-              "holds in every replicate, model and auditor):", "",
-              "| claim | " + " | ".join(f"replicate {k}" for k in reps) + " | robust |",
-              "|---|" + "---|" * (len(reps) + 1)]
+    pooled = summary.get("claims_pooled") or {}
+    lines += ["", f"Claims ({primary['pair']}; margins in points with 95% intervals, per "
+              "deployment over its draws, and pooled over every deployment with the draws "
+              "nested in deployments; robust = holds in every replicate, model and auditor, "
+              "and pooled):", "",
+              "| claim | " + " | ".join(f"replicate {k}" for k in reps) + " | pooled | robust |",
+              "|---|" + "---|" * (len(reps) + 2)]
     for claim, text in CLAIMS.items():
         axis = primary[CLAIM_AXES[claim]]
         cells = [_claim_cell(summary["claims_by_replicate"][k][claim].get(axis, {"verdict": "-"}))
                  for k in reps]
+        cells.append(_claim_cell(pooled[claim][axis]) if axis in pooled.get(claim, {}) else "-")
         lines.append(f"| {text} | " + " | ".join(cells)
                      + f" | {'yes' if summary['robust'][claim] else 'no'} |")
-    mi = summary.get("membership") or {}
-    if mi:
-        best = max(((m, label, entry["model"][config["model"]])
-                    for m, bins in mi.items() for label, entry in bins.items()),
-                    key=lambda t: t[2].get("loss_threshold", {}).get("auc", 0))
-        cell = best[2]
-        lines += ["", f"Membership inference against the returned {config['model']} model is "
-                  f"near chance everywhere: the largest mean loss-threshold AUC is "
-                  f"{cell['loss_threshold']['auc']:.3f} (TPR at 1% FPR "
-                  f"{cell['loss_threshold']['tpr_at_1pct_fpr']:.3f}) for {best[0]} at noise "
-                  f"{best[1]}; every method, noise level and model is in `summary.md`."]
+    lines += _membership_lines(summary.get("membership") or {}, config["model"])
     ml = summary.get("ml_attack")
     if ml:
+        beat = ml.get("start_beat_reported")
         lines += ["", f"Maximum-likelihood attack: {ml['converged']}/{ml['targets']} target "
                   f"estimates converged ({ml['starts']} starts each; a start other than OP won "
-                  f"{ml['other_start_won']} times)."]
+                  f"{ml['other_start_won']} times; "
+                  + ("no start beat the reported likelihood" if beat == 0 else
+                     f"a start beat the reported likelihood for {beat}" if beat is not None
+                     else "starts' likelihoods not recorded") + ")."]
     return "\n".join(lines) + "\n"
+
+
+def _auc_text(cell: dict[str, Any]) -> str:
+    """``AUC a.aaa [l, h] (TPR at 1% FPR t.ttt)``, saying whether the interval covers chance."""
+    ci = cell.get("auc_interval")
+    text = f"AUC {cell['auc']:.3f}"
+    if ci:
+        text += (f" [{ci[0]:.3f}, {ci[1]:.3f}], "
+                 + ("covering chance (0.5)" if ci[0] <= 0.5 <= ci[1] else "excluding chance"))
+    return text + f" (TPR at 1% FPR {cell['tpr_at_1pct_fpr']:.3f})"
+
+
+def _membership_lines(mi: dict[str, Any], model: str) -> list[str]:
+    """The largest membership AUC against the returned ``model`` and against ``Z`` per threat,
+    as measured (every cell is in ``summary.md``)."""
+    if not mi:
+        return []
+    cells = [(m, label, entry) for m, bins in mi.items() for label, entry in bins.items()]
+    got = [(m, label, entry["model"][model]["loss_threshold"]) for m, label, entry in cells
+           if entry["model"].get(model, {}).get("loss_threshold")]
+    lines = [""]
+    if got:
+        m, label, cell = max(got, key=lambda t: t[2]["auc"])
+        lines.append(f"Membership inference against the returned {model} model (loss "
+                     f"threshold): the largest mean AUC over methods and noise bins is "
+                     f"{_auc_text(cell)}, for {m} at noise {label}.")
+    for aset, who in (("all", "the analyst with a colluder"), ("analyst", "the analyst alone"),
+                      ("public", "the analyst with public data")):
+        z = [(m, label, entry["z"][aset]) for m, label, entry in cells if aset in entry["z"]]
+        if z:
+            m, label, cell = max(z, key=lambda t: t[2]["auc"])
+            lines.append(f"Against Z, {who}: largest mean {_auc_text(cell)}, for {m} at noise "
+                         f"{label}.")
+    lines.append("Every method, noise bin, model and attack is in `summary.md`.")
+    return [lines[0], " ".join(lines[1:])]
 
 
 def update_threat_model(path: Path, config: dict[str, Any], summary: dict[str, Any],

@@ -84,3 +84,32 @@ def test_noiseless_controls_agree_exactly_for_the_mlp_once_coupled():
     assert c["test_predictions_by_model"]["mlp"] == aa["test_predictions_by_model"]["mlp"]
     assert c["utility_by_model"]["mlp"]["utility"] == aa["utility_by_model"]["mlp"]["utility"]
     assert c["linkage"]["known_secret"] == aa["linkage"]["known_anchor"]
+
+
+def test_nested_resample_draws_whole_deployments_shared_by_the_series():
+    """Two-stage bootstrap: every resample keeps each series' size per drawn deployment, and
+    the series (the compared methods) share the drawn deployments."""
+    from noisyanchor.experiments.intervals import nested_resample
+
+    rng = np.random.default_rng(3)
+    a, b = np.repeat([0, 1, 2], [4, 5, 6]), np.repeat([0, 1, 2], [3, 3, 2])
+    for _ in range(20):
+        ia, ib = nested_resample([a, b], rng)
+        picked_a = np.bincount(a[ia], minlength=3) // np.array([4, 5, 6])
+        picked_b = np.bincount(b[ib], minlength=3) // np.array([3, 3, 2])
+        assert picked_a.sum() == 3 and np.array_equal(picked_a, picked_b)
+
+
+def test_mean_interval_nested_in_deployments_carries_their_spread():
+    """Deployments whose means differ by far more than their draws: the nested interval covers
+    the spread between deployments; by draw it is much narrower."""
+    from noisyanchor.experiments.intervals import mean_interval
+
+    rng = np.random.default_rng(4)
+    groups = np.repeat([0, 1, 2], 30)
+    values = np.array([0.0, 1.0, 2.0])[groups] + 0.01 * rng.standard_normal(90)
+    nested = mean_interval(values, rng, 500, groups)
+    by_draw = mean_interval(values, rng, 500)
+    assert nested["estimate"] == pytest.approx(1.0, abs=0.01)
+    width = lambda r: r["interval"][1] - r["interval"][0]  # noqa: E731
+    assert width(nested) > 0.8 and width(by_draw) < 0.5

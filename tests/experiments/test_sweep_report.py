@@ -169,7 +169,7 @@ def test_report_judges_every_claim_in_every_replicate_on_its_axes_with_intervals
     """Matched-linkage claims under every (model, auditor) pair, utility-only claims once per
     model, linkage-only claims once per auditor, in every replicate; robust only when every
     one holds; a replicate with fewer draws than min_draws is "not enough draws"."""
-    from noisyanchor.experiments.claims import CLAIM_AXES, CLAIMS
+    from noisyanchor.experiments.claims import CLAIM_AXES, CLAIMS, POOLED_CLAIMS
     from noisyanchor.experiments.intervals import VERDICTS
 
     _, out = tiny
@@ -182,15 +182,19 @@ def test_report_judges_every_claim_in_every_replicate_on_its_axes_with_intervals
         for rep in by_rep.values():
             assert set(rep[claim]) == axes[CLAIM_AXES[claim]], claim
             assert all(res["verdict"] in VERDICTS for res in rep[claim].values())
+        pooled = summary["claims_pooled"].get(claim, {})
+        assert (claim in POOLED_CLAIMS) == bool(pooled)  # pooled on the same axes
+        assert not pooled or set(pooled) == axes[CLAIM_AXES[claim]]
         assert summary["robust"][claim] == all(
-            res["verdict"] == "holds" for rep in by_rep.values() for res in rep[claim].values())
+            res["verdict"] == "holds" for rep in [*by_rep.values(), {claim: pooled}]
+            for res in rep[claim].values())
     for claim, res in summary["claim_intervals"].items():  # replicate 0, primary axis
         assert res["verdict"] == summary["claims"][claim]
         if res["interval"] is not None:
             assert res["interval"][0] <= res["interval"][1]
     assert summary["claims"]["pn_pairs_identical"] == "holds"
     text = (out / "summary.md").read_text()
-    assert "| claim | judged per | replicate 0 | replicate 1 | robust |" in text
+    assert "| claim | judged per | replicate 0 | replicate 1 | pooled | robust |" in text
     # constants, not hard-coded text: the low-linkage grid and chance
     assert "12.4%, 12.9%, ..., 19.9%" in text and "(chance 10.0%)" in text
     tables = summary["strongest_attacks"]
@@ -243,6 +247,10 @@ def test_membership_inference_is_reported_per_method_and_noise_beside_utility(ti
     assert set(table["aa-igdp"]) == {"none"} and len(table["aa-igdp-an"]) >= 1
     cell = table["aa-igdp"]["none"]["model"]["logistic"]
     assert {"utility", "loss_threshold", "shadow"} <= set(cell)
+    for entry in (e for bins in table.values() for e in bins.values()):  # measured intervals
+        for got in [*entry["z"].values(), *(c["loss_threshold"] for c in entry["model"].values())]:
+            low, high = got["auc_interval"]
+            assert low - 1e-12 <= got["auc"] <= high + 1e-12 and got["rows"] >= 1
     assert "## Membership inference" in (tiny[1] / "summary.md").read_text()
 
 
@@ -253,6 +261,9 @@ def test_the_ml_attack_reports_its_convergence_in_every_row_and_the_report(tiny)
         assert set(ml) == {"1", "2"} and all(f["starts"] >= 2 for f in ml.values())
     summary = json.loads((tiny[1] / "summary.json").read_text())["studies"]["3"]
     assert summary["ml_attack"]["targets"] == 2 * len(rows)
+    assert summary["ml_attack"]["start_beat_reported"] == 0  # the best start is the one reported
+    for f in (f for r in rows for f in r["attack_diagnostics"]["ml"].values()):
+        assert f["objective"] == max(f["start_objectives"])
     assert "## Maximum-likelihood attack: starts and convergence" in (
         tiny[1] / "summary.md").read_text()
 
