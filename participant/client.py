@@ -258,7 +258,9 @@ class AnalystClient:
             ids = ", ".join(w.participant_id for w in status.withdrawn)
             raise FederationFailedError(f"participant(s) {ids} withdrew from federation "
                                         f"{self.federation_id!r} ({who}); stopping instead of "
-                                        "waiting for them")
+                                        f"waiting for them. Once {ids} run(s) the upload again "
+                                        "(that clears the withdrawal), run this one again: it "
+                                        "resumes where it stopped")
         if status.state == "failed":
             raise FederationFailedError(f"federation {self.federation_id!r} failed: "
                                         f"{status.error}")

@@ -177,7 +177,8 @@ def test_a_site_or_an_upload_preprocessing_otherwise_is_refused(federation, rng)
     assert _store_state(files.store) == before
 
 
-def test_the_other_sites_stop_waiting_when_a_site_withdraws(tmp_path):
+def test_the_other_sites_stop_waiting_when_a_site_withdraws_and_finish_once_it_is_back(
+        tmp_path):
     with _federation(tmp_path) as (files, configs):
         _bad_site_stops_the_others(files, configs)
 
@@ -213,6 +214,23 @@ def _bad_site_stops_the_others(files, configs) -> None:
         assert "n/a" not in told and str(files.root) not in told
     assert not (files.store / "relay" / "keys" / "p2.pb").exists()
     assert not any((files.store / "uploads").glob("*.bundle"))
+    assert "Once p2 run(s) the upload again (that clears the withdrawal), run this one again" \
+        in told
+    # p2 fixes its cell and joins again (its withdrawal is cleared); the others run again and
+    # resume with the exchange keys they kept: the federation completes.
+    files.data["p2"].write_text(_table(30))
+    procs = {"p2": start(["participant", "upload", "--config", configs["p2"]], logs["p2"])}
+    try:
+        cfg = load_participant_config(configs["p2"])
+        assert wait_until(lambda: not analyst_status(cfg).withdrawn, 60)
+        procs |= {pid: start(["participant", "upload", "--config", configs[pid]], logs[pid])
+                  for pid in ("p0", "p1")}
+        assert {p: procs[p].wait(120) for p in IDS} == dict.fromkeys(IDS, 0), \
+            {p: logs[p].read_text()[-400:] for p in IDS}
+    finally:
+        for proc in procs.values():
+            stop(proc)
+    assert wait_until(lambda: analyst_status(cfg).state == "done", 60)
 
 
 def test_the_demo_runs_on_the_breast_cancer_table_as_its_template_scales_it(tmp_path):
