@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -79,9 +80,15 @@ def _draft(args: argparse.Namespace) -> int:
     from noisyanchor.common.files import atomic_write
     from noisyanchor.common.tabular.draft import draft_text, survey
 
-    text = draft_text(survey(args.data, label_column=args.label, tag_column=args.tag,
-                             delimiter=args.delimiter, max_categories=args.max_categories),
-                      scaling=args.scaling)
+    draft = survey(args.data, label_column=args.label, tag_column=args.tag,
+                   delimiter=args.delimiter, max_categories=args.max_categories)
+    text = draft_text(draft, scaling=args.scaling)
+    if draft.label is None:
+        candidates = draft.label_candidates()
+        print(f"warning: {args.data.name} has no label column {args.label!r}; every column is "
+              "drafted as a feature"
+              + (f": if the label is {' or '.join(map(repr, candidates))}, run again with "
+                 f"--label {shlex.quote(candidates[0])}" if candidates else ""), file=sys.stderr)
     if args.out is None:
         sys.stdout.write(text)
         return 0

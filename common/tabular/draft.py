@@ -30,6 +30,10 @@ MAX_CATEGORIES = 30
 #: Scalings the draft can propose for numeric columns.
 SCALINGS = ("standard", "range")
 
+#: Header names (compared in lower case) that usually hold the label, named first when the
+#: table has no ``--label`` column.
+LABEL_NAMES = ("label", "labels", "target", "class", "outcome", "diagnosis", "y")
+
 
 @dataclass
 class ColumnStats:
@@ -123,6 +127,15 @@ class Draft:
     label_column: str
     max_categories: int = MAX_CATEGORIES
 
+    def label_candidates(self) -> list[str]:
+        """Columns that may be the label when ``label_column`` is not in the table: those
+        named like a label, then the other categorical and boolean ones (at most 3). A label
+        drafted as a feature column would be refused (it must not be both) or, worse, feed the
+        model its own answer."""
+        kinds = [c for c in self.columns if c.kind in ("categorical", "boolean")]
+        named = [c for c in self.columns if c.name.casefold() in LABEL_NAMES]
+        return list(dict.fromkeys(c.name for c in [*named, *kinds]))[:3]
+
 
 def survey(path: Path, *, label_column: str = "label", tag_column: str = "split",
            delimiter: str = ",", max_categories: int = MAX_CATEGORIES) -> Draft:
@@ -184,7 +197,11 @@ def draft_text(draft: Draft, *, scaling: str = "standard",
     ]
     label = draft.label
     if label is None:
+        candidates = draft.label_candidates()
         out.append(f"# no column {draft.label_column!r} in the table: name the label column")
+        if candidates:
+            out.append(f"# ({' or '.join(map(repr, candidates))}? then leave its column below "
+                       "out, or run the draft again with --label)")
         out.append(f'# label = "{draft.label_column}"')
     else:
         out.append(f"label = {_toml(label.name)}")

@@ -47,6 +47,16 @@ def test_the_draft_types_each_column_and_loads_as_a_schema(tmp_path, capsys):
     assert "exists" in capsys.readouterr().err
 
 
+def test_a_table_without_the_label_column_names_the_likely_label(tmp_path, capsys):
+    (tmp_path / "site.csv").write_text(TABLE)
+    assert main(["schema", "draft", "--data", str(tmp_path / "site.csv")]) == 0
+    out, err = capsys.readouterr()
+    assert "# no column 'label' in the table: name the label column\n# ('diagnosis' or " \
+        "'region' or 'smoker'? then leave its column below out" in out
+    assert "site.csv has no label column 'label'; every column is drafted as a feature: if the " \
+        "label is 'diagnosis' or 'region' or 'smoker', run again with --label diagnosis" in err
+
+
 def test_a_range_draft_proposes_min_and_max(tmp_path, capsys):
     (tmp_path / "site.csv").write_text(TABLE)
     assert main(["schema", "draft", "--data", str(tmp_path / "site.csv"), "--label",
