@@ -368,6 +368,26 @@ def test_committed_digits_rows_are_reproduced_by_the_current_code():
                 assert row["linkage"][attack] == pytest.approx(value, abs=0.005), attack
 
 
+def test_committed_digits_report_is_what_markdown_makes_of_its_numbers():
+    """experiments/results/digits: summary.md is the markdown of summary.json's numbers, and
+    THREAT_MODEL.md's generated digits section is what they render to (nothing edited by hand
+    after the report)."""
+    from noisyanchor.experiments.report import markdown
+    from noisyanchor.experiments.threat_model import markers, render
+
+    root = Path(__file__).resolve().parents[2]
+    results = root / "experiments" / "results" / "digits"
+    config = json.loads((results / "meta.json").read_text())["config"]
+    doc = json.loads((results / "summary.json").read_text())
+    main = doc["studies"][str(doc["main_p"])]
+    others = [doc["studies"][p] for p in doc["studies"]] if len(doc["studies"]) > 1 else []
+    assert markdown(main, config, others, doc["command"], doc["runtime"], doc["resamples"],
+                    doc["figures"]) == (results / "summary.md").read_text()
+    start, end = markers(config["name"])
+    section = (root / "THREAT_MODEL.md").read_text().split(start + "\n", 1)[1].split(end)[0]
+    assert section == render(config, main, Path("experiments/results/digits"))
+
+
 def test_threat_model_section_is_regenerated_in_place(tiny, tmp_path):
     """`report --threat-model FILE` rewrites only its own marked section: the hand-written text
     around it stays, and a second run leaves the file as the first left it."""
