@@ -303,11 +303,14 @@ def analyst_tables(project: Project) -> dict[str, dict[str, Any]]:
 def site_tables(project: Project, site: Site) -> dict[str, dict[str, Any]]:
     """Site ``site``'s config: it connects to the analyst's first name, checked against it,
     and pins the digest of the project's typed columns, if any (the site refuses an analyst
-    that serves another preprocessing)."""
+    that serves another preprocessing), and holds those columns (``[schema]``)."""
     protocol = {k: project.federation[k] for k in PROTOCOL_KEYS if k in project.federation}
-    if project.schema and "column" in project.schema:
+    typed = bool(project.schema and "column" in project.schema)
+    if typed:
         protocol["preprocessing_sha256"] = TabularSchema.from_toml(
             project.schema, project.path).digest().hex()
+    # The typed columns travel in the kit too: the site checks its table before connecting.
+    schema = {"schema": dict(project.schema or {})} if typed else {}
     return {
         "participant": {"id": site.name, "federation_id": project.name,
                         "analyst": f"{project.analyst_names[0]}:{project.port}",
@@ -316,7 +319,7 @@ def site_tables(project: Project, site: Site) -> dict[str, dict[str, Any]]:
         "protocol": protocol,
         "tls": {"ca": "pki/ca.pem", "cert": f"pki/{site.name}.pem",
                 "key": f"pki/{site.name}.key"},
-    }
+    } | schema
 
 
 # -- the CA kept by the operator -------------------------------------------------------------

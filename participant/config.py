@@ -12,6 +12,7 @@ from noisyanchor.common.errors import ConfigError, InvalidInputError
 from noisyanchor.common.gdp import DEFAULT_TRANSLATION_SCALE
 from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.sealing import SEED_BYTES
+from noisyanchor.common.tabular import TabularSchema
 from noisyanchor.common.tomlconfig import Table, TlsFiles, check_id, read_toml
 from noisyanchor.common.validation import check_anchor_rows, check_positive
 
@@ -58,6 +59,10 @@ class ParticipantConfig:
     preprocessing_sha256 : str or None
         Hex digest of the preprocessing this site agreed to (``provision`` writes it from the
         project's typed ``[schema]``): the site refuses an analyst serving another one.
+    schema : TabularSchema or None
+        The kit's copy of the federation's typed ``[schema]`` (``provision`` writes it beside
+        the digest, which it must match): the site reads and checks its table with it before
+        connecting, so a bad cell is named at once (:func:`participant.run.run_upload`).
     dealer : str
         Participant who draws and seals the anchor seed.
     anchor_seed : bytes or None
@@ -89,6 +94,7 @@ class ParticipantConfig:
     tls: TlsFiles
     delimiter: str = ","
     preprocessing_sha256: str | None = None
+    schema: TabularSchema | None = None
 
     @property
     def method_enum(self) -> Method:
@@ -113,7 +119,7 @@ class ParticipantConfig:
 def load_participant_config(path: Path) -> ParticipantConfig:
     """Read and validate a participant config file."""
     doc = read_toml(path)
-    unknown = sorted(set(doc) - {"participant", "protocol", "tls"})
+    unknown = sorted(set(doc) - {"participant", "protocol", "tls", "schema"})
     if unknown:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(unknown)}")
     part = Table(doc, "participant", path)
@@ -158,9 +164,26 @@ def load_participant_config(path: Path) -> ParticipantConfig:
         preprocessing_sha256=proto.str("preprocessing_sha256", None, check=_sha256_hex))
     if anchor_seed is not None and cfg.dealer != pid:
         raise proto.error("anchor_seed", "only the dealer holds the anchor seed")
+    if "schema" in doc:
+        cfg = replace(cfg, schema=_kit_schema(doc, path, cfg.preprocessing_sha256))
+        cfg = replace(cfg, preprocessing_sha256=cfg.preprocessing_sha256
+                      or cfg.schema.digest().hex())
     part.done()
     proto.done()
     return cfg
+
+
+def _kit_schema(doc: dict, path: Path, pinned: str | None) -> TabularSchema:
+    """The kit's ``[schema]``: typed columns whose digest is the pinned one (if pinned)."""
+    if not isinstance(doc["schema"], dict) or "column" not in doc["schema"]:
+        raise ConfigError(f"{path}: [schema] in a site's config holds the federation's typed "
+                          "columns ([[schema.column]] tables), as provision writes them")
+    schema = TabularSchema.from_toml(doc["schema"], path)
+    if pinned is not None and schema.digest().hex() != pinned:
+        raise ConfigError(f"{path}: the [schema] digest {schema.digest().hex()[:16]}... is not "
+                          f"[protocol] preprocessing_sha256 = {pinned[:16]}...: the kit was "
+                          "edited; ask the operator for the current kit")
+    return schema
 
 
 def _delimiter(value: str) -> str:

@@ -231,9 +231,38 @@ class Joined:
     preprocessing_sha256: bytes
 
 
-def _join(client: AnalystClient, cfg: ParticipantConfig) -> Joined:
+def _withdraw(client: AnalystClient, cfg: ParticipantConfig, err: InvalidInputError) -> None:
+    """Tell the analyst (and through it the other sites) that this site withdraws because of
+    ``err`` (:func:`withdrawal_reason`); a failure to tell is logged, ``err`` matters more."""
+    try:
+        client.withdraw(withdrawal_reason(cfg, err))
+    except NoisyAnchorError as failed:
+        log.warning("could not tell the analyst that %s withdraws: %s", cfg.id, failed)
+
+
+def read_before_connecting(cfg: ParticipantConfig) -> LocalData | None:
+    """This site's records read with the kit's copy of the typed schema (``[schema]`` in its
+    config), before anything connects: a bad cell is named at once, not once the analyst
+    answers. Refused, the error is logged at once and the site still withdraws, waiting for
+    the analyst as long as joining would, so the others stop waiting. None: the kit holds no
+    schema."""
+    if cfg.schema is None:
+        return None
+    try:
+        return read_records(cfg, RecordSchema.typed(cfg.schema))
+    except InvalidInputError as err:
+        log.error("%s; telling the analyst that %s withdraws, so the other sites stop waiting",
+                  err, cfg.id)
+        with analyst_client(cfg) as client:
+            _withdraw(client, cfg, err)
+        raise
+
+
+def _join(client: AnalystClient, cfg: ParticipantConfig, early: LocalData | None = None
+          ) -> Joined:
     """Read the federation's declaration, load and preprocess this site's records with its
-    schema and check both against it, and wait until the federation's deadline.
+    schema (or take ``early``, read before connecting with the kit's copy of the same schema)
+    and check both against it, and wait until the federation's deadline.
 
     Anything refused (unreadable data, a bad cell, a schema or config that does not fit) is
     reported to the analyst as this site's withdrawal, so the other sites stop waiting and
@@ -243,14 +272,12 @@ def _join(client: AnalystClient, cfg: ParticipantConfig) -> Joined:
     try:
         check_member(cfg, info)
         schema = served_schema(cfg, info)
-        data = read_records(cfg, schema)
+        same = early is not None and schema is not None and schema.tabular == cfg.schema
+        data = early if same and early is not None else read_records(cfg, schema)
         x = working_data(cfg, data.x)
         check_fits_federation(cfg, info, data, x)
     except InvalidInputError as err:
-        try:
-            client.withdraw(withdrawal_reason(cfg, err))
-        except NoisyAnchorError as failed:  # the local reason matters more than this one
-            log.warning("could not tell the analyst that %s withdraws: %s", cfg.id, failed)
+        _withdraw(client, cfg, err)
         raise
     keep_schema(cfg, info)
     if schema is not None and schema.tabular is not None and data.lines is not None:
@@ -291,8 +318,9 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
     # Kept until an upload is committed (by this run or an earlier one): after that the
     # agreement cannot be resumed any more, so the key need not stay on disk.
     key_file = exchange_key_path(cfg.state_dir, cfg.federation_id)
+    early = read_before_connecting(cfg)
     with analyst_client(cfg) as client:
-        joined = _join(client, cfg)
+        joined = _join(client, cfg, early)
         data, x = joined.data, joined.x
         tags = _tags(cfg, data, seeds)
         d = x.shape[1]

@@ -199,3 +199,4 @@ def test_typed_templates_provision_as_they_are_and_pin_the_preprocessing(tmp_pat
     for site in sites:
         cfg = load_participant_config(done.kits[site] / f"{site}.toml")
         assert cfg.preprocessing_sha256 == digest.hex()
+        assert cfg.schema is not None and cfg.schema.digest() == digest  # the kit's copy

@@ -16,9 +16,10 @@ from e2e_support import FEDERATION, random_upload, wait_until
 
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.tabular import TabularSchema
+from noisyanchor.common.tomlconfig import read_toml
 from noisyanchor.common.wire import bundle_spec
 from noisyanchor.deploy.demo import write_analyst, write_participant
-from noisyanchor.deploy.launch import child_env, start, stop, wait_for_port
+from noisyanchor.deploy.launch import child_env, start, stop, wait_for_port, write_toml
 from noisyanchor.participant.client import AnalystClient
 from noisyanchor.participant.config import load_participant_config
 from noisyanchor.participant.run import analyst_status, run_upload
@@ -144,6 +145,23 @@ def test_an_empty_file_or_a_bad_header_withdraws_too(federation, text, words):
     assert words in reason and str(files.root) not in reason, reason
     assert "/" not in reason.replace("'/'", ""), reason
     assert _store_state(files.store) == before
+
+
+def test_a_kit_holding_the_schema_refuses_the_table_before_joining_and_withdraws(federation):
+    """With the typed columns in its kit (as provision writes them) the site reads its table
+    before it connects, and still tells the others it withdrew."""
+    files, configs = federation
+    kit = write_toml(files.root / "p2-kit.toml", read_toml(configs["p2"]) | {"schema": SCHEMA})
+    cfg = load_participant_config(kit)
+    assert cfg.schema == TabularSchema.from_toml(SCHEMA, kit)
+    files.data["p2"].parent.mkdir(exist_ok=True)
+    files.data["p2"].write_text(_table(12, (10, "region", "West")))
+    with pytest.raises(InvalidInputError, match=r"p2.csv, line 10, column 'region': 'West' is "
+                       "not one of the declared categories; declared: north, south"):
+        run_upload(cfg)
+    reason = {w.participant_id: w.reason for w in analyst_status(cfg).withdrawn}["p2"]
+    assert reason.startswith("p2.csv, line 10, column 'region': the value is not one of"), reason
+    assert "West" not in reason
 
 
 def test_a_site_or_an_upload_preprocessing_otherwise_is_refused(federation, rng):

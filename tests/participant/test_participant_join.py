@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from noisyanchor import deploy
-from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.errors import ConfigError, InvalidInputError
 from noisyanchor.common.schema import RecordSchema
 from noisyanchor.common.tabular import NumericColumn, TableError, TabularSchema
 from noisyanchor.deploy.certs import write_pki
@@ -19,6 +19,7 @@ from noisyanchor.participant.run import (
     keep_schema,
     kept_schema,
     local_data,
+    read_before_connecting,
     served_schema,
     withdrawal_reason,
 )
@@ -80,3 +81,49 @@ def test_the_withdrawal_names_line_and_column_but_no_value_and_no_local_path(cfg
     text = withdrawal_reason(cfg, config_error)
     assert str(cfg.data.parent) not in text and "org-a.csv" in text and "org-a.key" in text
     assert "\x1b" not in text and "\n" not in text
+
+
+def _kit_with_schema(cfg, schema_toml: str, pin: str | None = None) -> Path:
+    path = cfg.data.parent.parent / "kit.toml"
+    text = TEMPLATE.read_text()
+    if pin is not None:
+        text = text.replace('# preprocessing_sha256 = "66a8..."',
+                            f'preprocessing_sha256 = "{pin}"')
+    path.write_text(text + schema_toml)
+    return path
+
+
+KIT_SCHEMA = """
+[schema]
+[[schema.column]]
+name = "area"
+min = 0.0
+max = 1000.0
+[[schema.column]]
+name = "ratio"
+center = 0.5
+scale = 0.25
+"""
+
+
+def test_a_kit_carries_the_typed_schema_its_digest_pins(cfg):
+    kit = load_participant_config(_kit_with_schema(cfg, KIT_SCHEMA))
+    assert kit.schema == TABULAR and kit.preprocessing_sha256 == TABULAR.digest().hex()
+    pinned = load_participant_config(_kit_with_schema(cfg, KIT_SCHEMA, TABULAR.digest().hex()))
+    assert pinned.schema == TABULAR
+    with pytest.raises(ConfigError, match="the kit was edited"):
+        load_participant_config(_kit_with_schema(cfg, KIT_SCHEMA.replace("1000.0", "999.0"),
+                                                 TABULAR.digest().hex()))
+    with pytest.raises(ConfigError, match=r"holds the federation's typed columns"):
+        load_participant_config(_kit_with_schema(cfg, "[schema]\nfeatures = 2\n"))
+
+
+def test_a_bad_cell_is_named_before_connecting_even_with_no_analyst(cfg):
+    kit = dataclasses.replace(load_participant_config(_kit_with_schema(cfg, KIT_SCHEMA)),
+                              analyst="127.0.0.1:9", timeout=0.5)  # nothing listens
+    np.testing.assert_array_equal(read_before_connecting(kit).x, [[0.5, 1.0], [0.25, -1.0]])
+    kit.data.write_text("ratio,area,label\n0.75,500,1\n0.25,abc,0\n")
+    with pytest.raises(TableError, match=r"org-a.csv, line 3, column 'area': 'abc' is not a "
+                       "number"):
+        read_before_connecting(kit)  # the withdrawal could not be sent: logged, not raised
+    assert read_before_connecting(cfg) is None  # a kit without the schema reads once joined
