@@ -40,14 +40,18 @@ class TableError(InvalidInputError):
         The offending cell, quoted locally and replaced by "the value" in :meth:`public`.
     hint : str
         What to do about it (public: must hold no record value).
+    detail : str
+        Local only, after the hint: what the site's own file holds (e.g. its header's other
+        column names), which is none of the other sites' business.
     """
 
     def __init__(self, file: str, problem: str, *, line: int | None = None,
-                 column: str | None = None, value: str | None = None, hint: str = "") -> None:
+                 column: str | None = None, value: str | None = None, hint: str = "",
+                 detail: str = "") -> None:
         self.file, self.problem, self.line, self.column = file, problem, line, column
-        self.value, self.hint = value, hint
-        super().__init__(self._render(quote(value) if value is not None else "the value",
-                                      file))
+        self.value, self.hint, self.detail = value, hint, detail
+        text = self._render(quote(value) if value is not None else "the value", file)
+        super().__init__(text + (f"; {detail}" if detail else ""))
 
     def _where(self, file: str) -> str:
         parts = [file]

@@ -206,7 +206,7 @@ def read_table(path: Path, schema: TabularSchema | None, *, label_column: str = 
         position = {name: j for j, name in enumerate(header)}
         if label not in position and require_label:
             raise TableError(shown, f"the header has no label column {label!r}",
-                             line=header_line, hint=f"its columns: {_listed(header)}")
+                             line=header_line, detail=f"its columns: {_listed(header)}")
         columns: list[Column]
         if schema is None:
             columns = [NumericColumn(n) for n in header if n not in (label, tag_column)]
@@ -222,7 +222,8 @@ def read_table(path: Path, schema: TabularSchema | None, *, label_column: str = 
                 raise TableError(shown, "the header has no such column, which the federation's "
                                  "schema declares", line=header_line, column=absent[0],
                                  hint=f"{len(absent)} declared column(s) missing "
-                                      f"({_listed(absent)}); the header has {_listed(header)}")
+                                      f"({_listed(absent)})",
+                                 detail=f"the header has {_listed(header)}")
         used = {c.name for c in columns} | {label, tag_column}
         ignored = tuple(n for n in header if n not in used)
         if ignored:

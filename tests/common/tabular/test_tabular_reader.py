@@ -241,3 +241,11 @@ def test_a_nul_byte_or_an_overlong_field_is_named_by_its_line(tmp_path):
     assert (err.line, err.column) == (4, "ratio") and "is not a number" in str(err)
     err = _refused(tmp_path, GOOD + "1,1,north,yes," + "x" * 200_000 + "\n")
     assert err.line == 4 and "field larger than field limit" in str(err)
+
+
+def test_the_sites_other_column_names_stay_in_the_local_message(tmp_path):
+    err = _refused(tmp_path, "patient_ssn,area,ratio,region,smoker\n1,750,0.5,north,yes\n")
+    assert "its columns: 'patient_ssn', 'area'" in str(err) and "patient_ssn" not in err.public()
+    err = _refused(tmp_path, "patient_ssn,area,ratio,smoker,diagnosis\n1,750,0.5,yes,benign\n")
+    assert "the header has 'patient_ssn'" in str(err) and "patient_ssn" not in err.public()
+    assert "1 declared column(s) missing ('region')" in err.public()
