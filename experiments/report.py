@@ -44,7 +44,7 @@ from noisyanchor.experiments.study import (
     replicate_of,
     view_rows,
 )
-from noisyanchor.experiments.sweep import ROWS_FILE, RUNS_FILE
+from noisyanchor.experiments.sweep import COUPLED, ROWS_FILE, RUNS_FILE
 
 #: Linkage levels at which methods' fitted utilities are compared (paper: 12.4% and chance).
 MATCHED_LEVELS = (0.124, 0.15, 0.20, 0.30)
@@ -76,8 +76,20 @@ def _grid_text() -> str:
     return f"{_pct(LOW_GRID[0])}, {_pct(LOW_GRID[1])}, ..., {_pct(LOW_GRID[-1])}"
 
 
-def runtime_text(results: Path) -> str | None:
-    """The sweep's measured wall time and machine load, from ``runs.jsonl`` (None if absent)."""
+def _rows_cpu_seconds(rows: list[dict[str, Any]]) -> tuple[int, float] | None:
+    """Tasks and their CPU time summed from the rows (a coupled C-GDP row shares its task's
+    time and is not counted again); None when a row lacks it (older sweeps)."""
+    if not rows or not all("cpu_seconds" in r for r in rows):
+        return None
+    coupled = {m.value for m in COUPLED.values()}
+    own = [r["cpu_seconds"] for r in rows if r["method"] not in coupled]
+    return len(own), float(sum(own))
+
+
+def runtime_text(results: Path, rows: list[dict[str, Any]] | None = None) -> str | None:
+    """The sweep's measured wall time and machine load, from ``runs.jsonl`` (None if absent);
+    with ``rows``, also every task's CPU time when the runs recorded ran only some tasks (a
+    sweep resumed after a run that ended before recording itself)."""
     path = results / RUNS_FILE
     if not path.exists():
         return None
@@ -90,12 +102,18 @@ def runtime_text(results: Path) -> str | None:
         spent = sum(r["task_cpu_seconds"] for r in runs)
         cpu = (f" ({spent:.0f} CPU-s in the tasks: {spent / last['workers'] / 60:.1f} min on "
                f"{last['workers']} cores of its own)")
-    return (f"{total:.1f} s wall ({total / 60:.2f} min){cpu} for {ran} tasks in {len(runs)} "
+    text = (f"{total:.1f} s wall ({total / 60:.2f} min){cpu} for {ran} tasks in {len(runs)} "
             f"run(s), {last['workers']} worker processes on a {last['cpu_count']}-core machine; "
             "load "
             f"average (1/5/15 min) {'/'.join(f'{x:.1f}' for x in last['load_average_start'])} "
             f"at the start and {'/'.join(f'{x:.1f}' for x in last['load_average_end'])} at the "
             f"end of the last run (the machine is shared), finished {last['finished_utc']}")
+    every = _rows_cpu_seconds(rows or [])
+    if every is not None and every[0] > ran:  # a run that ended before recording itself
+        text += (f"; all {every[0]} tasks of the rows, an unrecorded earlier run's included, "
+                 f"took {every[1]:.0f} CPU-s ({every[1] / last['workers'] / 60:.1f} min on "
+                 f"{last['workers']} cores of their own)")
+    return text
 
 
 # ---- numbers of one study ---------------------------------------------------------------------
@@ -953,7 +971,7 @@ def make_report(results: Path, out: Path | None = None, *, resamples: int | None
     from noisyanchor.experiments.threat_model import update_threat_model
 
     meta, rows = load_rows(results)
-    runtime = runtime_text(results)
+    runtime = runtime_text(results, rows)
     config = meta["config"]
     out = results if out is None else out
     out.mkdir(parents=True, exist_ok=True)

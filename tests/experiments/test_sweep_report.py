@@ -410,3 +410,22 @@ def test_threat_model_section_is_regenerated_in_place(tiny, tmp_path):
     doc.write_text(first + "\nmore hand-written text\n")
     update_threat_model(doc, config, summary, out)
     assert doc.read_text() == first + "\nmore hand-written text\n"
+
+
+def test_runtime_counts_every_tasks_cpu_when_an_earlier_run_went_unrecorded(tmp_path):
+    """A sweep resumed after a run that ended before recording itself: the runtime line adds
+    every task's CPU time from the rows (a coupled C-GDP row's time counted once, with its
+    AA-I-GDP task's)."""
+    from noisyanchor.experiments.report import runtime_text
+
+    run = {"seconds": 10.0, "ran": 1, "task_cpu_seconds": 3.0, "workers": 2, "cpu_count": 2,
+           "load_average_start": [1, 1, 1], "load_average_end": [2, 2, 2],
+           "finished_utc": "2026-01-01T00:00:00+00:00"}
+    (tmp_path / "runs.jsonl").write_text(json.dumps(run) + "\n")
+    rows = [{"method": "aa-igdp-pn", "cpu_seconds": 3.0},
+            {"method": "c-gdp-pn", "cpu_seconds": 3.0},
+            {"method": "aa-igdp-an", "cpu_seconds": 5.0}]
+    text = runtime_text(tmp_path, rows)
+    assert text.endswith("all 2 tasks of the rows, an unrecorded earlier run's included, took "
+                         "8 CPU-s (0.1 min on 2 cores of their own)")
+    assert "all 2 tasks" not in runtime_text(tmp_path, rows[:2])  # one task: the run's own
