@@ -210,6 +210,10 @@ def _bad_site_stops_the_others(files, configs) -> None:
         ",".join(f"{float(c) * 1e6:g}" if k == 1 and n else c for k, c in enumerate(row.split(",")))
         for n, row in enumerate(_table(30).split("\n"))))
     files.data["p2"].write_text(_table(30, (17, "ratio", "n/a")))
+    # p2's kit holds the typed columns, as provision writes them: it finds the bad cell before
+    # it connects (the others' kits do not: they read their tables once joined).
+    configs = configs | {"p2": write_toml(files.root / "p2-kit.toml",
+                                          read_toml(configs["p2"]) | {"schema": SCHEMA})}
     logs = {pid: files.root / f"{pid}.log" for pid in IDS}
     procs = {pid: start(["participant", "upload", "--config", configs[pid]], logs[pid])
              for pid in ("p0", "p1")}
@@ -223,6 +227,7 @@ def _bad_site_stops_the_others(files, configs) -> None:
             stop(proc)
     own = logs["p2"].read_text()
     assert f"{files.data['p2']}, line 17, column 'ratio': 'n/a' is not a number" in own
+    assert "telling the analyst that p2 withdraws" in own  # found before connecting
     assert "column 'area' [mm2]: 30 of 30 values lie outside the declared range 0 .. 1000 " \
         "(seen 1e+08 .. 8.77e+08, first on line 2): is the export in mm2?" in \
         logs["p1"].read_text()
