@@ -290,7 +290,7 @@ def _median_run(solve: Callable[[], object], seconds_of: Callable[[object], floa
 
 
 def peer_comparison(anchors: np.ndarray, threads: int, *, cap: int,
-                    pymanopt_seconds: float) -> dict:
+                    pymanopt_seconds: float, skip: frozenset[str] = frozenset()) -> dict:
     """Every solver on ``anchors`` at ``threads`` CPUs: seconds to its stopping rule, objective,
     gap to the best objective of the row, and our certificate of its answer.
 
@@ -299,7 +299,8 @@ def peer_comparison(anchors: np.ndarray, threads: int, *, cap: int,
     its certificate), ``stacked-gpm`` the straightforward stacked GPM with SVD polar factors
     (below ``v_PT`` only: above it is the same iteration as ``paper-gpm``), ``qc-procrustes``
     and ``pymanopt`` the peers of :mod:`benchmarks.gopp_peers`. ``ours_time_to_paper_objective``
-    is when ours first held an objective at least the paper's GPM's (1e-12 relative)."""
+    is when ours first held an objective at least the paper's GPM's (1e-12 relative). Peers
+    in ``skip`` are reported as not run."""
     from benchmarks import gopp_peers as peers
     from noisyanchor.common.gopp_certificate import certify
 
@@ -342,6 +343,9 @@ def peer_comparison(anchors: np.ndarray, threads: int, *, cap: int,
         for name, solve in (("qc-procrustes", lambda: peers.qc_procrustes(anchors)),
                             ("pymanopt", lambda: peers.pymanopt_trust_regions(
                                 anchors, max_time=pymanopt_seconds))):
+            if name in skip:
+                rows[name] = {"missing": "not run (--skip-peers)"}
+                continue
             try:
                 run_, secs = _median_run(solve, lambda r: r.seconds, repeats)
             except ImportError as err:  # the optional extra "bench" is missing
@@ -416,7 +420,22 @@ def floors(report: dict) -> dict:
     return out
 
 
-def run_peers(quick: bool, *, on_row: Callable[[dict], None] | None = None) -> dict:
+def skipped_peers(spec: str, size: tuple[int, int, int], factor: float) -> frozenset[str]:
+    """Peers ``--skip-peers`` leaves out of the row at ``size`` and ``factor``: a comma-separated
+    list of ``NAME`` (every row) or ``NAME:P,D,R:FACTOR`` (that row only), e.g.
+    ``qc-procrustes:10,400,1600:1.5`` (500 of its sweeps there take about 40 min on a loaded
+    core)."""
+    out = set()
+    for entry in filter(None, (x.strip() for x in spec.split(";"))):
+        name, *where = entry.split(":")
+        if not where or (tuple(int(x) for x in where[0].split(",")) == size
+                         and (len(where) < 2 or float(where[1]) == factor)):
+            out.add(name)
+    return frozenset(out)
+
+
+def run_peers(quick: bool, *, on_row: Callable[[dict], None] | None = None,
+              threads_list: tuple[int, ...] = PEER_THREADS, skip: str = "") -> dict:
     """The peer comparison at every size, factor and thread count (issue 24); the rows the
     floors need (one thread) first, and ``on_row(report so far)`` after each row, so that a
     long run that is stopped keeps what it measured."""
@@ -424,7 +443,7 @@ def run_peers(quick: bool, *, on_row: Callable[[dict], None] | None = None) -> d
     cap = 100 if quick else 500
     entries = [{"p": p, "d": d, "r": r, "v_pt": phase_transition_v(p, d, r), "rows": []}
                for p, d, r in sizes]
-    order = [(threads, factor, i) for threads in PEER_THREADS
+    order = [(threads, factor, i) for threads in threads_list
              for factor in sorted(PEER_FACTORS, reverse=True) for i in range(len(sizes))]
     for threads, factor, i in order:
         entry = entries[i]
@@ -434,7 +453,8 @@ def run_peers(quick: bool, *, on_row: Callable[[dict], None] | None = None) -> d
         anchors = make_anchors(p, d, r, factor, seed=1 if factor < 1 else 2)
         _use_threads(threads)
         row = peer_comparison(anchors, threads, cap=cap,
-                              pymanopt_seconds=10.0 if quick else 30.0)
+                              pymanopt_seconds=10.0 if quick else 30.0,
+                              skip=skipped_peers(skip, (p, d, r), factor))
         row["factor"] = factor
         entry["rows"].append(row)
         if on_row is not None:
@@ -461,6 +481,60 @@ def peers_table(report: dict) -> str:
                              f"certified {x['certified']} ({x['certificate_min_eig']:.2e})")
     lines.append(f"floors: {json.dumps(report.get('floors', {}))}")
     return "\n".join(lines)
+
+
+#: Solvers of the peer chart, in bar order, with their colours.
+PEER_BARS = (("ours", "C0"), ("paper-gpm", "0.55"), ("stacked-gpm", "0.8"),
+             ("qc-procrustes", "C2"), ("pymanopt", "C3"))
+
+
+def plot_peers(report: dict, path: Path) -> None:
+    """Chart of :func:`run_peers`: one panel per size and ``v / v_PT``, wall seconds of each
+    solver (log scale) at each thread count, each bar labelled with its objective gap to the
+    row's best (``0`` = best) and ``*`` where our certificate proves it globally optimal; for
+    ours above ``v_PT`` a tick marks when it first held the paper GPM's objective."""
+    from noisyanchor.experiments.figures import pyplot, save_figure
+
+    plt = pyplot()
+    entries = report["peers"]
+    factors = sorted({row["factor"] for e in entries for row in e["rows"]})
+    if not factors:
+        return
+    fig, axes = plt.subplots(len(factors), len(entries), figsize=(4.6 * len(entries),
+                                                                  3.6 * len(factors)),
+                             squeeze=False)
+    for ax, (factor, e) in zip(axes.flat, ((f, e) for f in factors for e in entries),
+                               strict=True):
+        rows = sorted((r for r in e["rows"] if r["factor"] == factor), key=lambda r: r["threads"])
+        width = 0.8 / len(PEER_BARS)
+        for k, (name, color) in enumerate(PEER_BARS):
+            xs, secs, labels = [], [], []
+            for i, row in enumerate(rows):
+                run = row["runs"].get(name)
+                if run is None or "seconds" not in run:
+                    continue
+                xs.append(i + (k - (len(PEER_BARS) - 1) / 2) * width)
+                secs.append(run["seconds"])
+                gap = run["objective_gap_to_best"]
+                labels.append(("0" if gap == 0 else f"{gap:.0e}") + ("*" if run["certified"]
+                                                                    else ""))
+                if name == "ours" and row.get("ours_time_to_paper_objective") is not None \
+                        and factor > 1:
+                    ax.plot(xs[-1], row["ours_time_to_paper_objective"], "k_", ms=10)
+            if xs:
+                bars = ax.bar(xs, secs, width, color=color, label=name)
+                ax.bar_label(bars, labels, fontsize=6, rotation=90, padding=2)
+        ax.set_yscale("log")
+        low, high = ax.get_ylim()
+        ax.set_ylim(low / 3, high * 4)  # room for the labels
+        ax.set_xticks(range(len(rows)), [f"{r['threads']} thread(s)\nload "
+                                         f"{r['loadavg'][0]:.1f}" for r in rows])
+        ax.set_ylabel("wall seconds to the solver's stop")
+        ax.set_title(f"p={e['p']}, d={e['d']}, r={e['r']}, {factor} v_PT", fontsize=9)
+    axes[0][0].legend(fontsize=7, loc="lower left")
+    fig.suptitle("GOPP peers: labels = objective gap to the best (* certified); "
+                 "tick = ours at the paper GPM's objective", fontsize=9)
+    save_figure(plt, fig, path)
 
 
 def _meta(quick: bool) -> dict:
@@ -579,12 +653,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated: fixed,rules (issue 2/14 measurements, gopp.json) "
                              "and/or peers (issue 24: peers, 1 and 2 threads, floors; "
                              "gopp_peers.json)")
+    parser.add_argument("--peer-threads", default=",".join(map(str, PEER_THREADS)),
+                        help="comma-separated CPU counts of the peer rows (default 1,2)")
+    parser.add_argument("--skip-peers", default="",
+                        help="peers not to run, ';'-separated: NAME (qc-procrustes, pymanopt) "
+                             "or NAME:P,D,R:FACTOR for one row")
     parser.add_argument("--replot", action="store_true",
-                        help="only redraw the chart of an existing JSON (--out or the default)")
+                        help="only redraw the chart of an existing JSON (--out or the default; "
+                             "with --sections peers, gopp_peers.json's)")
     args = parser.parse_args(argv)
     if args.replot:
-        out = args.out or RESULTS
-        plot(json.loads(out.read_text()), out.with_suffix(".png"))
+        out = args.out or (PEER_RESULTS if args.sections == "peers" else RESULTS)
+        replotted = json.loads(out.read_text())
+        (plot_peers if "peers" in replotted else plot)(replotted, out.with_suffix(".png"))
         return 0
     configure_blas()
     sections = set(args.sections.split(","))
@@ -601,7 +682,12 @@ def main(argv: list[str] | None = None) -> int:
                 peer_out.write_text(json.dumps(peer_report, indent=2) + "\n")
             return peer_report
 
-        print(peers_table(write(run_peers(args.quick, on_row=write))))
+        final = write(run_peers(args.quick, on_row=write,
+                                threads_list=tuple(int(t) for t in args.peer_threads.split(",")),
+                                skip=args.skip_peers))
+        if peer_out is not None:
+            plot_peers(final, peer_out.with_suffix(".png"))
+        print(peers_table(final))
         if sections == {"peers"}:
             return 0
     report = run(args.quick)

@@ -86,10 +86,10 @@ GAIN_WINDOW = 20
 #: The gain rule stops once the objective still to gain is predicted at most this many times
 #: ``eps`` (``tol``) of the objective: 1e-5 at the default ``eps = 1e-7``. Above ``v_PT`` the
 #: GPM converges sublinearly at the CelebA size (its steps shrink like ``1/t``), so no rule on a
-#: contraction rate fires within the paper's cap. Measured on the extrapolated GPM's traces: at
-#: p=10, d=400, r=1600, 1.5 v_PT it stops after 149 steps, 4e-5 relative above the paper's
-#: 500-iteration GPM (benchmarks/bench_gopp.py, peers); on 13 smaller draws above v_PT (p=6-30,
-#: d=10-100) at most 2.7e-6 below a capped GPM that had converged (windows of 10 steps: 6e-4).
+#: contraction rate fires within the paper's cap. Measured (benchmarks/bench_gopp.py, peers, 1
+#: thread): at p=10, d=400, r=1600, 1.5 v_PT it stops after 149 steps, 3.8e-5 relative above the
+#: paper's 500-iteration GPM; on the traces of 13 smaller draws above v_PT (p=6-30, d=10-100) at
+#: most 2.7e-6 below a capped GPM that had converged (with windows of 10 steps: 6e-4 below).
 GAIN_GAP_PER_TOL = 100.0
 
 #: While the extrapolated steps run (a slow contraction, far from the fixed point), the carried

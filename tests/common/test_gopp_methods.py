@@ -93,6 +93,7 @@ def test_quick_peer_benchmark_writes_every_solver_and_its_certificate(tmp_path):
     out = tmp_path / "peers.json"
     assert bench_gopp.main(["--quick", "--sections", "peers", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
+    assert out.with_suffix(".png").stat().st_size > 0  # the chart beside the JSON
     assert {"loadavg_start", "loadavg_end", "blas"} <= set(report["meta"])
     for entry in report["peers"]:
         assert {(row["factor"], row["threads"]) for row in entry["rows"]} == {
@@ -104,3 +105,5 @@ def test_quick_peer_benchmark_writes_every_solver_and_its_certificate(tmp_path):
             assert all(isinstance(r["certified"], bool) for r in runs.values())
             if row["factor"] < 1:
                 assert runs["ours"]["certified"] and "stacked-gpm" in runs
+            else:  # the default stops by a rule and says why
+                assert runs["ours"]["stop_reason"] and runs["ours"]["stopped_by"] != "max_iter"
