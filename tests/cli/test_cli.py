@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 
@@ -144,3 +145,15 @@ def test_experiment_scores_never_overwrites_results_by_default(tmp_path):
     out = _run("experiment", "scores", "--out", str(tmp_path), "--n", "50")
     assert out.returncode == 1 and "--overwrite" in out.stderr
     assert (tmp_path / "summary.json").read_text() == "{}"
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
+    # `noisyanchor data split ... --json | head`: the reader has gone before the JSON is written.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    proc = subprocess.run([sys.executable, "-m", "noisyanchor", "data", "split", "--dataset",
+                           "digits", "--sites", "a,b", "--out", str(tmp_path / "data"), "--json"],
+                          stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    os.close(write_end)
+    assert proc.returncode == 141, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr
