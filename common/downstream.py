@@ -106,8 +106,6 @@ def fit_model(model: Callable[[float], Any], c: float, x: np.ndarray,
               y: np.ndarray) -> tuple[Any, bool]:
     """``model(c)`` fitted on ``(x, y)``, and whether its optimiser converged (no
     ``ConvergenceWarning``; the warning is recorded by the caller, not printed)."""
-    import warnings
-
     from sklearn.exceptions import ConvergenceWarning
 
     with warnings.catch_warnings(record=True) as caught:
