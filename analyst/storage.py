@@ -320,7 +320,11 @@ def verify_bundle(path: Path) -> BundleSpec:
     IntegrityError
         Naming the file and the array that does not match (the store is altered or corrupt).
     """
-    path = Path(path)
+    return _verified_spec(Path(path))[0]
+
+
+def _verified_spec(path: Path) -> tuple[BundleSpec, int]:
+    """:func:`read_bundle_spec` of a bundle :func:`verify_bundle` accepts."""
     spec, offset = read_bundle_spec(path)
     with open(path, "rb") as fh:
         fh.seek(offset)
@@ -333,17 +337,16 @@ def verify_bundle(path: Path) -> BundleSpec:
         if fh.read(1):
             raise IntegrityError(f"{path} has bytes after its last array; the store is altered "
                                  "or corrupt")
-    return spec
+    return spec, offset
 
 
 def read_bundle(path: Path, *, copy: bool = True,
                 verify: bool = True) -> tuple[BundleSpec, dict[str, np.ndarray]]:
     """A committed bundle's header and arrays (copied into memory unless ``copy=False``),
     verified against its digests first (:func:`verify_bundle`) unless ``verify=False``."""
-    spec, offset = (verify_bundle(path), None) if verify else read_bundle_spec(path)
-    if offset is None:
-        offset = read_bundle_spec(path)[1]
-    arrays = _map_arrays(Path(path), spec, offset)
+    path = Path(path)
+    spec, offset = _verified_spec(path) if verify else read_bundle_spec(path)
+    arrays = _map_arrays(path, spec, offset)
     if copy:
         arrays = {k: np.array(v) for k, v in arrays.items()}
     return spec, arrays
@@ -503,8 +506,8 @@ class Store:
             for pid in self.committed(folder):
                 verify_bundle(folder / f"{pid}.bundle")
         if self.result.is_dir():
-            for name in self._manifest():
-                self.read_result(name)
+            for name, expected in self._manifest().items():
+                self._checked(name, expected)
 
     def commit_result(self, files: dict[str, bytes]) -> None:
         """Write the result folder atomically: a temporary folder (0700) renamed into place,
@@ -539,7 +542,11 @@ class Store:
 
     def read_result(self, name: str) -> bytes:
         """The bytes of result file ``name`` once they match the manifest's SHA-256."""
-        expected = self._manifest().get(name)
+        return self._checked(name, self._manifest().get(name))
+
+    def _checked(self, name: str, expected: str | None) -> bytes:
+        """The bytes of result file ``name`` once they match ``expected`` (its manifest
+        entry; None: not in the manifest)."""
         path = self.result / name
         if expected is None:
             raise IntegrityError(f"{path} is not in the result's manifest; it is not used")
