@@ -83,8 +83,9 @@ def attack_figure(originals: np.ndarray, rows: list[AttackRow], target: str,
     for i, (label, records) in enumerate(labelled):
         for j in range(k):
             ax = axes[i][j]
-            ax.imshow(_image(np.clip(records[j], lo, hi)), cmap="gray_r", vmin=lo, vmax=hi,
-                      aspect="auto" if _image(records[j]).shape[0] == 1 else "equal")
+            image = _image(np.clip(records[j], lo, hi))
+            ax.imshow(image, cmap="gray_r", vmin=lo, vmax=hi,
+                      aspect="auto" if image.shape[0] == 1 else "equal")
             ax.set_xticks([])
             ax.set_yticks([])
         axes[i][0].set_ylabel(label, rotation=0, ha="right", va="center", fontsize=8)

@@ -165,9 +165,9 @@ def load_participant_config(path: Path) -> ParticipantConfig:
     if anchor_seed is not None and cfg.dealer != pid:
         raise proto.error("anchor_seed", "only the dealer holds the anchor seed")
     if "schema" in doc:
-        cfg = replace(cfg, schema=_kit_schema(doc, path, cfg.preprocessing_sha256))
-        cfg = replace(cfg, preprocessing_sha256=cfg.preprocessing_sha256
-                      or cfg.schema.digest().hex())
+        schema = _kit_schema(doc, path, cfg.preprocessing_sha256)
+        cfg = replace(cfg, schema=schema,
+                      preprocessing_sha256=cfg.preprocessing_sha256 or schema.digest().hex())
     part.done()
     proto.done()
     return cfg

@@ -272,8 +272,8 @@ def _join(client: AnalystClient, cfg: ParticipantConfig, early: LocalData | None
     try:
         check_member(cfg, info)
         schema = served_schema(cfg, info)
-        same = early is not None and schema is not None and schema.tabular == cfg.schema
-        data = early if same and early is not None else read_records(cfg, schema)
+        same = schema is not None and schema.tabular == cfg.schema
+        data = early if early is not None and same else read_records(cfg, schema)
         x = working_data(cfg, data.x)
         check_fits_federation(cfg, info, data, x)
     except InvalidInputError as err:

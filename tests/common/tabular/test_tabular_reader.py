@@ -231,6 +231,13 @@ def test_a_numeric_missing_text_such_as_nan_is_filled_when_declared(tmp_path):
     np.testing.assert_array_equal(table.x, [[1.0], [2.5]])
 
 
+def test_a_numeric_missing_text_with_spaces_around_it_is_filled_too(tmp_path):
+    schema = TabularSchema((NumericColumn("a", missing="fill", fill=1.0),),
+                           missing_tokens=("", "nan", "-999"))
+    table = read_table(_write(tmp_path, "a,label\n nan ,0\n -999,1\n-999.5,0\n"), schema)
+    np.testing.assert_array_equal(table.x, [[1.0], [1.0], [-999.5]])
+
+
 def test_windows_line_ends_read_as_unix_ones(tmp_path):
     np.testing.assert_array_equal(
         read_table(_write(tmp_path, GOOD.replace("\n", "\r\n").encode()), SCHEMA).lines, [2, 3])
