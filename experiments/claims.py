@@ -62,18 +62,27 @@ def _result(state: str, estimate: float | None = None, interval: list[float] | N
     return {"verdict": state, "estimate": estimate, "interval": interval, **detail}
 
 
-def _pn_pairs(study: Study, min_draws: int) -> dict[str, Any]:
+def coupled_pairs(study: Study) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(AA-I-GDP-pn row, C-GDP-pn row)`` of every draw both hold, in draw order."""
     aa = {r["draw"]: r for r in study.draws.get(Method.AA_IGDP_PN.value, [])}
     cg = {r["draw"]: r for r in study.draws.get(Method.C_GDP_PN.value, [])}
-    both = sorted(set(aa) & set(cg))
-    if len(both) < min_draws:
-        return _result("not enough draws", pairs=len(both))
-    diff = [abs(aa[k]["linkage"]["known_anchor"] - cg[k]["linkage"]["known_secret"])
-            for k in both]
-    z = max(aa[k]["pair_z_rel_diff"] for k in both)
+    return [(aa[k], cg[k]) for k in sorted(set(aa) & set(cg))]
+
+
+def pair_linkage_differences(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[float]:
+    """``|known_anchor - known_secret|`` linkage of each coupled pair."""
+    return [abs(a["linkage"]["known_anchor"] - c["linkage"]["known_secret"]) for a, c in pairs]
+
+
+def _pn_pairs(study: Study, min_draws: int) -> dict[str, Any]:
+    pairs = coupled_pairs(study)
+    if len(pairs) < min_draws:
+        return _result("not enough draws", pairs=len(pairs))
+    diff = pair_linkage_differences(pairs)
+    z = max(a["pair_z_rel_diff"] for a, _ in pairs)
     same = sum(d == 0 for d in diff)
-    holds = same == len(both) and z < 1e-10
-    return _result("holds" if holds else "fails", float(max(diff)), None, pairs=len(both),
+    holds = same == len(pairs) and z < 1e-10
+    return _result("holds" if holds else "fails", float(max(diff)), None, pairs=len(pairs),
                    identical_linkage_pairs=int(same), max_relative_z_difference=z,
                    exact=True)
 

@@ -29,9 +29,11 @@ from noisyanchor.common.methods import Method
 from noisyanchor.experiments.claims import (
     CLAIM_AXES,
     CLAIMS,
+    coupled_pairs,
     judge,
     judge_pooled,
     low_claim_set,
+    pair_linkage_differences,
     robust,
 )
 from noisyanchor.experiments.intervals import mean_interval
@@ -119,22 +121,18 @@ def runtime_text(results: Path, rows: list[dict[str, Any]] | None = None) -> str
 # ---- numbers of one study ---------------------------------------------------------------------
 
 def _pairs(study: Study) -> dict[str, Any]:
-    aa = {r["draw"]: r for r in study.draws.get(Method.AA_IGDP_PN.value, [])}
-    cg = {r["draw"]: r for r in study.draws.get(Method.C_GDP_PN.value, [])}
-    both = sorted(set(aa) & set(cg))
-    if not both:
+    pairs = coupled_pairs(study)
+    if not pairs:
         return {"pairs": 0}
-    link = [abs(aa[k]["linkage"]["known_anchor"] - cg[k]["linkage"]["known_secret"])
-            for k in both]
-    return {"pairs": len(both),
+    link = pair_linkage_differences(pairs)
+    return {"pairs": len(pairs),
             "identical_linkage_pairs": int(sum(v == 0 for v in link)),
             "max_linkage_difference": max(link),
-            "max_relative_z_difference": max(aa[k]["pair_z_rel_diff"] for k in both),
-            "max_utility_difference": max(abs(aa[k]["utility"] - cg[k]["utility"])
-                                          for k in both),
+            "max_relative_z_difference": max(a["pair_z_rel_diff"] for a, _ in pairs),
+            "max_utility_difference": max(abs(a["utility"] - c["utility"]) for a, c in pairs),
             "max_relative_error_difference": max(
-                abs(aa[k]["relative_error"]["known_anchor"]
-                    - cg[k]["relative_error"]["known_secret"]) for k in both)}
+                abs(a["relative_error"]["known_anchor"] - c["relative_error"]["known_secret"])
+                for a, c in pairs)}
 
 
 def _attack_ranking(study: Study) -> dict[str, Any]:
@@ -225,10 +223,10 @@ def _threat_table(rows: list[dict[str, Any]], threats: dict[str, str],
     method and attack set the strongest attack's linkage (chosen on the selection galleries;
     controls: one value per replicate; swept methods: every draw), and every attack's mean."""
     seen = view_rows(rows, "exact", None, auditor)
+    scale = _main_scale(rows)
     out: dict[str, Any] = {}
     for m in ALL_METHODS:
-        rs = [r for r in seen if r["method"] == m
-              and r.get("translation_scale") == _main_scale(rows, m)]
+        rs = [r for r in seen if r["method"] == m and r.get("translation_scale") == scale]
         if not rs:
             continue
         entry: dict[str, Any] = {"rows": len(rs), "control": bool(rs[0]["control"]), "sets": {}}
@@ -247,10 +245,10 @@ def _threat_table(rows: list[dict[str, Any]], threats: dict[str, str],
     return out
 
 
-def _main_scale(rows: list[dict[str, Any]], method: str) -> float | None:
-    """The translation scale of a method's main rows (I-GDP has controls at several)."""
-    scales = [r.get("translation_scale") for r in rows if r["method"] != Method.I_GDP.value]
-    return scales[0] if scales else None
+def _main_scale(rows: list[dict[str, Any]]) -> float | None:
+    """The translation scale of every method's main rows (I-GDP has controls at several)."""
+    return next((r.get("translation_scale") for r in rows if r["method"] != Method.I_GDP.value),
+                None)
 
 
 def _noise_bins(config: dict[str, Any], method: str) -> list[tuple[float, float]]:
@@ -277,10 +275,11 @@ def _membership_table(rows: list[dict[str, Any]], config: dict[str, Any],
     range), every replicate: mean AUC and TPR at 1% FPR of each attack on each model with
     their intervals (rows nested in deployments), and the model's mean utility on the same
     rows; against ``Z`` per attack set."""
+    scale = _main_scale(rows)
     out: dict[str, Any] = {}
     for m in ALL_METHODS:
         rs = [r for r in rows if r["method"] == m and r.get("membership")
-              and r.get("translation_scale") == _main_scale(rows, m)]
+              and r.get("translation_scale") == scale]
         if not rs:
             continue
         bins = ([("none", rs)] if rs[0]["control"] else
