@@ -168,6 +168,7 @@ def _certs(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from noisyanchor.deploy.demo import run_demo
+    from noisyanchor.deploy.demo_report import gain_text, number_text
 
     s = run_demo(participants=args.participants, method=args.method, v=args.v,
                  sigma=args.sigma, dim=args.dim, anchors=args.anchors,
@@ -186,12 +187,12 @@ def _demo(args: argparse.Namespace) -> int:
           f"{s['z_max_rel_diff']:.2g} of max |Z|)")
     for pid, site in s["sites"].items():
         fed, alone = site["federation"], site["local_only"]
-        gain = "n/a" if site["gain"] is None else f"{site['gain']:+.3f}"
         print(f"site {pid}: predicted {site['held_back']} records it never uploaded, "
               f"{_share(fed['held_back_accuracy'])} correctly (alone: "
               f"{_share(alone['held_back_accuracy'])}); balanced accuracy on its "
-              f"{site['test_rows']} test rows {_num(fed['test_balanced_accuracy'])} vs "
-              f"{_num(alone['test_balanced_accuracy'])} alone ({gain} from joining)")
+              f"{site['test_rows']} test rows {number_text(fed['test_balanced_accuracy'])} vs "
+              f"{number_text(alone['test_balanced_accuracy'])} alone "
+              f"({gain_text(site['gain'])} from joining)")
     for name, res in s["attacks"].items():
         print(f"attack {name} by colluder {s['colluder']}: relative reconstruction error "
               f"{res['relative_error']:.4g}: {res['meaning']}")
@@ -200,10 +201,6 @@ def _demo(args: argparse.Namespace) -> int:
     files = ", ".join(s["files"].values())
     print(f"results in {s['folder']} ({files})")
     return 0
-
-
-def _num(value) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
 
 
 def _share(value) -> str:

@@ -129,8 +129,14 @@ def site_figure(sites: dict[str, dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def _fmt(value: float | None) -> str:
+def number_text(value: float | None) -> str:
+    """A metric to three decimals, or ``n/a`` when there is none (a site without test rows)."""
     return "n/a" if value is None else f"{value:.3f}"
+
+
+def gain_text(value: float | None) -> str:
+    """A site's gain from joining, signed (``+0.026``), or ``n/a``."""
+    return "n/a" if value is None else f"{value:+.3f}"
 
 
 def summary_markdown(s: dict[str, Any]) -> str:
@@ -147,8 +153,8 @@ def summary_markdown(s: dict[str, Any]) -> str:
              f"in-process simulator's: {s['z_matches_inprocess']}. Alignment: "
              f"{s['solver'].get('name')}, converged {s['solver'].get('converged')}, certified "
              f"{s['solver'].get('certified')}. The federation's model: held-out balanced "
-             f"accuracy {_fmt(s['utility'].get('balanced_accuracy'))} over every site's test "
-             "rows.",
+             f"accuracy {number_text(s['utility'].get('balanced_accuracy'))} over every site's "
+             "test rows.",
              "",
              "## What each site gained (`fig_sites.png`)",
              "",
@@ -164,9 +170,10 @@ def summary_markdown(s: dict[str, Any]) -> str:
         gain = site.get("gain")
         lines.append(
             f"| {pid} | {site['test_rows']} | "
-            + " | ".join(_fmt(site[k]["test_balanced_accuracy"]) for k, _ in SITE_MODELS)
-            + f" | {'n/a' if gain is None else f'{gain:+.3f}'} | {site['held_back']} | "
-            + " / ".join(_fmt(site[k]["held_back_accuracy"]) for k, _ in SITE_MODELS) + " |")
+            + " | ".join(number_text(site[k]["test_balanced_accuracy"]) for k, _ in SITE_MODELS)
+            + f" | {gain_text(gain)} | {site['held_back']} | "
+            + " / ".join(number_text(site[k]["held_back_accuracy"]) for k, _ in SITE_MODELS)
+            + " |")
     lines += ["", "Test-row columns are balanced accuracy (mean recall over the classes); "
               "held-back columns are the share of records predicted correctly.", ""]
     if s["attacks"]:
