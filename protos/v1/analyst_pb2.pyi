@@ -56,7 +56,7 @@ class Receipt(_message.Message):
     participant_id: str
     receipt: bytes
     already_committed: bool
-    def __init__(self, participant_id: _Optional[str] = ..., receipt: _Optional[bytes] = ..., already_committed: _Optional[bool] = ...) -> None: ...
+    def __init__(self, participant_id: _Optional[str] = ..., receipt: _Optional[bytes] = ..., already_committed: bool = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ("federation_id",)

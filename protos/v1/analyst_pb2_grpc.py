@@ -5,7 +5,7 @@ import warnings
 
 from noisyanchor.protos.v1 import analyst_pb2 as noisyanchor_dot_protos_dot_v1_dot_analyst__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.75.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in noisyanchor/protos/v1/analyst_pb2_grpc.py depends on'
+        + f' but the generated code in noisyanchor/protos/v1/analyst_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class AnalystStub:
+class AnalystStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -96,7 +96,7 @@ class AnalystStub:
                 _registered_method=True)
 
 
-class AnalystServicer:
+class AnalystServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Upload(self, request_iterator, context):
@@ -252,7 +252,7 @@ def add_AnalystServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class Analyst:
+class Analyst(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod

@@ -58,7 +58,7 @@ class Spend(_message.Message):
     regime: str
     guarantee: str
     record_epsilon: float
-    def __init__(self, dataset: _Optional[str] = ..., sigma: _Optional[float] = ..., sensitivity: _Optional[float] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., charged_epsilon: _Optional[float] = ..., spent_epsilon: _Optional[float] = ..., remaining_epsilon: _Optional[float] = ..., budget_epsilon: _Optional[float] = ..., budget_delta: _Optional[float] = ..., participant: _Optional[_Union[Account, _Mapping]] = ..., request_id: _Optional[str] = ..., repeated: _Optional[bool] = ..., regime: _Optional[str] = ..., guarantee: _Optional[str] = ..., record_epsilon: _Optional[float] = ...) -> None: ...
+    def __init__(self, dataset: _Optional[str] = ..., sigma: _Optional[float] = ..., sensitivity: _Optional[float] = ..., epsilon: _Optional[float] = ..., delta: _Optional[float] = ..., charged_epsilon: _Optional[float] = ..., spent_epsilon: _Optional[float] = ..., remaining_epsilon: _Optional[float] = ..., budget_epsilon: _Optional[float] = ..., budget_delta: _Optional[float] = ..., participant: _Optional[_Union[Account, _Mapping]] = ..., request_id: _Optional[str] = ..., repeated: bool = ..., regime: _Optional[str] = ..., guarantee: _Optional[str] = ..., record_epsilon: _Optional[float] = ...) -> None: ...
 
 class ScoreQuery(_message.Message):
     __slots__ = ("federation_id", "dataset", "record_header", "record", "epsilon", "delta", "top_k", "request_id", "adjacency", "margin")
@@ -122,7 +122,7 @@ class ScoreRelease(_message.Message):
     clipped: int
     noise_dominated: bool
     useful_epsilon: float
-    def __init__(self, spend: _Optional[_Union[Spend, _Mapping]] = ..., scores_header: _Optional[_Union[_analyst_pb2.ArrayHeader, _Mapping]] = ..., scores: _Optional[bytes] = ..., top_ids: _Optional[_Iterable[int]] = ..., records: _Optional[int] = ..., clipped: _Optional[int] = ..., noise_dominated: _Optional[bool] = ..., useful_epsilon: _Optional[float] = ...) -> None: ...
+    def __init__(self, spend: _Optional[_Union[Spend, _Mapping]] = ..., scores_header: _Optional[_Union[_analyst_pb2.ArrayHeader, _Mapping]] = ..., scores: _Optional[bytes] = ..., top_ids: _Optional[_Iterable[int]] = ..., records: _Optional[int] = ..., clipped: _Optional[int] = ..., noise_dominated: bool = ..., useful_epsilon: _Optional[float] = ...) -> None: ...
 
 class GramQuery(_message.Message):
     __slots__ = ("federation_id", "dataset", "epsilon", "delta", "projector", "max_iterations", "request_id", "adjacency")
@@ -170,7 +170,7 @@ class GramBaseline(_message.Message):
     useful_epsilon: float
     useful_epsilon_basis: str
     warning: str
-    def __init__(self, noisy_distance: _Optional[float] = ..., projected_bound: _Optional[float] = ..., projected_estimate: _Optional[float] = ..., projected_stderr: _Optional[float] = ..., identity_estimate: _Optional[float] = ..., identity_stderr: _Optional[float] = ..., identity_max: _Optional[float] = ..., identity_floor: _Optional[float] = ..., no_better_than_identity: _Optional[bool] = ..., useful_epsilon: _Optional[float] = ..., useful_epsilon_basis: _Optional[str] = ..., warning: _Optional[str] = ...) -> None: ...
+    def __init__(self, noisy_distance: _Optional[float] = ..., projected_bound: _Optional[float] = ..., projected_estimate: _Optional[float] = ..., projected_stderr: _Optional[float] = ..., identity_estimate: _Optional[float] = ..., identity_stderr: _Optional[float] = ..., identity_max: _Optional[float] = ..., identity_floor: _Optional[float] = ..., no_better_than_identity: bool = ..., useful_epsilon: _Optional[float] = ..., useful_epsilon_basis: _Optional[str] = ..., warning: _Optional[str] = ...) -> None: ...
 
 class ReleaseRef(_message.Message):
     __slots__ = ("federation_id", "request_id")
@@ -204,7 +204,7 @@ class GramHeader(_message.Message):
     relative_residual: float
     seconds: float
     baseline: GramBaseline
-    def __init__(self, spend: _Optional[_Union[Spend, _Mapping]] = ..., matrix: _Optional[_Union[_analyst_pb2.ArrayHeader, _Mapping]] = ..., projector: _Optional[str] = ..., iterations: _Optional[int] = ..., converged: _Optional[bool] = ..., min_eigenvalue: _Optional[float] = ..., max_diag_error: _Optional[float] = ..., eigendecompositions: _Optional[int] = ..., relative_residual: _Optional[float] = ..., seconds: _Optional[float] = ..., baseline: _Optional[_Union[GramBaseline, _Mapping]] = ...) -> None: ...
+    def __init__(self, spend: _Optional[_Union[Spend, _Mapping]] = ..., matrix: _Optional[_Union[_analyst_pb2.ArrayHeader, _Mapping]] = ..., projector: _Optional[str] = ..., iterations: _Optional[int] = ..., converged: bool = ..., min_eigenvalue: _Optional[float] = ..., max_diag_error: _Optional[float] = ..., eigendecompositions: _Optional[int] = ..., relative_residual: _Optional[float] = ..., seconds: _Optional[float] = ..., baseline: _Optional[_Union[GramBaseline, _Mapping]] = ...) -> None: ...
 
 class GramPart(_message.Message):
     __slots__ = ("header", "chunk")

@@ -5,7 +5,7 @@ import warnings
 
 from noisyanchor.protos.v1 import release_pb2 as noisyanchor_dot_protos_dot_v1_dot_release__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.75.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in noisyanchor/protos/v1/release_pb2_grpc.py depends on'
+        + f' but the generated code in noisyanchor/protos/v1/release_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class ReleaseStub:
+class ReleaseStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -66,7 +66,7 @@ class ReleaseStub:
                 _registered_method=True)
 
 
-class ReleaseServicer:
+class ReleaseServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def ReleaseScores(self, request, context):
@@ -155,7 +155,7 @@ def add_ReleaseServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class Release:
+class Release(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod

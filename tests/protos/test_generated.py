@@ -1,11 +1,23 @@
 """The checked-in generated modules match ``protos/v1/*.proto`` (regenerate with
 ``python -m noisyanchor.protos.generate``)."""
 
+import re
+import tomllib
 from pathlib import Path
 
+import pytest
 from google.protobuf import descriptor_pb2
 
-from noisyanchor.protos.generate import HERE, PROTO_FILES, generate, protoc_args
+from noisyanchor.protos import generate as generator
+from noisyanchor.protos.generate import (
+    HERE,
+    PROTO_FILES,
+    PYPROJECT,
+    generate,
+    installed_tools_version,
+    pinned_tools_version,
+    protoc_args,
+)
 from noisyanchor.protos.v1 import analyst_pb2, analyst_pb2_grpc, release_pb2, release_pb2_grpc
 
 #: The command that regenerates the checked-in code.
@@ -48,13 +60,49 @@ def test_grpc_module_serves_every_rpc_of_the_proto():
         assert {name for name in vars(servicer) if name[0].isupper()} == rpcs
 
 
-def test_regeneration_reproduces_the_checked_in_files(tmp_path):
-    # Version stamps of the generator may differ between installs; the code below them may not.
-    def body(path: Path) -> list[str]:
-        return [line for line in path.read_text().splitlines()
-                if "Version" not in line and "VERSION" not in line
-                and not line.strip().rstrip(",").isdigit()]
-
+def test_regeneration_reproduces_the_checked_in_files_byte_for_byte(tmp_path):
+    # The descriptor test above catches a stale .proto under any generator; the bytes (runtime
+    # floors, type stubs) are those of the pinned one.
+    pinned = pinned_tools_version()
+    if installed_tools_version() != pinned:
+        pytest.skip(f"grpcio-tools {installed_tools_version()} is installed, not the dev extra's "
+                    f"{pinned}: pip install -e '.[dev]'")
     for path in generate(tmp_path):
         rel = path.relative_to(tmp_path)
-        assert body(path) == body(HERE / rel), f"{rel} is stale: run {REGENERATE}"
+        assert path.read_bytes() == (HERE / rel).read_bytes(), f"{rel} is stale: run {REGENERATE}"
+
+
+def _floor(requirement: str) -> str:
+    """The ``>=`` version of a requirement string of pyproject's dependencies."""
+    return re.search(r">=\s*([\w.]+)", requirement).group(1)
+
+
+def test_dependency_floors_are_the_generated_codes_own():
+    """pyproject's grpcio and protobuf floors are the versions the checked-in code checks at
+    import, so a regeneration with another generator cannot leave them behind."""
+    deps = {re.match(r"[\w-]+", d).group(0): d
+            for d in tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]}
+    for module, grpc_module, _ in MODULES:
+        source = Path(module.__file__).read_text()
+        gencode = re.search(r"# Protobuf Python Version: ([\w.]+)", source).group(1)
+        assert _floor(deps["protobuf"]) == gencode, module.__name__
+        assert _floor(deps["grpcio"]) == grpc_module.GRPC_GENERATED_VERSION, grpc_module.__name__
+
+
+def test_the_dev_extra_pins_the_generator_exactly(tmp_path):
+    assert re.fullmatch(r"\d+\.\d+\.\d+", pinned_tools_version())
+    loose = tmp_path / "pyproject.toml"
+    loose.write_text('[project.optional-dependencies]\ndev = ["grpcio-tools>=1.75"]\n')
+    with pytest.raises(ValueError, match="pins no exact grpcio-tools"):
+        pinned_tools_version(loose)
+
+
+def test_command_refuses_another_generator_and_names_the_pinned_one(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(generator, "installed_tools_version", lambda: "0.0.1")
+    monkeypatch.setattr("sys.argv", ["generate", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit) as refused:
+        generator.main()
+    message = str(refused.value.code)
+    assert "grpcio-tools 0.0.1 is installed" in message
+    assert f"grpcio-tools=={pinned_tools_version()}" in message
+    assert not list(tmp_path.iterdir())  # nothing written
