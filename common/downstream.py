@@ -153,6 +153,10 @@ class FittedDownstream:
     center: np.ndarray
     scale: float
 
+    def predict(self, z: np.ndarray) -> np.ndarray:
+        """Predicted labels of rows ``z`` (``(m, d)``, in the frame it was fitted in)."""
+        return self.estimator.predict((np.asarray(z, dtype=float) - self.center) / self.scale)
+
 
 def _model_and_grid(model: str | Callable[[float], Any]
                     ) -> tuple[Callable[[float], Any], tuple[float, ...]]:
