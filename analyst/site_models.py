@@ -151,10 +151,14 @@ def site_gain(model_name: str, z_site: np.ndarray, labels: np.ndarray, tags: np.
     federation : (n_test,) ndarray
         The federation model's predicted labels on the site's test rows.
     """
-    from noisyanchor.common.comparison import against_local_only, comparison_fields
+    from noisyanchor.common.comparison import (
+        FEDERATION_TRAINED_ON,
+        LOCAL_ONLY_SEARCH,
+        against_local_only,
+        comparison_fields,
+    )
 
     compared, _ = against_local_only(z_site, labels, tags, federation, model=model_name)
     return comparison_fields(compared) | {
-        "federation_trained_on": "every site's training rows of Z",
-        "local_only_trained_on": "this site's own training rows of Z, its hyper-parameter "
-                                 "chosen on its own validation rows"}
+        "federation_trained_on": FEDERATION_TRAINED_ON,
+        "local_only_trained_on": f"this site's own training rows of Z; {LOCAL_ONLY_SEARCH}"}

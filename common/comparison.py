@@ -250,6 +250,12 @@ def against_local_only(x: np.ndarray, labels: np.ndarray, tags: np.ndarray,
                              rng=rng), local
 
 
+#: What the federation's model is trained on, in words (stored beside a gain).
+FEDERATION_TRAINED_ON = "every site's training rows of Z"
+#: How a local-only model is chosen, in words: as the federation's (stored beside a gain).
+LOCAL_ONLY_SEARCH = ("the federation's model family and hyper-parameter grid, the value "
+                     "chosen on the site's own validation rows (the grid's middle without any)")
+
 #: The keys of :func:`comparison_fields`.
 GAIN_FIELDS = ("federation_balanced_accuracy", "local_only_balanced_accuracy", "gain",
                "gain_interval", "confidence", "interval_method", "gain_not_told", "test_rows",
@@ -279,8 +285,9 @@ def _pair(interval: tuple[float, float] | None) -> list[float] | None:
     return None if interval is None else list(interval)
 
 
-def _told(gain: float, interval: list[float], confidence: float) -> str:
-    return f"{gain:+.3f}, {confidence:.0%} interval [{interval[0]:+.3f}, {interval[1]:+.3f}]"
+def _told(gain: float, interval: list[float], confidence: float, what: str = "") -> str:
+    return (f"{gain:+.3f}{what}, {confidence:.0%} interval [{interval[0]:+.3f}, "
+            f"{interval[1]:+.3f}]")
 
 
 def comparison_text(fields: dict[str, Any]) -> str:
@@ -288,8 +295,9 @@ def comparison_text(fields: dict[str, Any]) -> str:
     and why."""
     confidence = fields["confidence"]
     if fields["gain"] is not None:
-        return (f"{_told(fields['gain'], fields['gain_interval'], confidence)} balanced "
-                f"accuracy from joining (federation model "
+        told = _told(fields["gain"], fields["gain_interval"], confidence,
+                     " balanced accuracy from joining")
+        return (f"{told} (federation model "
                 f"{fields['federation_balanced_accuracy']:.3f} vs local-only "
                 f"{fields['local_only_balanced_accuracy']:.3f}; stratified paired bootstrap)")
     text = f"gain not told: {fields['gain_not_told']}"

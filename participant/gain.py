@@ -27,12 +27,15 @@ from typing import Any
 import numpy as np
 
 from noisyanchor.common.comparison import (
+    FEDERATION_TRAINED_ON,
     GAIN_FIELDS,
+    LOCAL_ONLY_SEARCH,
     against_local_only,
     comparison_fields,
     comparison_text,
+    paired_comparison,
 )
-from noisyanchor.common.downstream import FittedDownstream, fit_downstream
+from noisyanchor.common.downstream import fit_downstream
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.files import atomic_write
 from noisyanchor.common.models import SiteModel
@@ -67,10 +70,10 @@ def site_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel) -> dict[str
     federation: dict[str, Any] = {"analyst_reported_balanced_accuracy":
                                       site.site_metrics.get("balanced_accuracy"),
                                   "federation_wide_balanced_accuracy":
-                                      site.federation_metrics.get("balanced_accuracy"),
-                                  "trained_on": "every site's training rows of Z"}
-    local: dict[str, Any] = {"trained_on": f"{cfg.id}'s own training rows, raw records "
-                             f"({key.d_in} columns), C chosen on its own validation rows"}
+                                      site.federation_metrics.get("balanced_accuracy")}
+    local: dict[str, Any] = {}
+    trained_on = {"federation_trained_on": FEDERATION_TRAINED_ON,
+                  "local_only_trained_on": _local_trained_on(cfg, key)}
     if site.model is None:
         # No model here to score: the analyst's comparison on this site's rows of Z, if any.
         fields = {k: site.site_metrics.get(k) for k in GAIN_FIELDS}
@@ -79,18 +82,17 @@ def site_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel) -> dict[str
                                        f"({site.model_withheld}) and the analyst sent no "
                                        "comparison on its rows")
         federation |= {"computed_by": "the analyst", "model_withheld": site.model_withheld}
-        local |= {"computed_by": "the analyst",
-                  "trained_on": site.site_metrics.get("local_only_trained_on")}
+        local["computed_by"] = "the analyst"
+        trained_on["local_only_trained_on"] = site.site_metrics.get("local_only_trained_on")
     else:
         ours = SitePredictor(key, site).predict(data.x[test])
         compared, fitted = against_local_only(data.x, labels, tags, ours, model=name)
         fields = comparison_fields(compared)
-        federation |= {"computed_by": cfg.id,
-                       "accuracy": _accuracy(labels[test], ours)}
+        federation |= {"computed_by": cfg.id, "accuracy": _accuracy(labels[test], ours)}
         if fitted is not None:
             local |= {"accuracy": _accuracy(labels[test], fitted.predict(data.x[test])),
                       "c": fitted.utility.c}
-    return report | fields | {"local_only": local, "federation": federation}
+    return report | fields | trained_on | {"local_only": local, "federation": federation}
 
 
 def _accuracy(labels: np.ndarray, predicted: np.ndarray) -> float | None:
@@ -109,15 +111,34 @@ def _uploaded_records(cfg: ParticipantConfig, key: SiteKey) -> LocalData:
     return data
 
 
-def local_only_model(cfg: ParticipantConfig, key: SiteKey, model: str
-                     ) -> tuple[FittedDownstream | None, str]:
-    """The site's local-only model, fitted as in :func:`site_gain` (its own training rows, its
-    own validation rows for the search), or None and why it cannot be fitted."""
-    data = _uploaded_records(cfg, key)
+def labelled_gain(cfg: ParticipantConfig, predictor: SitePredictor, x: np.ndarray,
+                  labels: np.ndarray) -> dict[str, Any]:
+    """The federation's model against the site's local-only one on new records whose labels
+    the site has (``participant predict --labels``), with the same paired interval: the fields
+    of :data:`common.comparison.GAIN_FIELDS` (``test_rows``: the labelled records).
+
+    Parameters
+    ----------
+    x : (m, d_in) ndarray
+        The new records, raw (as the upload's).
+    labels : (m,) ndarray
+        Their true labels.
+    """
+    name = predictor.site.federation_metrics.get("name", "logistic")
+    data = _uploaded_records(cfg, predictor.key)
     try:
-        return fit_downstream(data.x, data.labels, key.tags, model=model), ""
+        local = fit_downstream(data.x, data.labels, predictor.key.tags, model=name)
+        alone, missing = local.predict(x), ""
     except InvalidInputError as err:
-        return None, f"no local-only model: {err}"
+        alone, missing = None, f"no local-only model: {err}"
+    compared = paired_comparison(labels, predictor.predict(x), alone, second_missing=missing)
+    return comparison_fields(compared) | {
+        "federation_trained_on": FEDERATION_TRAINED_ON,
+        "local_only_trained_on": _local_trained_on(cfg, predictor.key)}
+
+
+def _local_trained_on(cfg: ParticipantConfig, key: SiteKey) -> str:
+    return f"{cfg.id}'s own training rows, raw records ({key.d_in} columns); {LOCAL_ONLY_SEARCH}"
 
 
 def ensure_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel, *,
