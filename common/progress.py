@@ -167,8 +167,8 @@ def result_lines(result: dict[str, Any]) -> list[str]:
         for site, metrics in (model.get("sites") or {}).items():
             score = metrics.get("balanced_accuracy")
             # The gain against a local-only model on the site's own rows of Z, when told.
-            gain = (f"; {comparison_text(metrics)} (local-only: trained on its own rows of Z)"
-                    if "gain_not_told" in metrics else "")
+            gain = (f"; against a local-only model on its own rows of Z: "
+                    f"{comparison_text(metrics)}" if "gain_not_told" in metrics else "")
             lines.append(f"    on {site}'s {metrics.get('n_test', 0)} test rows: " + (
                 "no test rows" if score is None else f"balanced accuracy {score:.4f}") + gain)
     return lines

@@ -93,11 +93,12 @@ def test_a_sites_gain_against_its_local_only_model_is_shown_with_its_interval():
     lines = _progress(state="done", committed=SITES, result={"model": {
         "name": "logistic", "balanced_accuracy": 1.0, "n_test": 60, "n_train": 200,
         "sites": {"org-a": site}}}).lines(NOW)
-    assert lines[-1] == (f"    on org-a's 60 test rows: balanced accuracy 1.0000; "
-                         f"{site['gain']:+.3f} balanced accuracy from joining, 95% interval "
-                         f"[{lo:+.3f}, {hi:+.3f}] (federation model 1.000 vs local-only "
+    assert lines[-1] == (f"    on org-a's 60 test rows: balanced accuracy 1.0000; against a "
+                         f"local-only model on its own rows of Z: {site['gain']:+.3f} balanced "
+                         f"accuracy from joining, 95% interval [{lo:+.3f}, {hi:+.3f}] "
+                         f"(federation model 1.000 vs local-only "
                          f"{site['local_only_balanced_accuracy']:.3f}; stratified paired "
-                         "bootstrap) (local-only: trained on its own rows of Z)")
+                         "bootstrap)")
 
 
 def test_the_json_form_carries_whom_it_waits_for():
