@@ -76,7 +76,8 @@ def site_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel) -> dict[str
                   "local_only_trained_on": _local_trained_on(cfg, key)}
     if site.model is None:
         # No model here to score: the analyst's comparison on this site's rows of Z, if any.
-        fields = {k: site.site_metrics.get(k) for k in GAIN_FIELDS}
+        fields = {k: site.site_metrics.get(k) for k in GAIN_FIELDS} | {
+            "test_rows": report["test_rows"]}  # the same rows, counted here too
         if "gain_not_told" not in site.site_metrics:
             fields["gain_not_told"] = (f"the federation's model is not returned to {cfg.id} "
                                        f"({site.model_withheld}) and the analyst sent no "

@@ -243,3 +243,26 @@ def test_predict_labels_prints_and_reports_the_gain_on_the_input(site, capsys):
     assert f"gain on the {N} records of" in capsys.readouterr().out
     assert main([*argv, "--labels", "truth"]) == 1
     assert "no label column 'truth'" in capsys.readouterr().err
+
+
+def test_a_site_without_the_model_is_told_the_analysts_comparison_on_its_rows_of_z(site):
+    key = load_site_key(site["cfg"])
+    analyst = {"balanced_accuracy": 0.9, "gain": 0.05, "gain_interval": [0.01, 0.09],
+               "confidence": 0.95, "interval_method": "stratified paired bootstrap: ...",
+               "gain_not_told": None, "federation_balanced_accuracy": 0.9,
+               "local_only_balanced_accuracy": 0.85, "test_rows": 23, "test_classes": 3,
+               "own_class": None, "local_only_trained_on": "this site's own training rows of Z"}
+    part = SiteModel("fed", "org-a", "aa-igdp-an", "gopp", np.eye(H), np.zeros(H), np.zeros(H),
+                     None, "k-NN is never returned to sites", {"name": "knn"}, analyst)
+    report = site_gain(site["cfg"], key, part)
+    assert report["gain"] == 0.05 and report["gain_interval"] == [0.01, 0.09]
+    assert report["local_only_trained_on"] == "this site's own training rows of Z"
+    assert report["federation"]["computed_by"] == "the analyst"
+    older = SiteModel("fed", "org-a", "aa-igdp-an", "gopp", np.eye(H), np.zeros(H),
+                      np.zeros(H), None, "k-NN is never returned to sites", {"name": "knn"},
+                      {"balanced_accuracy": 0.9})
+    report = site_gain(site["cfg"], key, older)
+    assert report["gain"] is None and "the analyst sent no comparison" in \
+        report["gain_not_told"]
+    assert gain_line(report).startswith("on org-a's 23 test rows: gain not told: the "
+                                        "federation's model is not returned to org-a")
