@@ -153,6 +153,10 @@ class FittedDownstream:
     center: np.ndarray
     scale: float
 
+    def predict(self, z: np.ndarray) -> np.ndarray:
+        """Predicted labels of rows ``z`` (``(m, d)``, in the frame it was fitted in)."""
+        return self.estimator.predict((np.asarray(z, dtype=float) - self.center) / self.scale)
+
 
 def _model_and_grid(model: str | Callable[[float], Any]
                     ) -> tuple[Callable[[float], Any], tuple[float, ...]]:
@@ -165,8 +169,10 @@ def _model_and_grid(model: str | Callable[[float], Any]
 
 
 def _balanced_accuracy() -> Callable[[np.ndarray, np.ndarray], float]:
-    """scikit-learn's balanced accuracy, without its warning about predicted classes absent
-    from the true labels: a small site's test rows often lack a class, and that is expected."""
+    """scikit-learn's balanced accuracy, without its warnings about predicted classes absent
+    from the true labels or a single label in both: a small site's test rows often lack a
+    class, and a site may hold one class only; both are expected (and said by
+    :mod:`common.comparison`)."""
     try:
         from sklearn.metrics import balanced_accuracy_score
     except ImportError as err:  # pragma: no cover - depends on the install
@@ -176,6 +182,7 @@ def _balanced_accuracy() -> Callable[[np.ndarray, np.ndarray], float]:
     def score(y_true: np.ndarray, y_pred: np.ndarray) -> float:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
+            warnings.filterwarnings("ignore", message="A single label was found")
             return float(balanced_accuracy_score(y_true, y_pred))
 
     return score

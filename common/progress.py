@@ -16,6 +16,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from noisyanchor.common.comparison import comparison_text
 from noisyanchor.common.durations import human_duration, human_time
 
 #: What the sites a wait is for still have to do, by step (the words of the waiting messages).
@@ -165,6 +166,9 @@ def result_lines(result: dict[str, Any]) -> list[str]:
                          f"{alone:.4f})")
         for site, metrics in (model.get("sites") or {}).items():
             score = metrics.get("balanced_accuracy")
+            # The gain against a local-only model on the site's own rows of Z, when told.
+            gain = (f"; against a local-only model on its own rows of Z: "
+                    f"{comparison_text(metrics)}" if "gain_not_told" in metrics else "")
             lines.append(f"    on {site}'s {metrics.get('n_test', 0)} test rows: " + (
-                "no test rows" if score is None else f"balanced accuracy {score:.4f}"))
+                "no test rows" if score is None else f"balanced accuracy {score:.4f}") + gain)
     return lines

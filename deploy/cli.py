@@ -192,7 +192,8 @@ def _demo(args: argparse.Namespace) -> int:
               f"{_share(alone['held_back_accuracy'])}); balanced accuracy on its "
               f"{site['test_rows']} test rows {number_text(fed['test_balanced_accuracy'])} vs "
               f"{number_text(alone['test_balanced_accuracy'])} alone "
-              f"({gain_text(site['gain'])} from joining)")
+              f"({gain_text(site['gain'], site['gain_interval'])} from joining"
+              + (f"; not told: {site['gain_not_told']})" if site["gain_not_told"] else ")"))
     for name, res in s["attacks"].items():
         print(f"attack {name} by colluder {s['colluder']}: relative reconstruction error "
               f"{res['relative_error']:.4g}: {res['meaning']}")

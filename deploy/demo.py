@@ -335,6 +335,7 @@ def _site_results(fed, held: dict[str, tuple[np.ndarray, np.ndarray]], run: _Run
             alone = None
         sites[pid] = {
             "test_rows": gain["test_rows"], "held_back": len(y_new), "gain": gain["gain"],
+            "gain_interval": gain["gain_interval"], "gain_not_told": gain["gain_not_told"],
             "local_only": {"test_balanced_accuracy": gain["local_only_balanced_accuracy"],
                            **held_back(alone)},
             "federation": {"test_balanced_accuracy": gain["federation_balanced_accuracy"],

@@ -134,9 +134,14 @@ def number_text(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-def gain_text(value: float | None) -> str:
-    """A site's gain from joining, signed (``+0.026``), or ``n/a``."""
-    return "n/a" if value is None else f"{value:+.3f}"
+def gain_text(value: float | None, interval: list[float] | None = None) -> str:
+    """A site's gain from joining, signed (``+0.026``), with its 95% interval when given
+    (``+0.026, 95% interval [-0.010, +0.061]``), or ``n/a`` (not told: too few test rows, one
+    class)."""
+    if value is None:
+        return "n/a"
+    return f"{value:+.3f}" + ("" if interval is None else
+                              f", 95% interval [{interval[0]:+.3f}, {interval[1]:+.3f}]")
 
 
 def summary_markdown(s: dict[str, Any]) -> str:
@@ -171,11 +176,14 @@ def summary_markdown(s: dict[str, Any]) -> str:
         lines.append(
             f"| {pid} | {site['test_rows']} | "
             + " | ".join(number_text(site[k]["test_balanced_accuracy"]) for k, _ in SITE_MODELS)
-            + f" | {gain_text(gain)} | {site['held_back']} | "
+            + f" | {gain_text(gain, site.get('gain_interval'))} | {site['held_back']} | "
             + " / ".join(number_text(site[k]["held_back_accuracy"]) for k, _ in SITE_MODELS)
             + " |")
     lines += ["", "Test-row columns are balanced accuracy (mean recall over the classes); "
-              "held-back columns are the share of records predicted correctly.", ""]
+              "the gain is the federation's minus alone's on the same test rows, with its 95% "
+              "interval (stratified paired bootstrap; n/a: not told, below 20 test rows or "
+              "with one class, `gain_not_told` in `summary.json` says why); held-back columns "
+              "are the share of records predicted correctly.", ""]
     if s["attacks"]:
         lines += [f"## What the colluder {s['colluder']} reconstructs (`fig_attacks.png`)", "",
                   "The relative error is `||X^ - X|| / ||X||` over each target's records: 0 is "

@@ -44,6 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "column is not needed and not used")
     pr.add_argument("--out", type=Path, required=True,
                     help="predictions CSV: row, line, label, p_<class> per input record")
+    pr.add_argument("--labels", metavar="COLUMN", default=None,
+                    help="the input's column of true labels: also score the federation's "
+                    "model against this site's local-only model on these records (the paired "
+                    "difference in balanced accuracy with its 95%% interval)")
     pr.add_argument("--refresh", action="store_true",
                     help="fetch the site model from the analyst again (default: the copy kept "
                     "in state_dir)")
@@ -144,7 +148,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from noisyanchor.participant.gain import gain_line
+    from noisyanchor.common.comparison import comparison_text
+    from noisyanchor.participant.gain import gain_line, labelled_gain
     from noisyanchor.participant.predict import (
         SITE_MODEL_FILE,
         class_names,
@@ -156,7 +161,7 @@ def _predict(args: argparse.Namespace) -> int:
     cfg = _config(args)
     fetched = args.refresh or not (cfg.state_dir / SITE_MODEL_FILE).is_file()
     predictor = load_predictor(cfg, refresh=args.refresh)
-    data = prediction_records(cfg, args.input, predictor.key)
+    data = prediction_records(cfg, args.input, predictor.key, labels=args.labels)
     out = predict_with(predictor, data.x, data.lines, class_names(cfg, predictor.classes))
     out.write_csv(args.out)
     gain = _site_gain(cfg)
@@ -165,6 +170,10 @@ def _predict(args: argparse.Namespace) -> int:
                "classes": list(out.class_names or out.classes.tolist()),
                "model": predictor.model.name, "fetched": fetched,
                "site_model": str(cfg.state_dir / SITE_MODEL_FILE), "gain": gain}
+    if args.labels is not None:
+        assert data.labels is not None  # required by prediction_records with labels
+        summary["labelled_gain"] = {"label_column": args.labels} | labelled_gain(
+            cfg, predictor, data.x, data.labels)
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -175,6 +184,9 @@ def _predict(args: argparse.Namespace) -> int:
           f"the federation's {predictor.model.name} model and {cfg.id}'s own map, "
           f"{source} {summary['site_model']}; nothing about the records left this host")
     print(f"gain: {gain['error']}" if "error" in gain else f"gain {gain_line(gain)}")
+    if args.labels is not None:
+        print(f"gain on the {summary['records']} records of {args.input} (labels in column "
+              f"{args.labels}): {comparison_text(summary['labelled_gain'])}")
     return 0
 
 

@@ -9,7 +9,12 @@ mapped by its key, its map ``N_i`` and the model (:class:`participant.predict.Si
 on the records as they are (without the private-data noise a ``-pn`` method adds to the upload),
 beside the number the analyst reported for the same rows of ``Z``.
 
-References: issue 20 (item 4).
+Both models are scored on the same test rows, and the site is told the paired difference with
+its 95% interval and the rows it rests on, or, below 20 test rows or with one class among them,
+what cannot be told and why (:mod:`common.comparison`; the fields are
+:data:`common.comparison.GAIN_FIELDS`, the same in the analyst's per-site metrics).
+
+References: issue 20 (item 4); issue 29 (item 2).
 """
 
 from __future__ import annotations
@@ -19,11 +24,24 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from noisyanchor.common.comparison import (
+    FEDERATION_TRAINED_ON,
+    GAIN_FIELDS,
+    LOCAL_ONLY_SEARCH,
+    against_local_only,
+    comparison_fields,
+    comparison_text,
+    paired_comparison,
+)
+from noisyanchor.common.downstream import fit_downstream
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.files import atomic_write
 from noisyanchor.common.models import SiteModel
 from noisyanchor.common.splits import TEST, TRAIN
 from noisyanchor.participant.config import ParticipantConfig
+from noisyanchor.participant.data import LocalData
 from noisyanchor.participant.predict import SITE_MODEL_FILE, SitePredictor
 from noisyanchor.participant.site_state import SiteKey, records_digest
 
@@ -32,7 +50,9 @@ GAIN_FILE = "gain.json"
 
 
 def site_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel) -> dict[str, Any]:
-    """Local-only and federation balanced accuracy on this site's test rows, and the gain.
+    """The federation's model against the local-only one on this site's test rows: the paired
+    difference in balanced accuracy with its interval, or what cannot be told and why
+    (:func:`common.comparison.comparison_fields`).
 
     Raises
     ------
@@ -40,7 +60,48 @@ def site_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel) -> dict[str
         The records at ``[participant] data`` are not the ones uploaded (their digest differs
         from the one kept with the key), so the kept split does not apply to them.
     """
-    from noisyanchor.common.downstream import fit_downstream, held_out_metrics
+    data = _uploaded_records(cfg, key)
+    tags, labels = key.tags, data.labels
+    test = tags == TEST
+    name = site.federation_metrics.get("name", "logistic")
+    report: dict[str, Any] = {
+        "participant": cfg.id, "federation_id": cfg.federation_id, "model": name,
+        "train_rows": int((tags == TRAIN).sum()), "test_rows": int(test.sum())}
+    federation: dict[str, Any] = {"analyst_reported_balanced_accuracy":
+                                      site.site_metrics.get("balanced_accuracy"),
+                                  "federation_wide_balanced_accuracy":
+                                      site.federation_metrics.get("balanced_accuracy")}
+    local: dict[str, Any] = {}
+    trained_on = {"federation_trained_on": FEDERATION_TRAINED_ON,
+                  "local_only_trained_on": _local_trained_on(cfg, key)}
+    if site.model is None:
+        # No model here to score: the analyst's comparison on this site's rows of Z, if any.
+        fields = {k: site.site_metrics.get(k) for k in GAIN_FIELDS} | {
+            "test_rows": report["test_rows"]}  # the same rows, counted here too
+        if "gain_not_told" not in site.site_metrics:
+            fields["gain_not_told"] = (f"the federation's model is not returned to {cfg.id} "
+                                       f"({site.model_withheld}) and the analyst sent no "
+                                       "comparison on its rows")
+        federation |= {"computed_by": "the analyst", "model_withheld": site.model_withheld}
+        local["computed_by"] = "the analyst"
+        trained_on["local_only_trained_on"] = site.site_metrics.get("local_only_trained_on")
+    else:
+        ours = SitePredictor(key, site).predict(data.x[test])
+        compared, fitted = against_local_only(data.x, labels, tags, ours, model=name)
+        fields = comparison_fields(compared)
+        federation |= {"computed_by": cfg.id, "accuracy": _accuracy(labels[test], ours)}
+        if fitted is not None:
+            local |= {"accuracy": _accuracy(labels[test], fitted.predict(data.x[test])),
+                      "c": fitted.utility.c}
+    return report | fields | trained_on | {"local_only": local, "federation": federation}
+
+
+def _accuracy(labels: np.ndarray, predicted: np.ndarray) -> float | None:
+    return float(np.mean(labels == predicted)) if len(labels) else None
+
+
+def _uploaded_records(cfg: ParticipantConfig, key: SiteKey) -> LocalData:
+    """The site's records at ``[participant] data``, checked to be the ones it uploaded."""
     from noisyanchor.participant.run import local_data
 
     data = local_data(cfg)
@@ -48,38 +109,37 @@ def site_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel) -> dict[str
         raise PreconditionError(f"the records in {cfg.data} are not the ones {cfg.id} uploaded "
                                 "(their digest differs from the one kept with the key), so "
                                 "the kept train/test split does not apply to them")
-    tags, labels = key.tags, data.labels
-    test = tags == TEST
-    name = site.federation_metrics.get("name", "logistic")
-    report: dict[str, Any] = {
-        "participant": cfg.id, "federation_id": cfg.federation_id, "model": name,
-        "train_rows": int((tags == TRAIN).sum()), "test_rows": int(test.sum())}
-    local: dict[str, Any] = {"trained_on": f"{cfg.id}'s own training rows, raw records "
-                             f"({key.d_in} columns)"}
+    return data
+
+
+def labelled_gain(cfg: ParticipantConfig, predictor: SitePredictor, x: np.ndarray,
+                  labels: np.ndarray) -> dict[str, Any]:
+    """The federation's model against the site's local-only one on new records whose labels
+    the site has (``participant predict --labels``), with the same paired interval: the fields
+    of :data:`common.comparison.GAIN_FIELDS` (``test_rows``: the labelled records).
+
+    Parameters
+    ----------
+    x : (m, d_in) ndarray
+        The new records, raw (as the upload's).
+    labels : (m,) ndarray
+        Their true labels.
+    """
+    name = predictor.site.federation_metrics.get("name", "logistic")
+    data = _uploaded_records(cfg, predictor.key)
     try:
-        fitted = fit_downstream(data.x, labels, tags, model=name)
-        local |= {"balanced_accuracy": fitted.utility.balanced_accuracy,
-                  "accuracy": held_out_metrics(labels[test], fitted.estimator.predict(
-                      (data.x[test] - fitted.center) / fitted.scale))["accuracy"],
-                  "c": fitted.utility.c}
+        local = fit_downstream(data.x, data.labels, predictor.key.tags, model=name)
+        alone, missing = local.predict(x), ""
     except InvalidInputError as err:
-        local |= {"balanced_accuracy": None, "error": str(err)}
-    analyst = site.site_metrics.get("balanced_accuracy")
-    federation: dict[str, Any] = {"analyst_reported_balanced_accuracy": analyst,
-                                  "federation_wide_balanced_accuracy":
-                                      site.federation_metrics.get("balanced_accuracy")}
-    if site.model is not None:
-        own = held_out_metrics(labels[test], SitePredictor(key, site).predict(data.x[test]))
-        federation |= {"balanced_accuracy": own["balanced_accuracy"],
-                       "accuracy": own["accuracy"], "computed_by": cfg.id}
-    else:
-        federation |= {"balanced_accuracy": analyst, "computed_by": "the analyst",
-                       "model_withheld": site.model_withheld}
-    ours, alone = federation["balanced_accuracy"], local["balanced_accuracy"]
-    report |= {"local_only_balanced_accuracy": alone, "federation_balanced_accuracy": ours,
-               "gain": None if ours is None or alone is None else ours - alone,
-               "local_only": local, "federation": federation}
-    return report
+        alone, missing = None, f"no local-only model: {err}"
+    compared = paired_comparison(labels, predictor.predict(x), alone, second_missing=missing)
+    return comparison_fields(compared) | {
+        "federation_trained_on": FEDERATION_TRAINED_ON,
+        "local_only_trained_on": _local_trained_on(cfg, predictor.key)}
+
+
+def _local_trained_on(cfg: ParticipantConfig, key: SiteKey) -> str:
+    return f"{cfg.id}'s own training rows, raw records ({key.d_in} columns); {LOCAL_ONLY_SEARCH}"
 
 
 def ensure_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel, *,
@@ -92,7 +152,8 @@ def ensure_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel, *,
                else None)
     if path.is_file() and not refresh:
         kept = json.loads(path.read_text())
-        if kept.get("site_model_sha256") == fetched:
+        # A gain.json written before the interval was told is computed again.
+        if kept.get("site_model_sha256") == fetched and "gain_not_told" in kept:
             return kept
     report = site_gain(cfg, key, site) | {"site_model_sha256": fetched}
     atomic_write(Path(path), (json.dumps(report, indent=2) + "\n").encode())
@@ -100,13 +161,7 @@ def ensure_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel, *,
 
 
 def gain_line(report: dict[str, Any]) -> str:
-    """One sentence: the two balanced accuracies on the site's test rows and the difference."""
-    ours, alone, gain = (report["federation_balanced_accuracy"],
-                         report["local_only_balanced_accuracy"], report["gain"])
-    rows = f"on {report['participant']}'s {report['test_rows']} test rows"
-    if gain is None:
-        why = report["local_only"].get("error") or report["federation"].get("model_withheld")
-        return (f"{rows}: federation balanced accuracy "
-                f"{'unknown' if ours is None else f'{ours:.3f}'}; no comparison ({why})")
-    return (f"{rows}: federation model {ours:.3f} vs local-only {alone:.3f} balanced accuracy "
-            f"({gain:+.3f} from joining)")
+    """One sentence: the gain on the site's test rows with its interval and the row count, or
+    what cannot be told and why."""
+    return (f"on {report['participant']}'s {report['test_rows']} test rows: "
+            f"{comparison_text(report)}")

@@ -132,17 +132,26 @@ def load_predictor(cfg: ParticipantConfig, *, refresh: bool = False) -> SitePred
     return SitePredictor(load_site_key(cfg), site)
 
 
-def prediction_records(cfg: ParticipantConfig, path: Path, key: SiteKey) -> LocalData:
+def prediction_records(cfg: ParticipantConfig, path: Path, key: SiteKey,
+                       labels: str | None = None) -> LocalData:
     """New records through the upload's own chain (:func:`participant.data.load_local_data`
     with the schema kept when the site joined: read, schema checks, public preprocessing; a
     label column may be absent and is not used), then checked against the upload: the same
-    columns, named in the same order when both name them."""
+    columns, named in the same order when both name them.
+
+    ``labels`` names the column holding the records' true labels (``predict --labels``): then
+    it must be there, and it is read as the upload's labels were.
+    """
     from noisyanchor.participant.run import kept_schema
 
     schema = kept_schema(cfg)
-    data = load_local_data(path, schema=schema, label_column=cfg.label_column,
+    declared = schema.tabular.label if schema is not None and schema.tabular else None
+    if labels is not None and declared and labels != declared:
+        raise InvalidInputError(f"--labels {labels}: the federation's schema names the label "
+                                f"column {declared!r}; the labels of {path} must be there")
+    data = load_local_data(path, schema=schema, label_column=labels or cfg.label_column,
                            tag_column=cfg.tag_column, label_index=cfg.label_index,
-                           require_labels=False, delimiter=cfg.delimiter)
+                           require_labels=labels is not None, delimiter=cfg.delimiter)
     if schema is not None:
         schema.check(data.x, data.feature_names, who=str(path), federation=cfg.federation_id)
     check_records(key, data.x, data.feature_names, str(path))

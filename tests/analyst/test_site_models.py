@@ -80,6 +80,10 @@ def test_every_site_gets_its_map_and_the_model_that_predicts_its_rows_of_z(tmp_p
             float(np.mean(model.predict(z[a:b][test]) == labels[a:b][test])), abs=1e-12)
         assert part.federation_metrics["balanced_accuracy"] == \
             result["model"]["balanced_accuracy"]
+        # 15 test rows a site: no gain against its local-only model is told, and it says why.
+        assert site["gain"] is None and site["gain_not_told"].startswith(
+            "only 15 labelled rows, fewer than the 20")
+        assert site["local_only_trained_on"].startswith("this site's own training rows of Z")
         assert fed.site_model(pid) == fed.site_model(pid, pid)  # the same bytes every time
 
 
@@ -192,3 +196,22 @@ def test_every_method_returns_a_map_that_predicts_like_the_analyst(tmp_path, rng
         if not sigma:
             np.testing.assert_allclose(predictor.predict_proba(records[pid]),
                                        model.predict_proba(z[a:b]), rtol=0, atol=1e-9)
+
+
+def test_the_analyst_compares_each_site_with_a_local_only_model_on_its_rows_of_z(rng):
+    from noisyanchor.analyst.site_models import site_gain
+    from noisyanchor.common.comparison import GAIN_FIELDS
+    from noisyanchor.common.downstream import fit_downstream, held_out_metrics
+
+    z, y, tags = _records(rng, 120)
+    test = tags == TEST
+    federation = np.where(np.arange(int(test.sum())) % 6 == 0, 0, y[test])
+    fields = site_gain("logistic", z, y, tags, federation)
+    assert set(GAIN_FIELDS) <= set(fields) and fields["test_rows"] == 30
+    alone = fit_downstream(z, y, tags).utility.balanced_accuracy
+    ours = held_out_metrics(y[test], federation)["balanced_accuracy"]
+    assert fields["local_only_balanced_accuracy"] == pytest.approx(alone, abs=1e-12)
+    assert fields["gain"] == pytest.approx(ours - alone, abs=1e-12)
+    lo, hi = fields["gain_interval"]
+    assert lo <= fields["gain"] <= hi
+    assert fields["federation_trained_on"] == "every site's training rows of Z"

@@ -80,6 +80,27 @@ def test_once_done_the_model_and_the_alignment_are_shown():
     assert "  model mlp: not fitted: no test rows" in unfitted
 
 
+def test_a_sites_gain_against_its_local_only_model_is_shown_with_its_interval():
+    import numpy as np
+
+    from noisyanchor.common.comparison import comparison_fields, paired_comparison
+
+    labels = np.arange(60) % 3
+    worse = np.where(np.arange(60) % 5 == 0, (labels + 1) % 3, labels)
+    site = {"balanced_accuracy": 1.0, "n_test": 60} | comparison_fields(
+        paired_comparison(labels, labels, worse))
+    lo, hi = site["gain_interval"]
+    lines = _progress(state="done", committed=SITES, result={"model": {
+        "name": "logistic", "balanced_accuracy": 1.0, "n_test": 60, "n_train": 200,
+        "sites": {"org-a": site}}}).lines(NOW)
+    assert lines[-1] == (f"    on org-a's 60 test rows: balanced accuracy 1.0000; against a "
+                         f"local-only model on its own rows of Z: {site['gain']:+.3f} balanced "
+                         f"accuracy from joining, 95% interval [{lo:+.3f}, {hi:+.3f}] "
+                         f"(federation model 1.000 vs local-only "
+                         f"{site['local_only_balanced_accuracy']:.3f}; stratified paired "
+                         "bootstrap)")
+
+
 def test_the_json_form_carries_whom_it_waits_for():
     as_json = _progress(keys=SITES, commitments=("org-a", "org-b")).as_dict()
     assert as_json["waiting_for"] == {"participants": ["org-c"], "to": "commit to the anchor"}

@@ -33,7 +33,7 @@ def _summary(sites):
 
 
 def test_the_report_writes_the_summary_beside_its_figures(tmp_path, rng):
-    site = {"test_rows": 10, "held_back": 5, "gain": 0.05,
+    site = {"test_rows": 10, "held_back": 5, "gain": 0.05, "gain_interval": [-0.01, 0.12],
             "local_only": {"test_balanced_accuracy": 0.8, "held_back_accuracy": 0.6},
             "federation": {"test_balanced_accuracy": 0.85, "held_back_accuracy": 0.8},
             "centralised": {"test_balanced_accuracy": 0.9, "held_back_accuracy": None}}
@@ -47,7 +47,8 @@ def test_the_report_writes_the_summary_beside_its_figures(tmp_path, rng):
         assert (tmp_path / name).stat().st_size > 0
     assert json.loads((tmp_path / "summary.json").read_text())["sites"]["p0"] == site
     text = (tmp_path / "summary.md").read_text()
-    assert "| p0 | 10 | 0.800 | 0.850 | 0.900 | +0.050 | 5 | 0.600 / 0.800 / n/a |" in text
+    assert ("| p0 | 10 | 0.800 | 0.850 | 0.900 | +0.050, 95% interval [-0.010, +0.120] | 5 | "
+            "0.600 / 0.800 / n/a |") in text
     assert "**op**: error 0.100: the records came back" in text
 
 

@@ -135,6 +135,24 @@ def test_every_site_predicts_records_it_never_uploaded(federation):
         assert f"on {pid}'s" in text and "from joining" in text
 
 
+def test_predict_with_labels_scores_the_federation_against_the_local_only_model(federation):
+    root, pid = federation["root"], "p2"
+    x_new, y_new, _, _ = federation["held"][pid]
+    labelled = _csv(root / "labelled" / f"{pid}.csv", x_new, y_new)
+    code, text = _run(["participant", "predict", "--config", federation["configs"][pid],
+                       "--input", labelled, "--out", root / "labelled-out.csv", "--labels",
+                       "label", "--json"], root / "labelled.log", federation["procs"])
+    assert code == 0, text
+    scored = json.loads(text[text.index("{"):])["labelled_gain"]
+    _, labels, _ = _read_predictions(root / "labelled-out.csv")
+    assert scored["test_rows"] == HELD_BACK and scored["label_column"] == "label"
+    assert scored["federation_balanced_accuracy"] == pytest.approx(
+        float(np.mean([np.mean(labels[y_new == c] == c) for c in np.unique(y_new)])),
+        abs=1e-12)
+    lo, hi = scored["gain_interval"]
+    assert lo <= scored["gain"] <= hi
+
+
 def test_predictions_on_own_test_rows_equal_the_analysts_rows_of_z(federation):
     store = federation["files"].store / "result"
     result = json.loads((store / "result.json").read_text())
@@ -172,8 +190,10 @@ def test_gain_is_reported_and_the_state_folder_is_private(federation):
         assert gain["participant"] == pid and gain["test_rows"] > 0
         assert gain["gain"] == pytest.approx(gain["federation_balanced_accuracy"]
                                              - gain["local_only_balanced_accuracy"], abs=1e-12)
-        assert gain["federation"]["balanced_accuracy"] == pytest.approx(
+        assert gain["federation_balanced_accuracy"] == pytest.approx(
             gain["federation"]["analyst_reported_balanced_accuracy"], abs=1e-12)
+        lo, hi = gain["gain_interval"]  # ~110 test rows a site: told, with its interval
+        assert lo <= gain["gain"] <= hi and gain["gain_not_told"] is None
         assert stat.S_IMODE(cfg.state_dir.stat().st_mode) == 0o700
         for name in (SITE_KEY_FILE, SITE_MODEL_FILE, GAIN_FILE):
             assert stat.S_IMODE((cfg.state_dir / name).stat().st_mode) == 0o600, name

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import stat
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from noisyanchor.common.models import SiteModel, export_estimator
 from noisyanchor.common.splits import TEST, TRAIN
 from noisyanchor.deploy.launch import write_toml
 from noisyanchor.participant.config import load_participant_config
-from noisyanchor.participant.gain import ensure_gain, gain_line
+from noisyanchor.participant.gain import ensure_gain, gain_line, labelled_gain, site_gain
 from noisyanchor.participant.predict import (
     SITE_MODEL_FILE,
     SitePredictor,
@@ -148,8 +149,16 @@ def test_gain_compares_local_only_with_the_federation_on_the_sites_test_rows(sit
     assert report["federation_balanced_accuracy"] == pytest.approx(ours["balanced_accuracy"],
                                                                    abs=1e-12)
     assert report["gain"] == pytest.approx(ours["balanced_accuracy"] - alone, abs=1e-12)
+    # The paired interval on the same rows, as common.comparison computes it.
+    lo, hi = report["gain_interval"]
+    assert lo <= report["gain"] <= hi and report["confidence"] == 0.95
+    assert report["gain_not_told"] is None and report["test_classes"] == 3
+    assert report["interval_method"].startswith("stratified paired bootstrap")
+    assert report["local_only_trained_on"].startswith("org-a's own training rows, raw records")
     assert json.loads((cfg.state_dir / "gain.json").read_text()) == report
-    assert f"on org-a's {int(test.sum())} test rows" in gain_line(report)
+    line = gain_line(report)
+    assert f"on org-a's {int(test.sum())} test rows: {report['gain']:+.3f} balanced accuracy " \
+           f"from joining, 95% interval [{lo:+.3f}, {hi:+.3f}]" in line
     # Records changed since the upload: the kept split no longer applies, and it says so.
     (cfg.state_dir / "gain.json").unlink()
     with open(cfg.data, "a") as fh:
@@ -176,3 +185,84 @@ def test_predictions_speak_the_schemas_label_texts(site, monkeypatch):
     tabular.label_classes = ("red", "green")
     with pytest.raises(InvalidInputError, match="names 2 label classes"):
         class_names(site["cfg"], np.array([0, 1, 2]))
+
+
+def test_a_site_with_few_test_rows_is_told_why_no_gain_is_told(site):
+    predictor = load_predictor(site["cfg"])
+    tags = site["tags"].copy()
+    tags[np.flatnonzero(tags == TEST)[5:]] = TRAIN  # 5 test rows left
+    report = site_gain(site["cfg"], replace(predictor.key, tags=tags), predictor.site)
+    assert report["gain"] is None and report["gain_interval"] is None
+    assert report["test_rows"] == 5 and "only 5 labelled rows, fewer than the 20" in \
+        report["gain_not_told"]
+    line = gain_line(report)
+    assert line.startswith("on org-a's 5 test rows: gain not told: only 5 labelled rows")
+    assert "federation model" not in line  # no balanced accuracy of 5 rows is told
+
+
+def test_a_site_whose_test_rows_hold_one_class_compares_the_recall_of_that_class(site):
+    predictor = load_predictor(site["cfg"])
+    tags = np.full(N, TRAIN, dtype="|i1")
+    tags[np.flatnonzero(site["y"] == 0)[:21]] = TEST  # 21 test rows, all of class 0
+    report = site_gain(site["cfg"], replace(predictor.key, tags=tags), predictor.site)
+    assert report["gain"] is None and report["test_classes"] == 1
+    assert "hold one class (0)" in report["gain_not_told"]
+    own = report["own_class"]
+    assert own["measure"] == "recall of class 0" and own["gain_not_told"] is None
+    assert own["gain"] == pytest.approx(own["federation_recall"] - own["local_only_recall"],
+                                        abs=1e-12)
+    assert "recall of class 0, federation model" in gain_line(report)
+
+
+def test_labelled_new_records_are_scored_against_the_local_only_model(site):
+    cfg, x, y = site["cfg"], site["x"], site["y"]
+    predictor = load_predictor(cfg)
+    scored = labelled_gain(cfg, predictor, x, y)
+    from noisyanchor.common.downstream import held_out_metrics
+
+    alone = fit_downstream(x, y, site["tags"]).predict(x)
+    assert scored["test_rows"] == N and scored["test_classes"] == 3
+    assert scored["federation_balanced_accuracy"] == pytest.approx(held_out_metrics(
+        y, site["model"].predict(site["z"]))["balanced_accuracy"], abs=1e-12)
+    assert scored["local_only_balanced_accuracy"] == pytest.approx(
+        held_out_metrics(y, alone)["balanced_accuracy"], abs=1e-12)
+    lo, hi = scored["gain_interval"]
+    assert lo <= scored["gain"] <= hi
+
+
+def test_predict_labels_prints_and_reports_the_gain_on_the_input(site, capsys):
+    from noisyanchor.cli import main
+
+    argv = ["participant", "predict", "--config", str(site["path"]), "--input",
+            str(site["tmp"] / "site.csv"), "--out", str(site["tmp"] / "p.csv")]
+    assert main([*argv, "--labels", "label", "--json"]) == 0
+    scored = json.loads(capsys.readouterr().out)["labelled_gain"]
+    assert scored["label_column"] == "label" and scored["test_rows"] == N
+    assert scored["gain_interval"] is not None
+    assert main([*argv, "--labels", "label"]) == 0
+    assert f"gain on the {N} records of" in capsys.readouterr().out
+    assert main([*argv, "--labels", "truth"]) == 1
+    assert "no label column 'truth'" in capsys.readouterr().err
+
+
+def test_a_site_without_the_model_is_told_the_analysts_comparison_on_its_rows_of_z(site):
+    key = load_site_key(site["cfg"])
+    analyst = {"balanced_accuracy": 0.9, "gain": 0.05, "gain_interval": [0.01, 0.09],
+               "confidence": 0.95, "interval_method": "stratified paired bootstrap: ...",
+               "gain_not_told": None, "federation_balanced_accuracy": 0.9,
+               "local_only_balanced_accuracy": 0.85, "test_rows": 23, "test_classes": 3,
+               "own_class": None, "local_only_trained_on": "this site's own training rows of Z"}
+    part = SiteModel("fed", "org-a", "aa-igdp-an", "gopp", np.eye(H), np.zeros(H), np.zeros(H),
+                     None, "k-NN is never returned to sites", {"name": "knn"}, analyst)
+    report = site_gain(site["cfg"], key, part)
+    assert report["gain"] == 0.05 and report["gain_interval"] == [0.01, 0.09]
+    assert report["local_only_trained_on"] == "this site's own training rows of Z"
+    assert report["federation"]["computed_by"] == "the analyst"
+    older = SiteModel("fed", "org-a", "aa-igdp-an", "gopp", np.eye(H), np.zeros(H),
+                      np.zeros(H), None, "k-NN is never returned to sites", {"name": "knn"},
+                      {"balanced_accuracy": 0.9})
+    report = site_gain(site["cfg"], key, older)
+    assert report["gain"] is None and "the analyst sent no comparison" in \
+        report["gain_not_told"]
+    assert gain_line(report).startswith("on org-a's 23 test rows: gain not told: the "
+                                        "federation's model is not returned to org-a")
