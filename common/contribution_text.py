@@ -38,5 +38,6 @@ def site_line(view: dict[str, Any] | None) -> str | None:
         return None
     if not view.get("computed"):
         return f"contribution: not measured: {view.get('reason')}"
-    return (f"contribution (leave-one-site-out balanced accuracy on the others' test rows, "
-            f"each alone; not the joint gain): {aggregate_text(view)}")
+    return ("contribution (leave-one-site-out: balanced accuracy with a site's rows minus "
+            "without them, received on this site's test rows, given on the others', one site "
+            f"at a time, so not the gain of joining): {aggregate_text(view)}")
