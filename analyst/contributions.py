@@ -265,9 +265,13 @@ def contributions_result(*, federation_id: str, participants: list[str], z: np.n
     loo = leave_one_site_out(z, labels, tags, owners, participants=participants, full=full,
                              left_out=left_out, model=model)
     view = operator_view(loo, max_sites=max_sites)
-    log.info("contributions: %d extra %s fits in %.1f s%s; harming the others: %s",
-             len(left_out), model, loo.seconds, " (sampled)" if view["sampled"] else "",
-             ", ".join(view["harms_others"]) or "none")
+    log.info("contributions: %d extra %s fits in %.1f s%s", len(left_out), model, loo.seconds,
+             " (sampled)" if view["sampled"] else "")
+    for pid in view["harms_others"]:  # the operator's cue to look at that site's upload
+        given = view["sites"][pid]["given"]
+        log.warning("contributions: the other sites are better without %s's rows (%d of %d "
+                    "worse by more than %.2f balanced accuracy, %+.3f on average)", pid,
+                    given["made_worse"], given["sites"], view["tolerance"], given["mean"])
     return view
 
 
