@@ -69,6 +69,7 @@ TOLERANCE = 0.01
 #: The fewest other sites an aggregate a site sees may rest on (one would be that site's number).
 MIN_AGGREGATED = 2
 
+#: What an entry of ``C`` is, in words (written with every contributions view).
 DEFINITION = ("contribution of j to k = balanced accuracy of the federation's model on k's test "
               "rows minus that of the same model family and hyper-parameter search refitted "
               "on the same aligned Z without j's rows")
