@@ -126,6 +126,7 @@ def _health(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from noisyanchor.analyst.config import load_analyst_config
+    from noisyanchor.analyst.contributions import operator_lines
     from noisyanchor.analyst.kit import store_progress
     from noisyanchor.common.errors import InvalidInputError
 
@@ -145,7 +146,8 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps(progress.as_dict() | {"store": str(config.output_dir),
                                                "analyst": running}, indent=2))
     else:
-        print("\n".join(progress.lines()))
+        print("\n".join(progress.lines()
+                        + operator_lines((progress.result or {}).get("contributions"))))
         print(f"store {config.output_dir}" + (f"; analyst {running}" if running else ""))
     return 0 if not args.wait or progress.state == "done" else 1
 

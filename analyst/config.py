@@ -8,7 +8,9 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+from noisyanchor.analyst.contributions import DEFAULT_MAX_SITES
 from noisyanchor.common.blas import check_blas_threads
 from noisyanchor.common.downstream import MODELS, sklearn_available
 from noisyanchor.common.errors import ConfigError, InvalidInputError
@@ -220,6 +222,10 @@ class AnalystConfig:
         Downstream model fitted on the training rows of ``Z`` after the alignment, its held-out
         metrics written to ``result.json`` (a name of :data:`common.downstream.MODELS`, or
         ``"none"``).
+    contributions_max_sites : int
+        ``[model] contributions_max_sites``: the sites the model is refitted without to measure
+        what each contributed (:mod:`analyst.contributions`; one extra fit each, sampled
+        deterministically beyond it; 0: not measured).
     dealer : str
         The one participant whose sealed shares the relay accepts (the anchor seed's dealer);
         declared to participants. Default (None given): the first participant.
@@ -268,6 +274,7 @@ class AnalystConfig:
     projection_seed: int | None = None
     translation_scale: float | None = None
     model: str = "logistic"
+    contributions_max_sites: int = DEFAULT_MAX_SITES
     stopping: str = "objective"
     gopp_method: str = "auto"
 
@@ -385,7 +392,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         privacy=privacy, release=release, precision=precision, stopping=stopping,
         gopp_method=gopp_method,
         health_port=server.int("health_port", None, minimum=1, check=check_port),
-        log_json=server.path("log_json", None), schema=schema, model=_model(doc, path),
+        log_json=server.path("log_json", None), schema=schema, **_model(doc, path),
         **declared)
     server.done()
     return cfg
@@ -459,9 +466,10 @@ def _schema_dtype(dtype: str) -> str:
     return dtype
 
 
-def _model(doc: dict, path: Path) -> str:
-    """``[model] name``: a built-in downstream model, or ``"none"``; refused at load when
-    scikit-learn is missing (the alignment would otherwise end without its model)."""
+def _model(doc: dict, path: Path) -> dict[str, Any]:
+    """``[model]``: ``name``, a built-in downstream model, or ``"none"``, refused at load when
+    scikit-learn is missing (the alignment would otherwise end without its model); and
+    ``contributions_max_sites`` (>= 0)."""
     table = Table(doc, "model", path, required=False)
     name = table.str("name", "logistic")
     if name != "none" and name not in MODELS:
@@ -470,5 +478,6 @@ def _model(doc: dict, path: Path) -> str:
         raise table.error("name", f"the {name!r} model needs scikit-learn, which is not "
                           "installed: pip install 'noisyanchor[eval]', or set name = \"none\" "
                           "to align without a downstream model")
+    cap = table.int("contributions_max_sites", DEFAULT_MAX_SITES, minimum=0)
     table.done()
-    return name
+    return {"model": name, "contributions_max_sites": cap}

@@ -606,10 +606,11 @@ class Federation:
         }
         labels = np.concatenate([b["labels"] for b in bundles])
         tags = np.concatenate([b["tags"] for b in bundles])
-        summary["model"], summary["site_models"], model_files = downstream_result(
+        (summary["model"], summary["site_models"], summary["contributions"],
+         model_files) = downstream_result(
             federation_id=cfg.federation_id, method=self.method,
             participants=list(cfg.participants), model_name=cfg.model, alignment=alignment,
-            labels=labels, tags=tags)
+            labels=labels, tags=tags, contributions_max_sites=cfg.contributions_max_sites)
         return {
             "z.npy": npy_bytes(alignment.z),
             "labels.npy": npy_bytes(labels),

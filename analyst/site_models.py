@@ -8,7 +8,8 @@ into the result folder:
 
 * ``downstream.model``: the model file;
 * ``site-<participant>.model``: what that site fetches (``FetchSiteModel``): its map ``N_i``
-  (``R_i``, ``b_i``, ``c``), the model, the federation's held-out metrics and its own.
+  (``R_i``, ``b_i``, ``c``), the model, the federation's held-out metrics and its own (with
+  ``contribution``: its own leave-one-site-out aggregates, :mod:`analyst.contributions`).
 
 A k-NN model is kept but never returned to a site: it holds the training rows of ``Z``, and a
 site that knows its own key and map can map every row of ``Z`` back into its own working space,
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from noisyanchor.analyst.contributions import DEFAULT_MAX_SITES, contributions_result, site_view
 from noisyanchor.common.alignment import Alignment, solver_for
 from noisyanchor.common.downstream import held_out_metrics
 from noisyanchor.common.errors import InvalidInputError
@@ -89,8 +91,11 @@ def _fit(name: str, z: np.ndarray, labels: np.ndarray, tags: np.ndarray,
 
 def downstream_result(*, federation_id: str, method: Method, participants: list[str],
                       model_name: str, alignment: Alignment, labels: np.ndarray,
-                      tags: np.ndarray) -> tuple[dict[str, Any], dict[str, Any], dict[str, bytes]]:
-    """Fit, export and score the downstream model and package every site's part.
+                      tags: np.ndarray, contributions_max_sites: int = DEFAULT_MAX_SITES
+                      ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any],
+                                 dict[str, bytes]]:
+    """Fit, export and score the downstream model, measure what each site contributed and
+    package every site's part.
 
     Returns
     -------
@@ -99,6 +104,9 @@ def downstream_result(*, federation_id: str, method: Method, participants: list[
         site's test rows), and the model file's name and SHA-256 when there is one.
     site_models : dict
         ``result.json``'s ``site_models``: ``{participant: {"file", "sha256"}}``.
+    contributions : dict
+        ``result.json``'s ``contributions`` (:func:`analyst.contributions.contributions_result`,
+        ``contributions_max_sites`` extra fits at most).
     files : dict of str to bytes
         The files to add to the result folder.
     """
@@ -120,6 +128,10 @@ def downstream_result(*, federation_id: str, method: Method, participants: list[
     if withheld:
         summary["returned_to_sites"] = False
         summary["withheld"] = withheld
+    contributions = contributions_result(
+        federation_id=federation_id, participants=participants, z=z, labels=labels, tags=tags,
+        owners=owners, per_site=per_site, model=None if model is None else model_name,
+        max_sites=contributions_max_sites)
     sites: dict[str, Any] = {}
     federation_metrics = {k: v for k, v in summary.items() if k not in ("sites", "file",
                                                                        "sha256")}
@@ -129,11 +141,11 @@ def downstream_result(*, federation_id: str, method: Method, participants: list[
                          np.asarray(alignment.means[i], dtype=np.float64),
                          np.asarray(alignment.shift, dtype=np.float64),
                          None if withheld else model, withheld, federation_metrics,
-                         per_site.get(pid, {}))
+                         per_site.get(pid, {}) | {"contribution": site_view(contributions, pid)})
         name = site_model_file(pid)
         files[name] = part.to_bytes()
         sites[pid] = {"file": name, "sha256": digest(files[name])}
-    return summary, sites, files
+    return summary, sites, contributions, files
 
 
 def site_gain(model_name: str, z_site: np.ndarray, labels: np.ndarray, tags: np.ndarray,

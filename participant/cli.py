@@ -128,7 +128,20 @@ def _site_gain(cfg, refresh: bool = False) -> dict:
         return {"error": str(err)}
 
 
+def _site_contribution(cfg) -> dict | None:
+    """This site's own contribution aggregates, from its kept site model (None when it has
+    none or cannot be had: the gain says why)."""
+    from noisyanchor.common.errors import NoisyAnchorError
+    from noisyanchor.participant.predict import site_model
+
+    try:
+        return site_model(cfg).site_metrics.get("contribution")
+    except (NoisyAnchorError, ImportError):
+        return None
+
+
 def _status(args: argparse.Namespace) -> int:
+    from noisyanchor.common.contribution_text import site_line
     from noisyanchor.participant.gain import gain_line
     from noisyanchor.participant.run import federation_progress
 
@@ -136,14 +149,19 @@ def _status(args: argparse.Namespace) -> int:
     reply, progress = federation_progress(cfg)
     # Once done, what joining gained this site (the site model is fetched once and kept).
     gain = _site_gain(cfg) if reply.state == "done" else None
+    contribution = _site_contribution(cfg) if gain is not None else None
     if args.json:
         steps = {k: v for k, v in progress.as_dict().items()
                  if k in ("keys", "commitments", "waiting_for")}
-        print(json.dumps(status_summary(reply) | steps | {"gain": gain}, indent=2))
+        print(json.dumps(status_summary(reply) | steps | {"gain": gain,
+                                                          "contribution": contribution},
+                         indent=2))
     else:
         print("\n".join(progress.lines()))
         if gain is not None:
             print(f"gain: {gain['error']}" if "error" in gain else f"gain {gain_line(gain)}")
+        if (line := site_line(contribution)) is not None:
+            print(line)
     return 0
 
 

@@ -110,6 +110,8 @@ def test_every_transport_limit_is_a_key_and_reaches_grpc_with_port_sharing_off(w
     ('# feature_names = ["f0", "f1", ...]', 'feature_names = ["a", "b"]',
      r"\[schema\] feature_names: the schema names 2 features but declares 64"),
     ('name = "logistic"', 'name = "forest"', r"\[model\] name: expected one of"),
+    ("# contributions_max_sites = 20", "contributions_max_sites = -1",
+     r"\[model\] contributions_max_sites must be >= 0"),
     ("# health_port = 50052", "health_port = 70000",
      r"\[server\] health_port: port must be in 0..65535"),
 ])
@@ -168,6 +170,7 @@ def test_the_template_declares_schema_deadline_and_protocol(workdir):
     assert a.deadline.tzinfo is not None and a.deadline.year == 2027
     assert (a.dealer, a.projection_seed, a.translation_scale, a.model) == (
         "org-a", 20261129, 100.0, "logistic")
+    assert a.contributions_max_sites == 20  # the default: the line is commented out
     assert a.health_port is None and a.log_json is None
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from noisyanchor.analyst.config import AnalystConfig
+from noisyanchor.analyst.contributions import site_view
 from noisyanchor.analyst.federation import Federation
 from noisyanchor.analyst.site_models import KNN_WITHHELD, MODEL_FILE, site_model_file
 from noisyanchor.analyst.storage import Store
@@ -75,7 +76,8 @@ def test_every_site_gets_its_map_and_the_model_that_predicts_its_rows_of_z(tmp_p
                                    model.predict_proba(z[a:b]), rtol=0, atol=1e-9)
         test = tags == TEST
         site = result["model"]["sites"][pid]
-        assert site == part.site_metrics and site["n_test"] == int(test.sum())
+        own = {k: v for k, v in part.site_metrics.items() if k != "contribution"}
+        assert site == own and site["n_test"] == int(test.sum())
         assert site["accuracy"] == pytest.approx(
             float(np.mean(model.predict(z[a:b][test]) == labels[a:b][test])), abs=1e-12)
         assert part.federation_metrics["balanced_accuracy"] == \
@@ -85,6 +87,31 @@ def test_every_site_gets_its_map_and_the_model_that_predicts_its_rows_of_z(tmp_p
             "only 15 labelled rows, fewer than the 20")
         assert site["local_only_trained_on"].startswith("this site's own training rows of Z")
         assert fed.site_model(pid) == fed.site_model(pid, pid)  # the same bytes every time
+
+
+def test_the_result_says_what_each_site_contributed_and_each_part_only_its_own(tmp_path, rng):
+    fed, _, _ = _federation(tmp_path, rng)
+    result = json.loads((fed.store.result / "result.json").read_text())
+    contributions = result["contributions"]
+    assert contributions["computed"] and contributions["left_out"] == list(IDS)
+    assert contributions["extra_fits"] == len(IDS) and not contributions["sampled"]
+    assert contributions["full"] == {pid: result["model"]["sites"][pid]["balanced_accuracy"]
+                                     for pid in IDS}
+    assert {j: set(row) for j, row in contributions["matrix"].items()} == {
+        j: set(IDS) - {j} for j in IDS}
+    for pid in IDS:
+        view = load_site_model(fed.site_model(pid)).site_metrics["contribution"]
+        assert view == site_view(contributions, pid)
+        assert all(f'"{other}"' not in json.dumps(view) for other in IDS)
+
+
+def test_without_a_model_no_contribution_is_measured(tmp_path, rng):
+    fed, _, _ = _federation(tmp_path, rng, model="none")
+    result = json.loads((fed.store.result / "result.json").read_text())
+    assert result["contributions"]["computed"] is False
+    assert "no fitted model" in result["contributions"]["reason"]
+    part = load_site_model(fed.site_model("a"))
+    assert part.site_metrics["contribution"]["computed"] is False
 
 
 def test_another_sites_part_is_refused(tmp_path, rng):

@@ -204,6 +204,8 @@ def test_gain_is_reported_and_the_state_folder_is_private(federation):
     code, text = _run(["participant", "status", "--config", federation["configs"]["p1"]],
                       root / "p1-status.log", federation["procs"])
     assert code == 0 and "gain on p1's" in text and "local-only" in text, text
+    # Its own contribution aggregates, over the two other sites (never one of theirs alone).
+    assert "contribution (leave-one-site-out" in text and "per site over 2" in text, text
 
 
 def test_another_sites_map_is_refused(federation):
