@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,15 @@ from noisyanchor.participant.config import ParticipantConfig
 from noisyanchor.participant.predict import SITE_MODEL_FILE, SitePredictor
 from noisyanchor.participant.site_state import SiteKey, records_digest
 
+log = logging.getLogger(__name__)
+
 #: The gain report, in ``state_dir``.
 GAIN_FILE = "gain.json"
 
 
 def site_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel) -> dict[str, Any]:
-    """Local-only and federation balanced accuracy on this site's test rows, and the gain.
+    """Local-only and federation balanced accuracy on this site's test rows, and the gain
+    (scikit-learn's warnings go to the debug log, not the site's terminal).
 
     Raises
     ------
@@ -40,6 +44,13 @@ def site_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel) -> dict[str
         The records at ``[participant] data`` are not the ones uploaded (their digest differs
         from the one kept with the key), so the kept split does not apply to them.
     """
+    from noisyanchor.common.downstream import warnings_to_log
+
+    with warnings_to_log(log):
+        return _site_gain(cfg, key, site)
+
+
+def _site_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel) -> dict[str, Any]:
     from noisyanchor.common.downstream import fit_downstream, held_out_metrics
     from noisyanchor.participant.run import local_data
 

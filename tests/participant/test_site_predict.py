@@ -176,3 +176,29 @@ def test_predictions_speak_the_schemas_label_texts(site, monkeypatch):
     tabular.label_classes = ("red", "green")
     with pytest.raises(InvalidInputError, match="names 2 label classes"):
         class_names(site["cfg"], np.array([0, 1, 2]))
+
+
+def test_scikit_learns_warnings_go_to_the_debug_log_not_the_sites_terminal(site, monkeypatch,
+                                                                           caplog):
+    """Regression (issue 34): a scikit-learn UserWarning reached the site's terminal."""
+    import logging
+    import warnings
+
+    from noisyanchor.common import downstream
+    from noisyanchor.participant.gain import site_gain
+
+    real = downstream.fit_downstream
+
+    def warning_fit(*args, **kwargs):
+        warnings.warn("A single label was found in 'y_true' and 'y_pred'.", UserWarning,
+                      stacklevel=1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(downstream, "fit_downstream", warning_fit)
+    predictor = load_predictor(site["cfg"])
+    caplog.set_level(logging.DEBUG, logger="noisyanchor.participant.gain")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one that escaped would fail here
+        report = site_gain(site["cfg"], predictor.key, predictor.site)
+    assert report["local_only_balanced_accuracy"] is not None
+    assert "UserWarning: A single label was found" in caplog.text
