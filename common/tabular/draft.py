@@ -6,10 +6,13 @@ column a count of cells, missing cells, numbers, their running mean and spread (
 range, and up to ``max_categories + 1`` distinct texts. A column is drafted as numeric when every
 present cell is a number, boolean when every present cell is a true/false text, categorical when
 it holds at most ``max_categories`` distinct texts, and left out (commented) otherwise (an
-identifier or free text). The file says, at its top and beside every value, that centres,
-scales, ranges and categories taken from one site's data are that site's statistics, and should
-be replaced by public ones where they exist: they differ between sites, and they tell every
-party something about this site's records.
+identifier or free text). A numeric column's ``unit`` is read from its name's end (``_mm``,
+``_g``, ``_pct``, ...), and one of whole numbers that differ on every record and count through
+the file (or are named like an id) without a unit is marked, in its own table, as a likely
+identifier: a measurement in whole units is not one. The file says, at its top and beside
+every value, that centres, scales, ranges and categories taken from one site's data are that
+site's statistics, and should be replaced by public ones where they exist: they differ between
+sites, and they tell every party something about this site's records.
 """
 
 from __future__ import annotations
@@ -272,9 +275,9 @@ def _column_lines(s: ColumnStats, scaling: str, max_categories: int) -> list[str
     lines = ["[[schema.column]]", f"name = {_toml(s.name)}", f'type = "{kind}"']
     if kind == "numeric":
         if s.identifier:  # inside its own table: a comment above would sit with the last one
-            lines.append("# a different whole number on every record, in file order: an "
-                         "identifier? If so, leave this column out (it is no feature and it "
-                         "names records)")
+            lines.append("# a different whole number on every record (counting through the "
+                         "file, or named like an id): an identifier? If so, leave this column "
+                         "out (it is no feature and it names records)")
         seen_here = (f"seen at this site: min {_sig(s.low):g}, max {_sig(s.high):g}, mean "
                      f"{_sig(s.mean):g}, standard deviation {_sig(s.std):g}")
         lines.append(f"unit = {_toml(s.unit)}  # from the name; {seen_here}" if s.unit
