@@ -490,7 +490,7 @@ def provision(project_path: Path, out: Path | None = None, *, add_sites: tuple[s
         raise NotFoundError(f"no CA under {out / 'ca'}: run 'noisyanchor provision --project "
                             f"{project.path}' first")
     if first and out.exists() and any(p for p in out.iterdir()):
-        raise AlreadyExistsError(f"{out} is not empty and holds no CA: choose another --out")
+        raise AlreadyExistsError(_not_empty(out))
     if not first and not (add_sites or renew):
         raise AlreadyExistsError(f"{out} is already provisioned (CA in {out / 'ca'}): use "
                                  "--add-site SITE, --renew SITE, or another --out")
@@ -576,6 +576,19 @@ def _renew_ca(staging: Path, out: Path, project: Project, ca: KeptCa) -> None:
         if kit.name != CA_FOLDER and (kit / "pki" / "ca.pem").is_file():
             (staging / kit.name / "pki").mkdir(parents=True, exist_ok=True)
             write_file(staging / kit.name / "pki" / "ca.pem", pem)
+
+
+def _not_empty(out: Path) -> str:
+    """Why a first run refuses ``out``, and the order that works (sites' tables, as
+    ``data split`` writes them, go into kits that exist)."""
+    from noisyanchor.deploy.datasplit import SUMMARY
+
+    tables = (out / SUMMARY).is_file() or any((p / "data").is_dir() for p in out.iterdir())
+    held = "holds sites' tables (data split's output?) but no CA" if tables else \
+        "is not empty and holds no CA"
+    return (f"{out} {held}: provision makes the kits first, into an empty or new folder, then "
+            f"'noisyanchor data split ... --out {out}/{{site}}/data' puts each site's table "
+            "into its kit; move what is there away, or choose another --out")
 
 
 def _renew(staging: Path, out: Path, project: Project, ca: KeptCa, name: str) -> None:

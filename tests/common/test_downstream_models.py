@@ -72,3 +72,15 @@ def test_non_convergence_is_recorded_not_printed(task):
         util = evaluate_utility(*task, model=capped)
     assert util.converged is False and util.fits_not_converged == 4  # the C grid
     assert evaluate_utility(*task, model="logistic").converged is True
+
+
+def test_test_rows_of_one_class_score_without_a_warning():
+    """Regression (issue 34): scikit-learn's "A single label was found..." reached the site's
+    terminal when its test rows held one class, all predicted right."""
+    import warnings
+
+    from noisyanchor.common.downstream import held_out_metrics
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert held_out_metrics(np.ones(5, int), np.ones(5, int))["balanced_accuracy"] == 1.0

@@ -266,3 +266,29 @@ def test_a_site_without_the_model_is_told_the_analysts_comparison_on_its_rows_of
         report["gain_not_told"]
     assert gain_line(report).startswith("on org-a's 23 test rows: gain not told: the "
                                         "federation's model is not returned to org-a")
+
+
+def test_scikit_learns_warnings_go_to_the_debug_log_not_the_sites_terminal(site, monkeypatch,
+                                                                           caplog):
+    """Regression (issue 34): a scikit-learn UserWarning reached the site's terminal."""
+    import logging
+    import warnings
+
+    from noisyanchor.common import comparison, downstream
+    from noisyanchor.participant.gain import site_gain
+
+    real = downstream.fit_downstream
+
+    def warning_fit(*args, **kwargs):
+        warnings.warn("A single label was found in 'y_true' and 'y_pred'.", UserWarning,
+                      stacklevel=1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(comparison, "fit_downstream", warning_fit)
+    predictor = load_predictor(site["cfg"])
+    caplog.set_level(logging.DEBUG, logger="noisyanchor.participant.gain")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one that escaped would fail here
+        report = site_gain(site["cfg"], predictor.key, predictor.site)
+    assert report["local_only_balanced_accuracy"] is not None
+    assert "UserWarning: A single label was found" in caplog.text
