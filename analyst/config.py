@@ -17,7 +17,12 @@ from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.schema import SCHEMA_DTYPES, RecordSchema
 from noisyanchor.common.tabular import TabularSchema
 from noisyanchor.common.tomlconfig import Table, TlsFiles, check_id, read_toml
-from noisyanchor.common.validation import check_anchor_rows, check_nonnegative, check_positive
+from noisyanchor.common.validation import (
+    check_anchor_rows,
+    check_nonnegative,
+    check_positive,
+    check_projection_dim,
+)
 
 #: Default cap on one upload's array bytes (8 GiB).
 DEFAULT_MAX_UPLOAD_BYTES = 8 << 30
@@ -352,6 +357,10 @@ def load_analyst_config(path: Path) -> AnalystConfig:
                           f"[privacy] epsilon_budget = {privacy.epsilon_budget:g}: every release "
                           "would be refused")
     schema = _schema(doc, path)
+    if schema is not None:
+        fed.checked("dim", dim, lambda h: check_projection_dim(h, schema.features, (
+            "[schema] features" if schema.tabular is None
+            else "the encoded width of [[schema.column]]")))
     if schema is not None and dim is None and anchors is not None:
         fed.checked("anchors", anchors, lambda r: check_anchor_rows(
             r, schema.features, "anchors need ([schema] features)"))
