@@ -225,6 +225,10 @@ class AnalystConfig:
         Downstream model fitted on the training rows of ``Z`` after the alignment, its held-out
         metrics written to ``result.json`` (a name of :data:`common.downstream.MODELS`, or
         ``"none"``).
+    report_projection_cost : bool
+        Whether each site sends, with its upload, what the public projection ``F`` costs its
+        own model (``[federation] report_projection_cost``; result.json's
+        ``projection_costs``).
     dealer : str
         The one participant whose sealed shares the relay accepts (the anchor seed's dealer);
         declared to participants. Default (None given): the first participant.
@@ -273,6 +277,7 @@ class AnalystConfig:
     projection_seed: int | None = None
     translation_scale: float | None = None
     model: str = "logistic"
+    report_projection_cost: bool = False
     stopping: str = "objective"
     gopp_method: str = "auto"
 
@@ -336,6 +341,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
     sigma = fed.float("sigma", None, check=lambda x: check_sigma(method, x))
     v = fed.float("v", None, check=lambda x: check_v(method, x))
     accept = fed.bool("accept_collusion", False)
+    report_cost = fed.bool("report_projection_cost", False)
     declared = {"deadline": fed.datetime("deadline", None),
                 "dealer": fed.str("dealer", None, check=lambda d: _member(d, participants)),
                 "projection_seed": fed.int("projection_seed", None, minimum=0),
@@ -395,6 +401,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         gopp_method=gopp_method,
         health_port=server.int("health_port", None, minimum=1, check=check_port),
         log_json=server.path("log_json", None), schema=schema, model=_model(doc, path),
+        report_projection_cost=report_cost,
         **declared)
     server.done()
     return cfg

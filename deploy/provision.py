@@ -61,7 +61,7 @@ PROTOCOL_KEYS = ("method", "anchors", "dim", "projection_seed", "sigma", "v",
                  "translation_scale", "dealer")
 
 #: Keys of ``[federation]`` only the analyst's config carries.
-ANALYST_ONLY_KEYS = ("reference", "deadline", "accept_collusion")
+ANALYST_ONLY_KEYS = ("reference", "deadline", "accept_collusion", "report_projection_cost")
 
 #: Default certificate validity (days) when the project sets none.
 DEFAULT_VALIDITY_DAYS = 365
