@@ -181,11 +181,13 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def plot(summary: list[dict[str, Any]], path: Path) -> None:
     """Per template and number of sites: each site's mean gain over seeds on its held-back
-    records (a dot per site), the mean over sites (a bar) and zero (no gain)."""
+    records (a dot per site), the mean over sites (a bar), what pooling every site's raw
+    records would give over alone (a dash: the gain there is to have) and zero (no gain)."""
     from noisyanchor.experiments.figures import pyplot
 
     plt = pyplot()
-    templates = list(dict.fromkeys(row["template"] for row in summary))
+    shown = {row["template"] for row in summary}
+    templates = [t for t in TEMPLATES if t in shown] + sorted(shown - set(TEMPLATES))
     fig, axes = plt.subplots(1, len(templates), figsize=(4.2 * len(templates), 3.8),
                              squeeze=False, sharey=True)
     for ax, template in zip(axes[0], templates, strict=True):
@@ -193,13 +195,19 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
         for x, row in enumerate(rows):
             gains = list(row["site_mean_gain"].values())
             ax.bar(x, row["held_back_gain_mean"], 0.6, color="C0", alpha=0.35)
-            ax.plot(x + np.linspace(-0.2, 0.2, len(gains)), gains, "o", color="C0", ms=4)
+            ax.plot(x + np.linspace(-0.2, 0.2, len(gains)), gains, "o", color="C0", ms=4,
+                    label="a site (mean over seeds)" if x == 0 else None)
+            pooled = (row["centralised_held_back_balanced_accuracy"]
+                      - row["local_only_held_back_balanced_accuracy"])
+            ax.plot([x - 0.3, x + 0.3], [pooled, pooled], "k--", lw=1.2,
+                    label="pooled raw records minus alone" if x == 0 else None)
         ax.axhline(0.0, color="k", lw=0.8)
         ax.set_xticks(range(len(rows)), [f"{row['participants']} sites\n"
                                          f"({row['seeds']} seeds)" for row in rows], fontsize=8)
         ax.set_title(f"{template}\n({rows[0]['dataset']})", fontsize=9)
-    axes[0][0].set_ylabel("gain in balanced accuracy on held-back\nrecords (mean over seeds; "
-                          "dot: a site)", fontsize=8)
+    axes[0][0].set_ylabel("gain in balanced accuracy on held-back\nrecords (bar: mean over "
+                          "sites and seeds)", fontsize=8)
+    axes[0][0].legend(fontsize=7, loc="upper left")
     fig.suptitle("What each site gains by joining, each shipped template on its bundled data",
                  fontsize=10)
     fig.tight_layout()
