@@ -156,11 +156,13 @@ class Federation:
             reference=cfg.reference,
             deadline_unix=cfg.deadline.timestamp() if cfg.deadline else 0.0)
         for name in ("anchors", "dim", "sigma", "v", "dealer", "projection_seed",
-                     "translation_scale"):
+                     "translation_scale", "model"):
             if getattr(cfg, name) is not None:
                 setattr(info, name, getattr(cfg, name))
         if cfg.schema is not None:
             info.schema.CopyFrom(cfg.schema.to_proto())
+        if cfg.report_projection_cost:
+            info.report_projection_cost = True
         return info
 
     def withdraw(self, pid: str, reason: str) -> None:
@@ -583,7 +585,8 @@ class Federation:
         """Align the committed uploads (GOPP or Procrustes by method) and encode the result."""
         cfg = self.config
         start = time.perf_counter()
-        bundles = [read_bundle(self.store.upload_path(pid))[1] for pid in cfg.participants]
+        specs, bundles = zip(*(read_bundle(self.store.upload_path(pid))
+                               for pid in cfg.participants), strict=True)
         data = [b["data"] for b in bundles]
         anchors = [b["anchor"] for b in bundles] if self.method.uses_anchor else None
         alignment = align(self.method, data, anchors,
@@ -604,6 +607,9 @@ class Federation:
             "solver": alignment.solver,
             "seconds": time.perf_counter() - start,
         }
+        if cfg.report_projection_cost:  # each site's own measurement, as it sent it
+            summary["projection_costs"] = {pid: spec.projection_cost for pid, spec
+                                           in zip(cfg.participants, specs, strict=True)}
         labels = np.concatenate([b["labels"] for b in bundles])
         tags = np.concatenate([b["tags"] for b in bundles])
         (summary["model"], summary["site_models"], summary["contributions"],

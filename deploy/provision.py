@@ -61,7 +61,7 @@ PROTOCOL_KEYS = ("method", "anchors", "dim", "projection_seed", "sigma", "v",
                  "translation_scale", "dealer")
 
 #: Keys of ``[federation]`` only the analyst's config carries.
-ANALYST_ONLY_KEYS = ("reference", "deadline", "accept_collusion")
+ANALYST_ONLY_KEYS = ("reference", "deadline", "accept_collusion", "report_projection_cost")
 
 #: Default certificate validity (days) when the project sets none.
 DEFAULT_VALIDITY_DAYS = 365
@@ -418,8 +418,9 @@ def _analyst_kit(root: Path, project: Project, ca: KeptCa,
                       ca.issue("analyst", key.public_key(), project, server=True), key)
 
 
-def _check_configs(root: Path, names: list[str]) -> None:
-    """Load the written configs with the roles' own readers (every key checked)."""
+def _check_configs(root: Path, names: list[str], project: Project, out: Path) -> None:
+    """Load the configs staged under ``root`` with the roles' own readers (every key
+    checked); a refusal names the project file and its key (:func:`_as_project_error`)."""
     from noisyanchor.analyst.config import load_analyst_config
     from noisyanchor.participant.config import load_participant_config
 
@@ -433,9 +434,27 @@ def _check_configs(root: Path, names: list[str]) -> None:
             key.write_bytes(b"")
         try:
             (load_analyst_config if name == "analyst" else load_participant_config)(config)
+        except InvalidInputError as err:
+            raise _as_project_error(err, config, project.path, root, out) from None
         finally:
             if stand_in:
                 key.unlink()
+
+
+#: A site config's tables by the project table they are made from (:func:`site_tables`).
+_SITE_TABLES = {"[protocol]": "[federation]", "[participant]": "[[site]]"}
+
+
+def _as_project_error(err: InvalidInputError, config: Path, project: Path, staging: Path,
+                      out: Path) -> InvalidInputError:
+    """A refusal of a staged config told as the user wrote it: the project file instead of
+    the staged config (which the user never sees, and which is deleted), the project's table
+    for a site config's, and the kits folder instead of the staging folder."""
+    text = str(err).replace(str(config), str(project))
+    if config.stem != "analyst":  # the analyst's tables are the project's own names
+        for table, source in _SITE_TABLES.items():
+            text = text.replace(f"{project}: {table}", f"{project}: {source}")
+    return type(err)(text.replace(str(staging), str(out)))
 
 
 def _commit(staging: Path, out: Path) -> list[Path]:
@@ -528,7 +547,7 @@ def provision(project_path: Path, out: Path | None = None, *, add_sites: tuple[s
             if add_sites and "analyst" not in names:  # the analyst must expect the new sites
                 _reconfigure_analyst(staging, out, project)
                 names.append("analyst")
-        _check_configs(staging, names)
+        _check_configs(staging, names, project, out)
         ca.write(staging)
         changed = _changed_files(staging, out)
         moved = _commit(staging, out)
@@ -642,7 +661,7 @@ def sign_request(project_path: Path, csr_path: Path, out: Path | None = None) ->
     try:
         with_csr = Site(site.name, site.data, Path(csr_path))
         _site_kit(staging, project, with_csr, ca)
-        _check_configs(staging, [name])
+        _check_configs(staging, [name], project, out)
         ca.write(staging)
         changed = _changed_files(staging, out)
         moved = _commit(staging, out)

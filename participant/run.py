@@ -36,6 +36,7 @@ from noisyanchor.participant.client import AnalystClient
 from noisyanchor.participant.compute import compute_upload
 from noisyanchor.participant.config import ParticipantConfig
 from noisyanchor.participant.data import LocalData, load_local_data
+from noisyanchor.participant.projection_cost import projection_cost
 from noisyanchor.participant.site_state import (
     SiteKey,
     UploadSeeds,
@@ -306,6 +307,35 @@ def _write_secrets(cfg: ParticipantConfig, arrays: dict[str, np.ndarray]) -> Pat
     return path
 
 
+def _projection_cost(cfg: ParticipantConfig, joined: Joined, tags: np.ndarray) -> float | None:
+    """What the public projection ``F`` costs this site's own model, measured on its own rows
+    (:mod:`participant.projection_cost`) and said in its log, a warning when the cost exceeds
+    the noise of the measurement; the number to send with the upload when the federation asks
+    for it (``[federation] report_projection_cost``), else None. Nothing without ``F``."""
+    data, info = joined.data, joined.info
+    f = public_projection(cfg, data.x.shape[1])
+    if f is None or data.labels is None:
+        return None
+    model = info.model if info.HasField("model") and info.model != "none" else "logistic"
+    try:
+        # Fixed folds: nothing secret in them, and a repeated upload sends the same number.
+        measured = projection_cost(data.x, data.labels, tags, f, model=model,
+                                   rng=np.random.default_rng(0))
+    except InvalidInputError as err:
+        log.info("%s: what the projection F costs its own model was not measured: %s", cfg.id,
+                 err)
+        return None
+    if measured.exceeds_noise:
+        log.warning("%s: %s: more than the noise of the measurement; the operator can leave "
+                    "[federation] dim out", cfg.id, measured.text())
+    else:
+        log.info("%s: %s", cfg.id, measured.text())
+    if not info.report_projection_cost:
+        return None
+    log.info("%s: the federation asks for this one number: it is sent with the upload", cfg.id)
+    return measured.cost
+
+
 def run_upload(cfg: ParticipantConfig) -> Sent:
     """Join (load and preprocess the data with the federation's schema), agree on the anchor,
     compute the upload with the engine, stream it once; keep the key
@@ -323,6 +353,7 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
         joined = _join(client, cfg, early)
         data, x = joined.data, joined.x
         tags = _tags(cfg, data, seeds)
+        cost = _projection_cost(cfg, joined, tags)
         d = x.shape[1]
         r = cfg.anchors or 4 * d
         seed = None
@@ -341,7 +372,8 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
             arrays["anchor"] = upload.anchor
         arrays |= {"labels": data.labels.astype("<i8"), "tags": tags.astype("|i1")}
         spec = bundle_spec(cfg.federation_id, cfg.method, arrays, digests=False,
-                           preprocessing_sha256=joined.preprocessing_sha256)
+                           preprocessing_sha256=joined.preprocessing_sha256,
+                           projection_cost=cost)
         try:
             receipt = client.send_bundle("upload", spec, arrays)
         except AlreadyExistsError:
