@@ -215,7 +215,8 @@ def summary_markdown(s: dict[str, Any]) -> str:
             + " |")
     lines += ["", "Test-row columns are balanced accuracy (the mean over the classes of the "
               "share of each class predicted correctly); the gain is the federation's minus "
-              "alone's on the same test rows, with its 95% interval (stratified paired bootstrap; n/a: not told, below 20 test rows or "
+              "alone's on the same test rows, with its 95% interval (stratified paired "
+              "bootstrap; n/a: not told, below 20 test rows or "
               "with one class, `gain_not_told` in `summary.json` says why); held-back columns "
               "are the share of records predicted correctly.", ""]
     if s["attacks"]:
