@@ -65,6 +65,7 @@ def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
     path = cfg.state_dir / SITE_MODEL_FILE
     if path.is_file() and not refresh:
         return _checked(cfg, load_site_model(path.read_bytes(), what=str(path)), str(path))
+    from noisyanchor.participant.anchor import exchange_key_path
     from noisyanchor.participant.run import analyst_client
 
     with analyst_client(cfg, min(cfg.wait_seconds, wait)) as client:
@@ -73,6 +74,8 @@ def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
                     "the analyst's answer")
     private_dir(cfg.state_dir)
     atomic_write(path, raw)
+    # The federation is done: no screening can send this site back to the agreement.
+    exchange_key_path(cfg.state_dir, cfg.federation_id).unlink(missing_ok=True)
     log.info("%s: site model fetched from the analyst (%d bytes) and kept in %s", cfg.id,
              len(raw), path)
     return site
