@@ -59,6 +59,13 @@ FALSE_ALARM = 1e-9
 #: Fewest records per working dimension a site needs for its covariance in the direction check.
 RECORDS_PER_DIM = 1.5
 
+#: Fewest records a site needs for its spread to be compared with the others'.
+MIN_SPREAD_RECORDS = 10
+
+#: Other sites each site is compared with at most in the direction check (the next ones in
+#: order): p (p - 1) generalized eigenproblems of size h would dominate at many sites.
+MAX_PEERS = 10
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -259,7 +266,8 @@ def direction_check(sites: Sequence[str], frames: Sequence[np.ndarray], *,
     dimensions spread them up to about ``((1 + g_i) / (1 - g_j))^2`` and down to
     ``((1 - g_i) / (1 + g_j))^2``, ``g = sqrt(h / n)`` (Wachter); ``dev_ij`` is the log of the
     larger excess beyond these edges. Site ``i``'s score is the lower median of ``dev_ij``
-    over the other sites, so one outlying site does not make the others look outlying.
+    over the other sites (the next :data:`MAX_PEERS` in order at most), so one outlying site
+    does not make the others look outlying.
     """
     if len(frames) < 3:
         return []
@@ -269,16 +277,16 @@ def direction_check(sites: Sequence[str], frames: Sequence[np.ndarray], *,
     eye = floor * float(np.median([np.trace(cv) for cv in covs])) / h * np.eye(h)
     p = len(frames)
     dev, shrunk = np.zeros((p, p)), np.zeros((p, p), dtype=bool)
+    peers = [np.array([(i + k) % p for k in range(1, min(p, MAX_PEERS + 1))]) for i in range(p)]
     for i in range(p):  # one small generalized eigenproblem per pair, kept as a loop
-        for j in range(p):
-            if i != j:
-                lam = scipy.linalg.eigh(covs[i] + eye, covs[j] + eye, eigvals_only=True)
-                up = math.log(lam[-1] / ((1 + g[i]) / (1 - g[j])) ** 2)
-                down = -math.log(lam[0] / ((1 - g[i]) / (1 + g[j])) ** 2)
-                dev[i, j], shrunk[i, j] = max(up, down), down > up
+        for j in peers[i]:
+            lam = scipy.linalg.eigh(covs[i] + eye, covs[j] + eye, eigvals_only=True)
+            up = math.log(lam[-1] / ((1 + g[i]) / (1 - g[j])) ** 2)
+            down = -math.log(lam[0] / ((1 - g[i]) / (1 + g[j])) ** 2)
+            dev[i, j], shrunk[i, j] = max(up, down), down > up
     findings = []
     for i, site in enumerate(sites):
-        others = np.array([j for j in range(p) if j != i])
+        others = peers[i]
         k = others[np.argsort(dev[i, others], kind="stable")[(len(others) - 1) // 2]]
         score = math.exp(dev[i, k])
         if score > ratio:
@@ -291,6 +299,16 @@ def direction_check(sites: Sequence[str], frames: Sequence[np.ndarray], *,
                 f"{'smaller' if less else 'larger'} by a power of ten, an export in another "
                 "unit (kg where g is declared?)"))
     return findings
+
+
+def _judged(sites: Sequence[str], data: Sequence[np.ndarray], minimum: int
+            ) -> tuple[list[int], str]:
+    """Indices of the sites with at least ``minimum`` records, and ``"; not judged: ..."``
+    naming the others (empty when none)."""
+    judged = [i for i, y in enumerate(data) if len(y) >= minimum]
+    small = [sites[i] for i in range(len(sites)) if i not in judged]
+    return judged, (f"; not judged: {', '.join(small)} (fewer than {minimum} records)"
+                    if small else "")
 
 
 def screen(sites: Sequence[str], data: Sequence[np.ndarray],
@@ -333,11 +351,15 @@ def screen(sites: Sequence[str], data: Sequence[np.ndarray],
         ran.append("box")
     if diameter is not None:
         skipped["spread"] = "the box check bounds every site's spread"
-    elif len(data) < 3:
-        skipped["spread"] = "fewer than three sites: no majority to compare a site with"
     else:
-        findings += spread_check(sites, data)
-        ran.append("spread")
+        judged, why = _judged(sites, data, MIN_SPREAD_RECORDS)
+        if len(judged) < 3:
+            skipped["spread"] = f"fewer than three sites to compare{why}"
+        else:
+            findings += spread_check([sites[i] for i in judged], [data[i] for i in judged])
+            ran.append("spread")
+            if why:
+                skipped["spread"] = why.removeprefix("; ")
     anchor_noise = v if method.anchor_noise else 0.0
     if not method.uses_anchor:
         skipped["anchor"] = f"method {method.value} has no anchor"
@@ -346,17 +368,16 @@ def screen(sites: Sequence[str], data: Sequence[np.ndarray],
     else:
         findings += anchor_check(sites, anchors, anchor_noise)
         ran.append("anchor")
-    h = data[0].shape[1]
+    judged, why = _judged(sites, data, math.ceil(RECORDS_PER_DIM * data[0].shape[1]))
     if not (method.uses_anchor or method.shared_key):
         skipped["direction"] = (f"method {method.value} has neither an anchor nor a common "
                                 "key: no common frame before the alignment")
-    elif len(data) < 3:
-        skipped["direction"] = "fewer than three sites: no majority to compare a site with"
-    elif min(len(y) for y in data) < RECORDS_PER_DIM * h:
-        skipped["direction"] = (f"a site has fewer than {RECORDS_PER_DIM:g} records per "
-                                f"working dimension ({h}): its covariance is too noisy")
+    elif len(judged) < 3:
+        skipped["direction"] = f"fewer than three sites to compare{why}"
     else:
         frames = common_frame(data, anchors if method.uses_anchor else None, reference)
-        findings += direction_check(sites, frames)
+        findings += direction_check([sites[i] for i in judged], [frames[i] for i in judged])
         ran.append("direction")
+        if why:
+            skipped["direction"] = why.removeprefix("; ")
     return Screening(tuple(findings), tuple(ran), skipped)

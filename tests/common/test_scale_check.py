@@ -137,3 +137,12 @@ def test_without_anchor_or_common_key_the_direction_check_is_skipped_and_said_so
     found = sc.screen(sites, data, None, method="i-gdp", diameter=None)
     assert found.skipped["direction"].startswith("method i-gdp has neither an anchor")
     assert found.to_json()["checks"] == ["spread"]
+
+
+def test_a_site_with_few_records_is_not_judged_and_said_so():
+    sites, data, anchors = _uploads("digits", 4, 0)
+    data[3] = data[3][:5]
+    found = sc.screen(sites, data, anchors, method="aa-igdp-an", diameter=None, v=0.02)
+    assert found.findings == () and set(found.ran) == {"spread", "anchor", "direction"}
+    assert found.skipped["spread"] == "not judged: s3 (fewer than 10 records)"
+    assert found.skipped["direction"] == "not judged: s3 (fewer than 96 records)"
