@@ -28,6 +28,7 @@ import numpy as np
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.files import atomic_write, private_dir
 from noisyanchor.common.models import Classifier, SiteModel, load_site_model
+from noisyanchor.common.tabular.ranges import far_values
 from noisyanchor.participant.config import ParticipantConfig, load_participant_config
 from noisyanchor.participant.data import LocalData, load_local_data
 from noisyanchor.participant.site_state import SiteKey, load_site_key
@@ -135,11 +136,14 @@ def load_predictor(cfg: ParticipantConfig, *, refresh: bool = False) -> SitePred
     return SitePredictor(load_site_key(cfg), site)
 
 
-def prediction_records(cfg: ParticipantConfig, path: Path, key: SiteKey) -> LocalData:
+def prediction_records(cfg: ParticipantConfig, path: Path, key: SiteKey, *,
+                       strict: bool = False) -> LocalData:
     """New records through the upload's own chain (:func:`participant.data.load_local_data`
     with the schema kept when the site joined: read, schema checks, public preprocessing; a
     label column may be absent and is not used), then checked against the upload: the same
-    columns, named in the same order when both name them."""
+    columns, named in the same order when both name them; and the upload's range and unit
+    checks (:func:`common.tabular.ranges.far_values`): each column out of its declared range
+    is warned about, naming the column and the first line, or (``strict``) refused."""
     from noisyanchor.participant.run import kept_schema
 
     schema = kept_schema(cfg)
@@ -149,6 +153,13 @@ def prediction_records(cfg: ParticipantConfig, path: Path, key: SiteKey) -> Loca
     if schema is not None:
         schema.check(data.x, data.feature_names, who=str(path), federation=cfg.federation_id)
     check_records(key, data.x, data.feature_names, str(path))
+    if schema is not None and schema.tabular is not None and data.lines is not None:
+        found = far_values(schema.tabular, data.x, data.lines)
+        if strict and found:
+            raise InvalidInputError(f"{path}: " + "; ".join(map(str, found))
+                                    + " (refused: --strict; nothing was predicted)")
+        for far in found:
+            log.warning("%s: %s", path, far)
     return data
 
 
@@ -243,7 +254,7 @@ def predict_with(predictor: SitePredictor, x: np.ndarray, lines: np.ndarray | No
 
 
 def predict(config: Path | str | ParticipantConfig, records: Path | str | np.ndarray, *,
-            refresh: bool = False) -> Predictions:
+            refresh: bool = False, strict: bool = False) -> Predictions:
     """Predict new records locally (the Python twin of ``participant predict``).
 
     Parameters
@@ -255,6 +266,8 @@ def predict(config: Path | str | ParticipantConfig, records: Path | str | np.nda
         and not used), or raw records.
     refresh : bool
         Fetch the site model from the analyst again.
+    strict : bool
+        Refuse a table with a column out of its declared range (else: a warning).
     """
     cfg = config if isinstance(config, ParticipantConfig) else load_participant_config(
         Path(config))
@@ -262,5 +275,5 @@ def predict(config: Path | str | ParticipantConfig, records: Path | str | np.nda
     names = class_names(cfg, predictor.classes)
     if isinstance(records, np.ndarray):
         return predict_with(predictor, records, names=names)
-    data = prediction_records(cfg, Path(records), predictor.key)
+    data = prediction_records(cfg, Path(records), predictor.key, strict=strict)
     return predict_with(predictor, data.x, data.lines, names)
