@@ -106,7 +106,8 @@ def poisoned_run(dataset: str = "digits", participants: int = 3, seed: int = 0, 
         ``named_before_alignment`` (policy -> bool), ``findings`` (the screening's, as
         ``result.json`` records them), ``refuse_aligned_nothing``, ``exclude_max_difference``
         (largest |difference| of an other site's balanced accuracy against the federation
-        without the poisoned site; below 1e-9), and the others' balanced accuracy
+        without the poisoned site; below 1e-9; None when the site was not named, so not
+        excluded), and the others' balanced accuracy
         ``without``, ``excluded``, ``accepted`` and ``honest`` (every site honest).
     """
     from noisyanchor.common.schema import RecordSchema
@@ -145,7 +146,8 @@ def poisoned_run(dataset: str = "digits", participants: int = 3, seed: int = 0, 
              **{p: bad in (runs[p]["result"] or {}).get("screening", {}).get("flagged", ())
                 for p in ("exclude", "accept")}}
     ref, excl = _accuracy(without, others), _accuracy(runs["exclude"], others)
-    diffs = [abs(excl[p] - ref[p]) for p in others if excl[p] is not None and ref[p] is not None]
+    excluded = bad in runs["exclude"]["result"]["screening"]["excluded"]
+    diffs = [abs(excl[p] - ref[p]) for p in others if excluded and None not in (excl[p], ref[p])]
     return {
         "dataset": dataset, "participants": participants, "seed": seed, "factor": factor,
         "poisoned_site": bad, "column": column, "method": method,
