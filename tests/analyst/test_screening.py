@@ -12,9 +12,10 @@ import pytest
 
 from noisyanchor.analyst.config import AnalystConfig
 from noisyanchor.analyst.federation import SCREENING_FILE, Federation
+from noisyanchor.analyst.release_service import load_collection
 from noisyanchor.analyst.screening import REFUSED
 from noisyanchor.analyst.storage import Store
-from noisyanchor.common.errors import FederationFailedError
+from noisyanchor.common.errors import FederationFailedError, PreconditionError
 from noisyanchor.common.progress import result_lines
 from noisyanchor.common.tomlconfig import TlsFiles
 from noisyanchor.common.wire import BundleStream, bundle_spec, iter_chunks
@@ -104,6 +105,10 @@ def test_exclude_gives_the_others_exactly_the_federation_without_that_site(tmp_p
             reference["model"]["sites"][pid]["balanced_accuracy"], abs=1e-9)
     [line] = [x for x in result_lines(result) if "screening" in x]
     assert line.startswith("  screening (exclude): b excluded: b's records are spread")
+    collection = load_collection(fed)  # DP releases: rows and maps of the aligned sites only
+    assert collection.participants == others
+    with pytest.raises(PreconditionError, match="'b' has no rows in the aligned result"):
+        collection.scores("b", np.ones(D))
     with pytest.raises(FederationFailedError, match=r"'b' was excluded .* by the analyst's "
                        r"screening before alignment"):
         fed.site_model("b")
