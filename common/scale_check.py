@@ -301,6 +301,19 @@ def direction_check(sites: Sequence[str], frames: Sequence[np.ndarray], *,
     return findings
 
 
+def _majority(findings: list[Finding], judged: int, check: str, skipped: dict[str, str]
+              ) -> list[Finding]:
+    """``findings`` of a comparison with the other sites, unless they name half the sites
+    compared or more: then there is no majority to compare with (sites that differ among
+    themselves, as strongly non-iid ones do), nobody is named and ``skipped`` says why."""
+    if 2 * len(findings) < judged:
+        return findings
+    skipped[check] = (f"{len(findings)} of {judged} sites differ from the others: no majority "
+                      "to compare a site with (sites this different among themselves are not "
+                      "judged)")
+    return []
+
+
 def _judged(sites: Sequence[str], data: Sequence[np.ndarray], minimum: int
             ) -> tuple[list[int], str]:
     """Indices of the sites with at least ``minimum`` records, and ``"; not judged: ..."``
@@ -356,7 +369,9 @@ def screen(sites: Sequence[str], data: Sequence[np.ndarray],
         if len(judged) < 3:
             skipped["spread"] = f"fewer than three sites to compare{why}"
         else:
-            findings += spread_check([sites[i] for i in judged], [data[i] for i in judged])
+            findings += _majority(spread_check([sites[i] for i in judged],
+                                               [data[i] for i in judged]), len(judged),
+                                  "spread", skipped)
             ran.append("spread")
             if why:
                 skipped["spread"] = why.removeprefix("; ")
@@ -376,7 +391,9 @@ def screen(sites: Sequence[str], data: Sequence[np.ndarray],
         skipped["direction"] = f"fewer than three sites to compare{why}"
     else:
         frames = common_frame(data, anchors if method.uses_anchor else None, reference)
-        findings += direction_check([sites[i] for i in judged], [frames[i] for i in judged])
+        findings += _majority(direction_check([sites[i] for i in judged],
+                                              [frames[i] for i in judged]), len(judged),
+                              "direction", skipped)
         ran.append("direction")
         if why:
             skipped["direction"] = why.removeprefix("; ")

@@ -146,3 +146,18 @@ def test_a_site_with_few_records_is_not_judged_and_said_so():
     assert found.findings == () and set(found.ran) == {"spread", "anchor", "direction"}
     assert found.skipped["spread"] == "not judged: s3 (fewer than 10 records)"
     assert found.skipped["direction"] == "not judged: s3 (fewer than 96 records)"
+
+
+def test_sites_that_all_differ_are_not_named_there_is_no_majority():
+    """Five sites each holding two digits of their own (strongly non-iid): no majority to
+    compare with, so nobody is named and the check says why."""
+    rng = np.random.default_rng(0)
+    data = load_dataset("digits", rng)
+    xs = [data.x[(data.y == 2 * k) | (data.y == 2 * k + 1)] for k in range(5)]
+    anchor = make_anchor(4 * 64, 64, rng)
+    ups = [make_upload(Method.AA_IGDP_AN, x, sample_key(64, rng), anchor=anchor, v=0.02,
+                       rng=rng)[0] for x in xs]
+    found = sc.screen([f"s{k}" for k in range(5)], [u.data for u in ups],
+                      [u.anchor for u in ups], method="aa-igdp-an", diameter=None, v=0.02)
+    assert found.findings == ()
+    assert "sites differ from the others: no majority" in found.skipped["direction"]
