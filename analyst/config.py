@@ -62,6 +62,19 @@ DEFAULT_MAX_PENDING_CALLS = 1000
 DEFAULT_LEDGER_NAME = "privacy_ledger.json"
 
 
+#: Values of ``[federation] screening``: what the analyst does with a site its screening names
+#: before alignment (:mod:`analyst.screening`); the first is the default.
+SCREENING_POLICIES = ("refuse", "exclude", "accept")
+
+
+def check_screening(value: str) -> str:
+    """One of :data:`SCREENING_POLICIES`."""
+    if value not in SCREENING_POLICIES:
+        raise InvalidInputError(f"expected one of {', '.join(SCREENING_POLICIES)}, got "
+                                f"{value!r}")
+    return value
+
+
 #: Default cap on the releases one participant may be charged for on one dataset.
 DEFAULT_PARTICIPANT_MAX_RELEASES = 1000
 
@@ -241,6 +254,9 @@ class AnalystConfig:
     projection_seed, translation_scale : optional
         Further declared protocol parameters participants check their own against (None: not
         declared).
+    screening : str
+        ``[federation] screening``: what happens to a site the screening before alignment
+        names (``refuse``, ``exclude`` or ``accept``; :mod:`analyst.screening`).
     """
 
     federation_id: str
@@ -287,6 +303,7 @@ class AnalystConfig:
     report_projection_cost: bool = False
     stopping: str = "objective"
     gopp_method: str = "auto"
+    screening: str = SCREENING_POLICIES[0]
 
     def __post_init__(self) -> None:
         # The relay accepts sealed shares from exactly one participant: always declared.
@@ -353,6 +370,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
                 "dealer": fed.str("dealer", None, check=lambda d: _member(d, participants)),
                 "projection_seed": fed.int("projection_seed", None, minimum=0),
                 "translation_scale": fed.positive_float("translation_scale", None)}
+    screening = fed.str("screening", SCREENING_POLICIES[0], check=check_screening)
     fed.done()
     solver = Table(doc, "solver", path, required=False)
     max_iter = solver.int("max_iter", 500, minimum=1)
@@ -408,7 +426,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         gopp_method=gopp_method,
         health_port=server.int("health_port", None, minimum=1, check=check_port),
         log_json=server.path("log_json", None), schema=schema, **_model(doc, path),
-        report_projection_cost=report_cost,
+        report_projection_cost=report_cost, screening=screening,
         **declared)
     server.done()
     return cfg

@@ -34,6 +34,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from noisyanchor.analyst.config import check_screening
 from noisyanchor.common.durations import human_duration, is_relative, parse_deadline
 from noisyanchor.common.errors import (
     AlreadyExistsError,
@@ -61,7 +62,8 @@ PROTOCOL_KEYS = ("method", "anchors", "dim", "projection_seed", "sigma", "v",
                  "translation_scale", "dealer")
 
 #: Keys of ``[federation]`` only the analyst's config carries.
-ANALYST_ONLY_KEYS = ("reference", "deadline", "accept_collusion", "report_projection_cost")
+ANALYST_ONLY_KEYS = ("reference", "deadline", "accept_collusion", "report_projection_cost",
+                     "screening")
 
 #: Default certificate validity (days) when the project sets none.
 DEFAULT_VALIDITY_DAYS = 365
@@ -145,6 +147,8 @@ def load_project(path: Path) -> Project:
         raise ConfigError(f"{path}: [federation] has unknown key(s) {', '.join(bad)}")
     if "method" not in fed:
         raise ConfigError(f"{path}: [federation] method is required")
+    if "screening" in fed:
+        Table(doc, "federation", path).str("screening", check=check_screening)
     relative = is_relative(fed.get("deadline"))
     if "deadline" in fed:
         try:

@@ -345,8 +345,9 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
     # upload commits, so an interrupted run repeats the same upload.
     seeds = None if cfg.seed is not None else upload_seeds(cfg)
     rng = secret_rng(cfg.seed if seeds is None else seeds.secret)
-    # Kept until an upload is committed (by this run or an earlier one): after that the
-    # agreement cannot be resumed any more, so the key need not stay on disk.
+    # Kept until the federation is done (the site model fetched, participant.predict): an
+    # upload the analyst's screening refuses is discarded, and this site's next run resumes
+    # the same agreement with it. A run refused because its upload still stands drops it.
     key_file = exchange_key_path(cfg.state_dir, cfg.federation_id)
     early = read_before_connecting(cfg)
     with analyst_client(cfg) as client:
@@ -385,7 +386,6 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
                                public_projection(cfg, data.x.shape[1]), data.x.shape[1], tags,
                                records_digest(data.x, data.labels), data.feature_names))
     upload_seed_path(cfg).unlink(missing_ok=True)
-    key_file.unlink(missing_ok=True)
     if cfg.keep_secrets:
         kept = {"rotation": state.key.rotation, "translation": state.key.translation}
         if cfg.method_enum.uses_anchor:

@@ -105,6 +105,8 @@ def test_every_transport_limit_is_a_key_and_reaches_grpc_with_port_sharing_off(w
     ("deadline = 2027-01-31T18:00:00Z", 'deadline = "soon"',
      r"\[federation\] deadline must be a date-time"),
     ('dealer = "org-a"', 'dealer = "org-z"', r"\[federation\] dealer: 'org-z' is not one"),
+    ('screening = "refuse"', 'screening = "warn"',
+     r"\[federation\] screening: expected one of refuse, exclude, accept, got 'warn'"),
     ("translation_scale = 100.0", "translation_scale = 0", r"\[federation\] translation_scale"),
     ("features = 64", "features = 0", r"\[schema\] features must be >= 1"),
     ("# dim = 256 ", "dim = 65 ",

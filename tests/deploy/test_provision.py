@@ -47,6 +47,7 @@ def test_every_site_gets_a_kit_whose_config_loads_and_whose_certificate_names_it
     analyst = load_analyst_config(kits / "analyst" / "analyst.toml")
     assert analyst.participants == SITES and analyst.federation_id == "pilot-2026"
     assert analyst.schema.features == 64 and analyst.host == "0.0.0.0"
+    assert analyst.screening == "refuse"  # the project's [federation] screening
     server = _cert(analyst.tls.cert)
     server.verify_directly_issued_by(ca)
     sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
@@ -73,6 +74,8 @@ def test_every_site_gets_a_kit_whose_config_loads_and_whose_certificate_names_it
     ('names = ["analyst.example.org"]', 'names = ["bad name"]', "DNS name"),
     ('method = "aa-igdp-an"', 'method = "gdp"', r"\[federation\] method"),
     ("features = 64", "features = 0", r"\[schema\] features"),
+    ('screening = "refuse"', 'screening = "drop"',
+     r"federation.toml: \[federation\] screening: expected one of refuse, exclude, accept"),
     ('# csr = "requests/org-c.csr"', 'csr = "requests/org-c.csr"', "cannot read the CSR"),
 ])
 def test_a_bad_project_writes_nothing(project, old, new, match):

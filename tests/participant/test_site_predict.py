@@ -292,3 +292,35 @@ def test_scikit_learns_warnings_go_to_the_debug_log_not_the_sites_terminal(site,
         report = site_gain(site["cfg"], predictor.key, predictor.site)
     assert report["local_only_balanced_accuracy"] is not None
     assert "UserWarning: A single label was found" in caplog.text
+
+
+def test_prediction_applies_the_uploads_range_and_unit_checks(site, monkeypatch, caplog):
+    """A column of the new records in another unit is warned about, naming the column, the
+    first line and the likely unit; ``strict`` refuses the table instead."""
+    from noisyanchor.common.schema import RecordSchema
+    from noisyanchor.common.tabular import NumericColumn, TabularSchema
+    from noisyanchor.participant import run
+
+    tabular = TabularSchema(tuple(NumericColumn(f"c{j}", min=-10.0, max=10.0, unit="g")
+                                  for j in range(D_IN)), label="label")
+    monkeypatch.setattr(run, "kept_schema", lambda cfg: RecordSchema.typed(tabular))
+    x = site["x"][:8].copy()
+    x[:, 2] *= 1e-3  # kg where g is declared
+    x[:, 2] += 1e-4  # (no value exactly 0: all in the declared range's smallest thousandth)
+    path = site["tmp"] / "monday.csv"
+    path.write_text(",".join(site["names"]) + "\n" + "\n".join(
+        ",".join(repr(float(v)) for v in row) for row in x) + "\n")
+    key = load_site_key(site["cfg"])
+    with caplog.at_level("WARNING"):
+        prediction_records(site["cfg"], path, key)
+    assert [r.getMessage() for r in caplog.records if "column" in r.getMessage()] == []
+    x[:, 2] *= 1e6  # now in mg: every value far outside
+    path.write_text(",".join(site["names"]) + "\n" + "\n".join(
+        ",".join(repr(float(v)) for v in row) for row in x) + "\n")
+    with caplog.at_level("WARNING"):
+        prediction_records(site["cfg"], path, key)
+    [warned] = [r.getMessage() for r in caplog.records if "column" in r.getMessage()]
+    assert warned.startswith(f"{path}: column 'c2' [g]: ") and "first on line 2" in warned
+    assert "it looks like mg where g is declared" in warned
+    with pytest.raises(InvalidInputError, match=r"column 'c2' \[g\].*refused: --strict"):
+        prediction_records(site["cfg"], path, key, strict=True)
