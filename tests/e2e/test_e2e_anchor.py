@@ -98,8 +98,9 @@ def test_agreeing_participants_hold_the_same_seed_and_upload(analyst, rng):
     assert len(commitments) == 1  # one anchor for everyone
     sealed = sorted(p.name for p in (fed.files.store / "relay/sealed").iterdir())
     assert sealed == ["p0.pb", "p1.pb", "p2.pb"]  # the dealer sealed to everyone, itself too
-    # Uploads committed: no participant keeps its exchange key any more.
-    assert not list((fed.files.root / "state").glob("*/exchange-*.key"))
+    # Uploads committed: each participant keeps its exchange key (a screening refusal would
+    # send it back to this agreement) until it fetches its site model.
+    assert all(exchange_key_path(c.state_dir, "e2e").is_file() for c in configs)
 
 
 def test_participants_killed_mid_agreement_resume_it_when_restarted(analyst, rng):

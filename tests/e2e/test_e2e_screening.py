@@ -10,12 +10,14 @@ import subprocess
 import sys
 
 import pytest
-from e2e_support import wait_until
+from e2e_support import FEDERATION, wait_until
 from test_e2e_tabular import IDS, _federation, _table
 
 from noisyanchor.analyst.screening import REFUSED
 from noisyanchor.deploy.launch import child_env, start, stop
+from noisyanchor.participant.anchor import exchange_key_path
 from noisyanchor.participant.config import load_participant_config
+from noisyanchor.participant.predict import site_model
 from noisyanchor.participant.run import analyst_status
 
 pytestmark = pytest.mark.e2e
@@ -73,3 +75,9 @@ def test_a_site_in_another_unit_is_refused_before_alignment_then_fixed_and_the_f
         result = json.loads(analyst_status(cfg).result_json)
         assert result["participants"] == list(IDS)
         assert result["screening"]["policy"] == "refuse" and result["screening"]["findings"] == []
+        # Done: a site forgets its exchange key once it has fetched its site model.
+        keys = {pid: exchange_key_path(load_participant_config(configs[pid]).state_dir,
+                                       FEDERATION) for pid in IDS}
+        assert all(path.is_file() for path in keys.values())
+        site_model(cfg)
+        assert [pid for pid, path in keys.items() if path.is_file()] == ["p1", "p2"]
