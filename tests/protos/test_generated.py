@@ -12,13 +12,15 @@ from noisyanchor.protos import generate as generator
 from noisyanchor.protos.generate import (
     HERE,
     PROTO_FILES,
-    PYPROJECT,
     generate,
     installed_tools_version,
     pinned_tools_version,
     protoc_args,
 )
 from noisyanchor.protos.v1 import analyst_pb2, analyst_pb2_grpc, release_pb2, release_pb2_grpc
+
+#: The repository's project file (the tests' own checkout, however the package is installed).
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 #: The command that regenerates the checked-in code.
 REGENERATE = "python -m noisyanchor.protos.generate"
@@ -63,7 +65,7 @@ def test_grpc_module_serves_every_rpc_of_the_proto():
 def test_regeneration_reproduces_the_checked_in_files_byte_for_byte(tmp_path):
     # The descriptor test above catches a stale .proto under any generator; the bytes (runtime
     # floors, type stubs) are those of the pinned one.
-    pinned = pinned_tools_version()
+    pinned = pinned_tools_version(PYPROJECT)
     if installed_tools_version() != pinned:
         pytest.skip(f"grpcio-tools {installed_tools_version()} is installed, not the dev extra's "
                     f"{pinned}: pip install -e '.[dev]'")
@@ -90,7 +92,7 @@ def test_dependency_floors_are_the_generated_codes_own():
 
 
 def test_the_dev_extra_pins_the_generator_exactly(tmp_path):
-    assert re.fullmatch(r"\d+\.\d+\.\d+", pinned_tools_version())
+    assert re.fullmatch(r"\d+\.\d+\.\d+", pinned_tools_version(PYPROJECT))
     loose = tmp_path / "pyproject.toml"
     loose.write_text('[project.optional-dependencies]\ndev = ["grpcio-tools>=1.75"]\n')
     with pytest.raises(ValueError, match="pins no exact grpcio-tools"):
