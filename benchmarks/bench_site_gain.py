@@ -215,11 +215,33 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+#: Decimals kept of a run's numbers in the JSON (balanced accuracies on tens of records).
+DECIMALS = 4
+
+
+def compact(value: Any) -> Any:
+    """A run as the JSON keeps it: numbers to :data:`DECIMALS` decimals, without the digests and
+    file names the copied per-site files carry (``*sha256``, ``file``: no measurement in them)
+    and without what is then empty, so every seed of every configuration fits one small file."""
+    if isinstance(value, dict):
+        kept = {k: compact(v) for k, v in value.items() if not k.endswith("sha256") and k != "file"}
+        return {k: v for k, v in kept.items() if v != {}}
+    if isinstance(value, list | tuple):
+        return [compact(v) for v in value]
+    return round(value, DECIMALS) if isinstance(value, float) else value
+
+
 def write(out: Path, meta: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> None:
-    """The JSON at ``out``: the meta data, and per section its summary and every run."""
-    sections = {name: {"summary": summarise(rs), "runs": rs} for name, rs in runs.items() if rs}
+    """The JSON at ``out``: the meta data, and per section its summary (from the runs at full
+    precision) and every run, compacted (:func:`compact`) on one line each."""
+    sections = {name: {"summary": summarise(rs), "runs": f"@{name}@"}
+                for name, rs in runs.items() if rs}
+    text = json.dumps({"meta": meta, "sections": sections}, indent=1)
+    for name in sections:
+        lines = ",\n  ".join(json.dumps(compact(r), separators=(",", ":")) for r in runs[name])
+        text = text.replace(json.dumps(f"@{name}@"), f"[\n  {lines}\n ]")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "sections": sections}, indent=1) + "\n")
+    out.write_text(text + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
