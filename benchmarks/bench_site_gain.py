@@ -37,7 +37,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,9 @@ PROTOCOL_KEYS = ("method", "anchors", "dim", "sigma", "v")
 
 @dataclass(frozen=True)
 class Case:
-    """One run of a section: a template's protocol on its data, at ``participants`` sites."""
+    """One run of a section: a template's protocol on its data, at ``participants`` sites;
+    ``variant`` holds what a section changes besides (e.g. which site is poisoned, and how):
+    runs are summarised per template, number of sites and variant."""
 
     section: str
     template: str
@@ -74,6 +76,7 @@ class Case:
     seed: int
     protocol: dict[str, Any]
     model: str
+    variant: dict[str, Any] = field(default_factory=dict)
 
 
 def template_protocol(name: str) -> tuple[dict[str, Any], str]:
@@ -140,13 +143,19 @@ def held_back_gain(site: dict[str, Any]) -> float | None:
 
 
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (template, sites): mean over seeds and sites of each model's balanced accuracy, the
-    gain on held-back records and on test rows (``gain.json``'s), their ranges, how many
-    site-runs gained, and each site's mean gain over seeds (``site_mean_gain``: the gain a site
-    can expect from joining; its minimum over sites says whether every site gains)."""
+    """Per (template, sites, variant): mean over seeds and sites of each model's balanced
+    accuracy, the gain on held-back records and on test rows (``gain.json``'s), their ranges,
+    how many site-runs gained, and each site's mean gain over seeds (``site_mean_gain``: the
+    gain a site can expect from joining; its minimum over sites says whether every site
+    gains)."""
     out = []
-    for key in sorted({(r["template"], r["participants"]) for r in runs}):
-        group = [r for r in runs if (r["template"], r["participants"]) == key]
+
+    def configuration(run: dict[str, Any]) -> tuple[str, int, str]:
+        return run["template"], run["participants"], json.dumps(run.get("variant", {}),
+                                                                 sort_keys=True)
+
+    for key in sorted({configuration(r) for r in runs}):
+        group = [r for r in runs if configuration(r) == key]
         sites = [site for r in group for site in r["sites"].values()]
 
         def mean(model: str, metric: str, sites=sites) -> float:
@@ -159,6 +168,7 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     for pid in group[0]["sites"]}
         out.append({
             "template": key[0], "dataset": group[0]["dataset"], "participants": key[1],
+            "variant": group[0].get("variant", {}),
             "protocol": group[0]["protocol"], "seeds": len(group), "site_runs": len(sites),
             "held_back_per_site": float(np.mean([s["held_back"] for s in sites])),
             "test_rows_per_site": float(np.mean([s["test_rows"] for s in sites])),
