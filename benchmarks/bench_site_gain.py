@@ -37,7 +37,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,9 @@ PROTOCOL_KEYS = ("method", "anchors", "dim", "sigma", "v")
 
 @dataclass(frozen=True)
 class Case:
-    """One run of a section: a template's protocol on its data, at ``participants`` sites."""
+    """One run of a section: a template's protocol on its data, at ``participants`` sites;
+    ``variant`` holds what a section changes besides (e.g. which site is poisoned, and how):
+    runs are summarised per template, number of sites and variant."""
 
     section: str
     template: str
@@ -74,6 +76,7 @@ class Case:
     seed: int
     protocol: dict[str, Any]
     model: str
+    variant: dict[str, Any] = field(default_factory=dict)
 
 
 def template_protocol(name: str) -> tuple[dict[str, Any], str]:
@@ -140,13 +143,19 @@ def held_back_gain(site: dict[str, Any]) -> float | None:
 
 
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (template, sites): mean over seeds and sites of each model's balanced accuracy, the
-    gain on held-back records and on test rows (``gain.json``'s), their ranges, how many
-    site-runs gained, and each site's mean gain over seeds (``site_mean_gain``: the gain a site
-    can expect from joining; its minimum over sites says whether every site gains)."""
+    """Per (template, sites, variant): mean over seeds and sites of each model's balanced
+    accuracy, the gain on held-back records and on test rows (``gain.json``'s), their ranges,
+    how many site-runs gained, and each site's mean gain over seeds (``site_mean_gain``: the
+    gain a site can expect from joining; its minimum over sites says whether every site
+    gains)."""
     out = []
-    for key in sorted({(r["template"], r["participants"]) for r in runs}):
-        group = [r for r in runs if (r["template"], r["participants"]) == key]
+
+    def configuration(run: dict[str, Any]) -> tuple[str, int, str]:
+        return run["template"], run["participants"], json.dumps(run.get("variant", {}),
+                                                                 sort_keys=True)
+
+    for key in sorted({configuration(r) for r in runs}):
+        group = [r for r in runs if configuration(r) == key]
         sites = [site for r in group for site in r["sites"].values()]
 
         def mean(model: str, metric: str, sites=sites) -> float:
@@ -159,6 +168,7 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     for pid in group[0]["sites"]}
         out.append({
             "template": key[0], "dataset": group[0]["dataset"], "participants": key[1],
+            "variant": group[0].get("variant", {}),
             "protocol": group[0]["protocol"], "seeds": len(group), "site_runs": len(sites),
             "held_back_per_site": float(np.mean([s["held_back"] for s in sites])),
             "test_rows_per_site": float(np.mean([s["test_rows"] for s in sites])),
@@ -215,11 +225,33 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+#: Decimals kept of a run's numbers in the JSON (balanced accuracies on tens of records).
+DECIMALS = 4
+
+
+def compact(value: Any) -> Any:
+    """A run as the JSON keeps it: numbers to :data:`DECIMALS` decimals, without the digests and
+    file names the copied per-site files carry (``*sha256``, ``file``: no measurement in them)
+    and without what is then empty, so every seed of every configuration fits one small file."""
+    if isinstance(value, dict):
+        kept = {k: compact(v) for k, v in value.items() if not k.endswith("sha256") and k != "file"}
+        return {k: v for k, v in kept.items() if v != {}}
+    if isinstance(value, list | tuple):
+        return [compact(v) for v in value]
+    return round(value, DECIMALS) if isinstance(value, float) else value
+
+
 def write(out: Path, meta: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> None:
-    """The JSON at ``out``: the meta data, and per section its summary and every run."""
-    sections = {name: {"summary": summarise(rs), "runs": rs} for name, rs in runs.items() if rs}
+    """The JSON at ``out``: the meta data, and per section its summary (from the runs at full
+    precision) and every run, compacted (:func:`compact`) on one line each."""
+    sections = {name: {"summary": summarise(rs), "runs": f"@{name}@"}
+                for name, rs in runs.items() if rs}
+    text = json.dumps({"meta": meta, "sections": sections}, indent=1)
+    for name in sections:
+        lines = ",\n  ".join(json.dumps(compact(r), separators=(",", ":")) for r in runs[name])
+        text = text.replace(json.dumps(f"@{name}@"), f"[\n  {lines}\n ]")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "sections": sections}, indent=1) + "\n")
+    out.write_text(text + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,7 @@ from noisyanchor.common.splits import split_tags
 from noisyanchor.common.tabular import TableError
 from noisyanchor.common.tabular.ranges import far_values
 from noisyanchor.common.text import MAX_PEER_TEXT, peer_text
+from noisyanchor.common.validation import check_projection_dim
 from noisyanchor.common.wire import bundle_spec
 from noisyanchor.participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
 from noisyanchor.participant.client import AnalystClient
@@ -67,9 +68,14 @@ class Sent:
 
 def public_projection(cfg: ParticipantConfig, d_in: int) -> np.ndarray | None:
     """The public Gaussian ``F`` (``d_in x h``) drawn from ``projection_seed``, exactly as the
-    simulator draws it; None without a projection."""
+    simulator draws it; None without a projection. Refused when ``h > d_in`` (naming the key:
+    an analyst without a ``[schema]`` cannot check it)."""
     if cfg.dim is None:
         return None
+    try:
+        check_projection_dim(cfg.dim, d_in, f"the columns of {cfg.data}")
+    except InvalidInputError as err:
+        raise InvalidInputError(f"[protocol] dim: {err}") from None
     return gaussian_projection(d_in, cfg.dim, np.random.default_rng(cfg.projection_seed))
 
 

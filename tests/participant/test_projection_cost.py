@@ -64,3 +64,16 @@ def test_too_few_records_of_a_class_are_refused_with_the_counts():
     labels[:3] = 1
     with pytest.raises(InvalidInputError, match="5 records each"):
         projection_cost(x, labels, tags, np.eye(10)[:, :3], rng=np.random.default_rng(0))
+
+
+def test_a_site_refuses_a_projection_wider_than_its_records_naming_the_key():
+    from types import SimpleNamespace
+
+    from noisyanchor.participant.run import public_projection
+
+    cfg = SimpleNamespace(dim=65, projection_seed=1, data="data/org-a.csv")
+    with pytest.raises(InvalidInputError, match=r"^\[protocol\] dim: h = 65 exceeds the record "
+                       r"width d = 64 \(the columns of data/org-a.csv\)"):
+        public_projection(cfg, 64)
+    assert public_projection(SimpleNamespace(dim=64, projection_seed=1, data="x"), 64).shape \
+        == (64, 64)
