@@ -31,6 +31,8 @@ included, because they read only the data uploads):
 * ``known_input_<m>`` (threat ``analyst``): ``m`` known records of the target located among
   its upload's rows by the pairwise distances GDP preserves, then centred Procrustes; exact from
   ``m = d + 1`` records without data noise (:data:`DEFAULT_KNOWN_RECORDS` sizes unless chosen).
+* ``known_input_label_<m>`` (threat ``analyst``): the same, each known record placed only in a
+  row with its own label (labels travel in the clear with every upload).
 * ``known_sample`` (threat ``public``): principal axes of the target's upload matched with a
   public sample's, signs by skewness, refined by Wasserstein-Procrustes.
 * ``known_sample_pooled`` (threat ``public``): the same fitted on every participant's rows in the
@@ -105,11 +107,18 @@ class SideKnowledge:
         A public sample of the population in the working space, disjoint from the targets'.
     data_noise : float
         ``sigma`` of private-data noise (a public protocol parameter; 0 without).
+    labels : mapping of int to (n_i,) ndarray
+        Labels of target ``i``'s upload rows, in upload order: they travel in the clear with
+        every upload.
+    known_labels : mapping of int to (m_i,) ndarray
+        Labels of the known records (the attacker knows the records, hence their labels).
     """
 
     known_records: Mapping[int, np.ndarray] = field(default_factory=dict)
     public: np.ndarray | None = None
     data_noise: float = 0.0
+    labels: Mapping[int, np.ndarray] = field(default_factory=dict)
+    known_labels: Mapping[int, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -210,6 +219,14 @@ class AttackerView:
             raise NotApplicable(f"needs {m} known records of participant {i}; the attacker "
                                 f"knows {have}")
         return as_matrix(known, "known records", cols=self.dim)[:m]
+
+    def record_labels(self, i: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """Labels of target ``i``'s upload rows and of its first ``m`` known records."""
+        labels, known = self.side.labels.get(i), self.side.known_labels.get(i)
+        if labels is None or known is None or len(known) < m:
+            raise NotApplicable(f"needs the labels of participant {i}'s upload and of its {m} "
+                                "known records")
+        return np.asarray(labels), np.asarray(known)[:m]
 
     @property
     def public_sample(self) -> np.ndarray:
@@ -432,24 +449,31 @@ def _ml(view: AttackerView, i: int) -> np.ndarray | None:
     return view.invert(i, est.rotation, est.translation)
 
 
-def known_input(m: int) -> Attack:
+def known_input(m: int, *, by_label: bool = False) -> Attack:
     """The known-input attack with ``m`` known records of the target, named
-    ``known_input_<m>`` (:mod:`common.analyst_attacks.known_input`)."""
+    ``known_input_<m>`` (:mod:`common.analyst_attacks.known_input`).
+
+    Side information: the upload's rows (the distances between them) and ``m`` known records;
+    with ``by_label`` (named ``known_input_label_<m>``) also the labels every upload carries in
+    the clear, each known record placed only in a row with its label."""
     if m < 2:
         raise InvalidInputError(f"the known-input attack needs m >= 2 known records, got {m}")
-    name = f"{KNOWN_INPUT_PREFIX}{m}"
+    name = f"{KNOWN_INPUT_PREFIX}{'label_' if by_label else ''}{m}"
 
     def reconstruct(view: AttackerView, i: int) -> np.ndarray:
-        """``m`` known records located by distances, then centred Procrustes."""
+        """``m`` known records located by distances (and labels), then centred Procrustes."""
+        labels, known_labels = view.record_labels(i, m) if by_label else (None, None)
         res = known_input_attack(view.data[i], view.known_records(i, m),
-                                 data_noise=view.side.data_noise)
+                                 data_noise=view.side.data_noise, labels=labels,
+                                 known_labels=known_labels)
         loc = res.location
         view.note(name, i, {"rank": res.rank, "location_score": loc.score,
                             "runner_up_score": loc.runner_up})
         return res.reconstruction
 
+    how = "distances within labels" if by_label else "distances"
     return Attack(name, reconstruct, threat="analyst",
-                  description=f"{m} known records located by distances, then Procrustes")
+                  description=f"{m} known records located by {how}, then Procrustes")
 
 
 def _known_sample(view: AttackerView, i: int) -> np.ndarray:
@@ -510,7 +534,9 @@ def available_attacks(*, plugins: bool = True,
     ``known_records``, the known-sample ones), then every plug-in of the ``noisyanchor.attacks``
     entry-point group (module docstring), by name."""
     out = {a.name: a for a in BUILTIN_ATTACKS}
-    out.update((a.name, a) for a in (*(known_input(m) for m in sorted(set(known_records))),
+    sizes = sorted(set(known_records))
+    out.update((a.name, a) for a in (*(known_input(m) for m in sizes),
+                                     *(known_input(m, by_label=True) for m in sizes),
                                      *SAMPLE_ATTACKS))
     if plugins:
         reserved = (*ATTACK_NAMES, *(a.name for a in SAMPLE_ATTACKS))

@@ -1,0 +1,50 @@
+"""Attacks that use what every upload leaks in the clear: the known-input locator restricted by
+label, and distance matching of a candidate pool under anchor noise (exact distances)."""
+
+import numpy as np
+import pytest
+
+from noisyanchor.common.analyst_attacks import locate_known_records
+from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.gdp import haar_orthogonal, sample_key
+from noisyanchor.common.methods import make_upload
+
+
+def _decoy(known: np.ndarray, offset: float, rng: np.random.Generator) -> np.ndarray:
+    """Points whose squared distances are exactly ``D_K + offset`` off the diagonal (classical
+    MDS of that matrix; adding a constant off the diagonal keeps it Euclidean)."""
+    m, d = known.shape
+    sq = np.sum(known**2, axis=1)
+    dk = sq[:, None] + sq[None, :] - 2 * known @ known.T + offset * (1 - np.eye(m))
+    j = np.eye(m) - 1 / m
+    w, v = np.linalg.eigh(-0.5 * j @ dk @ j)
+    pts = v * np.sqrt(np.clip(w, 0, None))  # (m, m), rank <= m - 1
+    out = np.zeros((m, d))
+    out[:, :m - 1] = pts[:, 1:]  # the smallest eigenvalue is 0 (the centring direction)
+    return out @ haar_orthogonal(d, rng) + rng.standard_normal(d)
+
+
+def test_label_restriction_finds_the_rows_a_decoy_of_another_label_fools(rng):
+    """Under private-data noise, rows of another label whose distances fit the known records'
+    exactly (the expected offset 2 d sigma^2 included) outscore the true, noisy rows: the
+    unrestricted locator takes the decoy, the restricted one the true rows."""
+    d, n, m, sigma = 6, 40, 4, 0.3
+    x = rng.standard_normal((n, d)) * 3
+    labels = np.repeat([0, 1], n // 2)
+    up, _ = make_upload("c-gdp-pn", x, sample_key(d, rng), sigma=sigma, rng=rng)
+    y = up.data.copy()
+    known_rows = np.array([3, 11, 7, 0])  # label 0
+    y[n // 2:n // 2 + m] = _decoy(x[known_rows], 2 * d * sigma**2, rng)  # label 1
+    plain = locate_known_records(y, x[known_rows], data_noise=sigma)
+    np.testing.assert_array_equal(plain.rows, np.arange(n // 2, n // 2 + m))
+    by_label = locate_known_records(y, x[known_rows], data_noise=sigma, labels=labels,
+                                    known_labels=np.zeros(m, dtype=int))
+    np.testing.assert_array_equal(by_label.rows, known_rows)
+
+
+def test_label_restriction_needs_both_label_lists_of_the_right_length(rng):
+    y, k = rng.standard_normal((6, 2)), rng.standard_normal((2, 2))
+    with pytest.raises(InvalidInputError, match="both"):
+        locate_known_records(y, k, labels=np.zeros(6))
+    with pytest.raises(InvalidInputError, match="for 6 upload rows"):
+        locate_known_records(y, k, labels=np.zeros(5), known_labels=np.zeros(2))
