@@ -33,6 +33,10 @@ included, because they read only the data uploads):
   ``m = d + 1`` records without data noise (:data:`DEFAULT_KNOWN_RECORDS` sizes unless chosen).
 * ``known_input_label_<m>`` (threat ``analyst``): the same, each known record placed only in a
   row with its own label (labels travel in the clear with every upload).
+* ``distance_match_<m>`` (threat ``analyst``): a pool of candidate records placed among the
+  target's rows by their distances to its ``m`` located known records (within labels when
+  known), then the known-input decoder from every placed record: the exact key from few
+  known records under anchor noise, which leaves every distance exact.
 * ``known_sample`` (threat ``public``): principal axes of the target's upload matched with a
   public sample's, signs by skewness, refined by Wasserstein-Procrustes.
 * ``known_sample_pooled`` (threat ``public``): the same fitted on every participant's rows in the
@@ -69,7 +73,11 @@ from typing import Any
 
 import numpy as np
 
-from noisyanchor.common.analyst_attacks import known_input_attack, known_sample_attack
+from noisyanchor.common.analyst_attacks import (
+    distance_match_attack,
+    known_input_attack,
+    known_sample_attack,
+)
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.gdp import GdpKey
 from noisyanchor.common.likelihood import RecordPrior, ml_transform
@@ -91,6 +99,8 @@ THREATS = {
 DEFAULT_KNOWN_RECORDS = (2, 8, 17)
 #: Name of the known-input attack with ``m`` known records.
 KNOWN_INPUT_PREFIX = "known_input_"
+#: Name of the distance-matching attack with ``m`` known records.
+DISTANCE_MATCH_PREFIX = "distance_match_"
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,11 @@ class SideKnowledge:
         every upload.
     known_labels : mapping of int to (m_i,) ndarray
         Labels of the known records (the attacker knows the records, hence their labels).
+    candidates : (N, d) ndarray or None
+        A pool of records the attacker holds without knowing whose they are (working space):
+        some are members of a target, some of no one's upload.
+    candidate_labels : (N,) ndarray or None
+        Their labels.
     """
 
     known_records: Mapping[int, np.ndarray] = field(default_factory=dict)
@@ -119,6 +134,8 @@ class SideKnowledge:
     data_noise: float = 0.0
     labels: Mapping[int, np.ndarray] = field(default_factory=dict)
     known_labels: Mapping[int, np.ndarray] = field(default_factory=dict)
+    candidates: np.ndarray | None = None
+    candidate_labels: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -227,6 +244,13 @@ class AttackerView:
             raise NotApplicable(f"needs the labels of participant {i}'s upload and of its {m} "
                                 "known records")
         return np.asarray(labels), np.asarray(known)[:m]
+
+    @property
+    def candidate_pool(self) -> np.ndarray:
+        """The pool of candidate records (working space)."""
+        if self.side.candidates is None:
+            raise NotApplicable("needs a pool of candidate records")
+        return as_matrix(self.side.candidates, "candidate pool", cols=self.dim)
 
     @property
     def public_sample(self) -> np.ndarray:
@@ -476,6 +500,36 @@ def known_input(m: int, *, by_label: bool = False) -> Attack:
                   description=f"{m} known records located by {how}, then Procrustes")
 
 
+def distance_match(m: int) -> Attack:
+    """Distance matching with ``m`` known records of the target, named
+    ``distance_match_<m>`` (:mod:`common.analyst_attacks.distance_match`).
+
+    Side information: the upload's rows, ``m`` known records, the candidate pool
+    (:attr:`SideKnowledge.candidates`), and the labels of the rows, the known records and the
+    candidates when the attacker has all three (every upload carries its labels in the
+    clear)."""
+    if m < 2:
+        raise InvalidInputError(f"distance matching needs m >= 2 known records, got {m}")
+    name = f"{DISTANCE_MATCH_PREFIX}{m}"
+
+    def reconstruct(view: AttackerView, i: int) -> np.ndarray:
+        """Candidates placed by their distances to ``m`` located known records, then the
+        known-input decoder from every placed record."""
+        known, pool, side = view.known_records(i, m), view.candidate_pool, view.side
+        by_label = (side.candidate_labels is not None and i in side.labels
+                    and i in side.known_labels)
+        labels, known_labels = view.record_labels(i, m) if by_label else (None, None)
+        res = distance_match_attack(view.data[i], known, pool, data_noise=side.data_noise,
+                                    labels=labels, known_labels=known_labels,
+                                    candidate_labels=side.candidate_labels if by_label else None)
+        view.note(name, i, {"placed": int(np.sum(res.rows >= 0)), "rank": res.decoded.rank,
+                            "threshold": res.threshold})
+        return res.decoded.reconstruction
+
+    return Attack(name, reconstruct, threat="analyst",
+                  description=f"a candidate pool placed by distances to {m} known records")
+
+
 def _known_sample(view: AttackerView, i: int) -> np.ndarray:
     """Principal axes of ``Y_i`` matched with the public sample's (signs by skewness), refined
     by Wasserstein-Procrustes (:mod:`common.analyst_attacks.known_sample`)."""
@@ -537,14 +591,15 @@ def available_attacks(*, plugins: bool = True,
     sizes = sorted(set(known_records))
     out.update((a.name, a) for a in (*(known_input(m) for m in sizes),
                                      *(known_input(m, by_label=True) for m in sizes),
+                                     *(distance_match(m) for m in sizes),
                                      *SAMPLE_ATTACKS))
     if plugins:
         reserved = (*ATTACK_NAMES, *(a.name for a in SAMPLE_ATTACKS))
         for name, obj in load_plugins(ATTACK_GROUP, reserved=reserved).items():
-            if name.startswith(KNOWN_INPUT_PREFIX):
+            if name.startswith((KNOWN_INPUT_PREFIX, DISTANCE_MATCH_PREFIX)):
                 raise InvalidInputError(f"plug-in attack {name!r}: names starting with "
-                                        f"{KNOWN_INPUT_PREFIX!r} are the built-in known-input "
-                                        "attacks'")
+                                        f"{KNOWN_INPUT_PREFIX!r} or {DISTANCE_MATCH_PREFIX!r} "
+                                        "are the built-in attacks' with known records")
             if isinstance(obj, Attack):
                 out[name] = Attack(name, obj.reconstruct, obj.paper, obj.description, obj.threat)
             elif callable(obj):

@@ -3,13 +3,20 @@ little side knowledge (SPEC.md section 3, "Without a colluder").
 
 * :mod:`.known_input`: ``m`` records of a target known to the attacker, located among the
   target's upload rows through the pairwise distances GDP preserves, then centred Procrustes.
+* :mod:`.distance_match`: a pool of candidate records placed among the target's rows by their
+  distances to located known records (exact under anchor noise), then the known-input decoder
+  from every placed record; membership from distances alone.
 * :mod:`.known_sample`: a public sample of the same population; principal axes matched with
   signs by skewness, refined by Wasserstein-Procrustes.
 
-Both read only a data upload ``Y_i`` (and, pooled, the analyst's aligned frame), so they apply
+All read only a data upload ``Y_i`` (and, pooled, the analyst's aligned frame), so they apply
 to every method, I-GDP included. :mod:`common.attacks` registers them beside the colluder's.
 """
 
+from noisyanchor.common.analyst_attacks.distance_match import (
+    DistanceMatchResult,
+    distance_match_attack,
+)
 from noisyanchor.common.analyst_attacks.known_input import (
     KnownInputResult,
     known_input_attack,
@@ -20,5 +27,6 @@ from noisyanchor.common.analyst_attacks.known_sample import (
     known_sample_attack,
 )
 
-__all__ = ["KnownInputResult", "KnownSampleResult", "known_input_attack", "known_sample_attack",
+__all__ = ["DistanceMatchResult", "KnownInputResult", "KnownSampleResult",
+           "distance_match_attack", "known_input_attack", "known_sample_attack",
            "locate_known_records"]

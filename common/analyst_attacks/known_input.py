@@ -97,7 +97,8 @@ class KnownInputResult:
     location: Location
 
 
-def _squared_distances(a: np.ndarray) -> np.ndarray:
+def squared_distances(a: np.ndarray) -> np.ndarray:
+    """``D[a, b] = ||a_a - a_b||^2`` of the rows of ``a`` (clipped at 0 against rounding)."""
     sq = np.sum(a * a, axis=1)
     return np.maximum(sq[:, None] + sq[None, :] - 2 * a @ a.T, 0.0)
 
@@ -164,8 +165,8 @@ def locate_known_records(y: np.ndarray, known: np.ndarray, *, data_noise: float 
     if m > n:
         raise InvalidInputError(f"{m} known records cannot sit among {n} upload rows")
     allowed = _label_mask(labels, known_labels, n, m)
-    dy = _squared_distances(y)
-    dk = _squared_distances(known)
+    dy = squared_distances(y)
+    dk = squared_distances(known)
     offset = 2 * d * sigma**2
     floor = (1e-9 * max(float(dk.max()), 1e-300)) ** 2
     var = 8 * sigma**2 * dk + 8 * d * sigma**4 + floor

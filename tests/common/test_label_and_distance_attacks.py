@@ -4,7 +4,7 @@ label, and distance matching of a candidate pool under anchor noise (exact dista
 import numpy as np
 import pytest
 
-from noisyanchor.common.analyst_attacks import locate_known_records
+from noisyanchor.common.analyst_attacks import distance_match_attack, locate_known_records
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.gdp import haar_orthogonal, sample_key
 from noisyanchor.common.methods import make_upload
@@ -48,3 +48,37 @@ def test_label_restriction_needs_both_label_lists_of_the_right_length(rng):
         locate_known_records(y, k, labels=np.zeros(6))
     with pytest.raises(InvalidInputError, match="for 6 upload rows"):
         locate_known_records(y, k, labels=np.zeros(5), known_labels=np.zeros(2))
+
+
+def test_distance_matching_places_every_member_and_no_outsider_then_gives_the_exact_key(rng):
+    """Anchor noise leaves the data upload noiseless: with only 2 known records (d = 6), a pool
+    of 12 of the target's other records and 12 outsiders is split exactly by distances alone
+    (members at their rows, outsiders unplaced, scores apart by many orders), and the 14 placed
+    records give O and Psi to 1e-8."""
+    d, n = 6, 40
+    x = rng.standard_normal((n, d)) * 2
+    outsiders = rng.standard_normal((12, d)) * 2
+    key = sample_key(d, rng)
+    up, _ = make_upload("c-gdp", x, key, rng=rng)
+    members = rng.permutation(np.arange(2, n))[:12]
+    pool = np.vstack([x[members], outsiders])
+    res = distance_match_attack(up.data, x[:2], pool)
+    np.testing.assert_array_equal(res.known.rows, [0, 1])
+    np.testing.assert_array_equal(res.rows, np.concatenate([members, np.full(12, -1)]))
+    assert res.scores[:12].max() < 1e-6 * res.threshold < res.threshold < res.scores[12:].min()
+    assert res.decoded.rank == d
+    np.testing.assert_allclose(res.decoded.rotation, key.rotation, atol=1e-8)
+    np.testing.assert_allclose(res.decoded.translation, key.translation, atol=1e-6)
+    np.testing.assert_allclose(res.decoded.reconstruction, x, atol=1e-6)
+
+
+def test_distance_matching_keeps_to_labels_when_given(rng):
+    """A member whose label is withheld from its row (given another label) is not placed."""
+    d, n = 4, 20
+    x = rng.standard_normal((n, d))
+    up, _ = make_upload("c-gdp", x, sample_key(d, rng), rng=rng)
+    labels = np.arange(n) % 2
+    pool = x[[5, 6]]
+    res = distance_match_attack(up.data, x[:3], pool, labels=labels, known_labels=labels[:3],
+                                candidate_labels=np.array([labels[5], 1 - labels[6]]))
+    np.testing.assert_array_equal(res.rows, [5, -1])
