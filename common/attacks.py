@@ -33,6 +33,8 @@ included, because they read only the data uploads):
   ``m = d + 1`` records without data noise (:data:`DEFAULT_KNOWN_RECORDS` sizes unless chosen).
 * ``known_input_label_<m>`` (threat ``analyst``): the same, each known record placed only in a
   row with its own label (labels travel in the clear with every upload).
+* ``known_input_label_spectral_<m>`` (threat ``analyst``): the same, decoded from the upload's
+  spectral filter (the principal directions above the private-data noise's edge).
 * ``distance_match_<m>`` (threat ``analyst``): a pool of candidate records placed among the
   target's rows by their distances to its ``m`` located known records (within labels when
   known), then the known-input decoder from every placed record: the exact key from few
@@ -74,9 +76,11 @@ from typing import Any
 import numpy as np
 
 from noisyanchor.common.analyst_attacks import (
+    decode_located,
     distance_match_attack,
-    known_input_attack,
     known_sample_attack,
+    locate_known_records,
+    spectral_filter,
 )
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.gdp import GdpKey
@@ -473,31 +477,40 @@ def _ml(view: AttackerView, i: int) -> np.ndarray | None:
     return view.invert(i, est.rotation, est.translation)
 
 
-def known_input(m: int, *, by_label: bool = False) -> Attack:
+def known_input(m: int, *, by_label: bool = False, spectral: bool = False) -> Attack:
     """The known-input attack with ``m`` known records of the target, named
     ``known_input_<m>`` (:mod:`common.analyst_attacks.known_input`).
 
     Side information: the upload's rows (the distances between them) and ``m`` known records;
     with ``by_label`` (named ``known_input_label_<m>``) also the labels every upload carries in
-    the clear, each known record placed only in a row with its label."""
+    the clear, each known record placed only in a row with its label; with ``spectral`` (named
+    ``known_input_label_spectral_<m>`` with ``by_label``) the records are located in the raw
+    upload and decoded from its spectral filter against private-data noise
+    (:mod:`common.analyst_attacks.spectral`; ``sigma`` is a public parameter)."""
     if m < 2:
         raise InvalidInputError(f"the known-input attack needs m >= 2 known records, got {m}")
-    name = f"{KNOWN_INPUT_PREFIX}{'label_' if by_label else ''}{m}"
+    name = f"{KNOWN_INPUT_PREFIX}{'label_' if by_label else ''}{'spectral_' if spectral else ''}{m}"
 
     def reconstruct(view: AttackerView, i: int) -> np.ndarray:
-        """``m`` known records located by distances (and labels), then centred Procrustes."""
+        """``m`` known records located by distances (and labels), then centred Procrustes
+        (of the spectrally filtered upload when asked)."""
         labels, known_labels = view.record_labels(i, m) if by_label else (None, None)
-        res = known_input_attack(view.data[i], view.known_records(i, m),
-                                 data_noise=view.side.data_noise, labels=labels,
-                                 known_labels=known_labels)
-        loc = res.location
-        view.note(name, i, {"rank": res.rank, "location_score": loc.score,
-                            "runner_up_score": loc.runner_up})
+        y, known, sigma = view.data[i], view.known_records(i, m), view.side.data_noise
+        loc = locate_known_records(y, known, data_noise=sigma, labels=labels,
+                                   known_labels=known_labels)
+        facts: dict[str, Any] = {"location_score": loc.score, "runner_up_score": loc.runner_up}
+        if spectral:
+            filt = spectral_filter(y, sigma)
+            y = filt.filtered
+            facts["kept_directions"] = filt.kept
+        res = decode_located(y, known, loc)
+        view.note(name, i, {"rank": res.rank, **facts})
         return res.reconstruction
 
     how = "distances within labels" if by_label else "distances"
+    then = "Procrustes on the spectrally filtered upload" if spectral else "Procrustes"
     return Attack(name, reconstruct, threat="analyst",
-                  description=f"{m} known records located by {how}, then Procrustes")
+                  description=f"{m} known records located by {how}, then {then}")
 
 
 def distance_match(m: int) -> Attack:
@@ -591,6 +604,8 @@ def available_attacks(*, plugins: bool = True,
     sizes = sorted(set(known_records))
     out.update((a.name, a) for a in (*(known_input(m) for m in sizes),
                                      *(known_input(m, by_label=True) for m in sizes),
+                                     *(known_input(m, by_label=True, spectral=True)
+                                       for m in sizes),
                                      *(distance_match(m) for m in sizes),
                                      *SAMPLE_ATTACKS))
     if plugins:

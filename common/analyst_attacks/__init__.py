@@ -6,6 +6,8 @@ little side knowledge (SPEC.md section 3, "Without a colluder").
 * :mod:`.distance_match`: a pool of candidate records placed among the target's rows by their
   distances to located known records (exact under anchor noise), then the known-input decoder
   from every placed record; membership from distances alone.
+* :mod:`.spectral`: spectral filtering of an upload against private-data noise (the principal
+  directions above the noise edge), applied before decoding.
 * :mod:`.known_sample`: a public sample of the same population; principal axes matched with
   signs by skewness, refined by Wasserstein-Procrustes.
 
@@ -19,6 +21,8 @@ from noisyanchor.common.analyst_attacks.distance_match import (
 )
 from noisyanchor.common.analyst_attacks.known_input import (
     KnownInputResult,
+    Location,
+    decode_located,
     known_input_attack,
     locate_known_records,
 )
@@ -26,7 +30,8 @@ from noisyanchor.common.analyst_attacks.known_sample import (
     KnownSampleResult,
     known_sample_attack,
 )
+from noisyanchor.common.analyst_attacks.spectral import SpectralFilter, spectral_filter
 
-__all__ = ["DistanceMatchResult", "KnownInputResult", "KnownSampleResult",
-           "distance_match_attack", "known_input_attack", "known_sample_attack",
-           "locate_known_records"]
+__all__ = ["DistanceMatchResult", "KnownInputResult", "KnownSampleResult", "Location",
+           "SpectralFilter", "decode_located", "distance_match_attack", "known_input_attack",
+           "known_sample_attack", "locate_known_records", "spectral_filter"]

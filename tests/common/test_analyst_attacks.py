@@ -159,7 +159,8 @@ def test_attacks_without_a_colluder_give_every_method_a_reconstruction(rng, meth
                         side=side)
     run = attack_all(view, available_attacks(plugins=False, known_records=(2, d + 1)))
     expect = {"known_input_2", f"known_input_{d + 1}", "known_input_label_2",
-              f"known_input_label_{d + 1}", "distance_match_2", f"distance_match_{d + 1}",
+              f"known_input_label_{d + 1}", "known_input_label_spectral_2",
+              f"known_input_label_spectral_{d + 1}", "distance_match_2", f"distance_match_{d + 1}",
               "known_sample"}
     if m is not Method.I_GDP:
         expect.add("known_sample_pooled")

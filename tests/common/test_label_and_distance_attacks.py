@@ -82,3 +82,23 @@ def test_distance_matching_keeps_to_labels_when_given(rng):
     res = distance_match_attack(up.data, x[:3], pool, labels=labels, known_labels=labels[:3],
                                 candidate_labels=np.array([labels[5], 1 - labels[6]]))
     np.testing.assert_array_equal(res.rows, [5, -1])
+
+
+def test_spectral_filter_changes_nothing_without_noise_and_removes_noise_off_the_records_span(
+        rng):
+    """sigma = 0: Y~ = Y. Records on a 2-dimensional subspace of d = 10 with private-data noise:
+    the filter keeps the 2 directions and leaves about 2/10 of the noise's energy (bound 0.3)."""
+    from noisyanchor.common.analyst_attacks import spectral_filter
+
+    d, n, sigma = 10, 400, 0.5
+    full = rng.standard_normal((n, d)) * 3
+    assert spectral_filter(full, 0.0).kept == d
+    np.testing.assert_allclose(spectral_filter(full, 0.0).filtered, full, atol=1e-10)
+    x = rng.standard_normal((n, 2)) @ rng.standard_normal((2, d)) * 3
+    key = sample_key(d, rng)
+    clean = x @ key.rotation + key.translation
+    up, _ = make_upload("c-gdp-pn", x, key, sigma=sigma, rng=rng)
+    filt = spectral_filter(up.data, sigma)
+    assert filt.kept == 2
+    raw = np.sum((up.data - clean) ** 2)
+    assert np.sum((filt.filtered - clean) ** 2) < 0.3 * raw

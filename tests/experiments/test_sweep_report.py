@@ -41,9 +41,11 @@ min_draws = 8
 """
 MODELS, AUDITORS = ("logistic", "knn"), ("pca", "pixel")
 #: The attacks without a colluder TINY runs (d = 8: m = 9 is d + 1), by distances alone,
-#: restricted by the labels every upload carries, and with a candidate pool.
+#: restricted by the labels every upload carries (and decoded from the spectral filter), and
+#: with a candidate pool.
 KNOWN = ("known_input_2", "known_input_9", "known_input_label_2", "known_input_label_9",
-         "distance_match_2", "distance_match_9")
+         "known_input_label_spectral_2", "known_input_label_spectral_9", "distance_match_2",
+         "distance_match_9")
 ALONE = {*KNOWN, "known_sample", "known_sample_pooled"}
 
 
