@@ -8,6 +8,8 @@ little side knowledge (SPEC.md section 3, "Without a colluder").
   from every placed record; membership from distances alone.
 * :mod:`.spectral`: spectral filtering of an upload against private-data noise (the principal
   directions above the noise edge), applied before decoding.
+* :mod:`.ica`: FastICA on the upload alone (no side knowledge), exact up to estimation error
+  when the attributes are independent and skewed.
 * :mod:`.known_sample`: a public sample of the same population; principal axes matched with
   signs by skewness, refined by Wasserstein-Procrustes.
 
@@ -19,6 +21,7 @@ from noisyanchor.common.analyst_attacks.distance_match import (
     DistanceMatchResult,
     distance_match_attack,
 )
+from noisyanchor.common.analyst_attacks.ica import IcaResult, ica_attack
 from noisyanchor.common.analyst_attacks.known_input import (
     KnownInputResult,
     Location,
@@ -32,6 +35,7 @@ from noisyanchor.common.analyst_attacks.known_sample import (
 )
 from noisyanchor.common.analyst_attacks.spectral import SpectralFilter, spectral_filter
 
-__all__ = ["DistanceMatchResult", "KnownInputResult", "KnownSampleResult", "Location",
-           "SpectralFilter", "decode_located", "distance_match_attack", "known_input_attack",
-           "known_sample_attack", "locate_known_records", "spectral_filter"]
+__all__ = ["DistanceMatchResult", "IcaResult", "KnownInputResult", "KnownSampleResult",
+           "Location", "SpectralFilter", "decode_located", "distance_match_attack",
+           "ica_attack", "known_input_attack", "known_sample_attack", "locate_known_records",
+           "spectral_filter"]
