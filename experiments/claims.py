@@ -281,7 +281,8 @@ def judge_deployments(judgements: dict[Any, dict[str, dict[str, Any]]]
     if len(reps) < 2:
         return {}
     return {c: {axis: _deployment_result([judgements[k][c][axis] for k in reps])
-                for axis in judgements[reps[0]][c]} for c in POOLED_CLAIMS}
+                for axis in judgements[reps[0]][c]}
+            for c in POOLED_CLAIMS if c in judgements[reps[0]]}
 
 
 def robust(judgements: dict[Any, dict[str, dict[str, Any]]],

@@ -182,3 +182,26 @@ def test_a_matched_linkage_result_shows_every_interval_its_verdict_reads():
     deployments = judge_deployments(by_rep)
     assert deployments[claim]["a/b"]["verdict"] == "undecided"
     assert robust(by_rep)[claim] and not robust(by_rep, None, deployments)[claim]
+
+
+def test_a_matched_linkage_claim_at_the_deployment_level_reads_its_worst_and_best_margins():
+    """Worst margins (-5, -4, -3) and best margins (+1, +2, +3) points, each t interval on 2
+    degrees of freedom: the worst's lies below zero, the best's covers zero: undecided (ahead
+    at some level, behind at others); the cell shows both."""
+    from noisyanchor.experiments.claims import estimate_text, judge_deployments
+
+    def rep(w: float, b: float) -> dict:
+        return {"verdict": "undecided", "estimate": w, "interval": [w - 0.01, w + 0.01],
+                "margin": {"worst": {"estimate": w, "interval": [w - 0.01, w + 0.01]},
+                           "best": {"estimate": b, "interval": [b - 0.01, b + 0.01]}}}
+
+    claim = "anchor_noise_beats_data_noise_at_low_linkage_paper_attacks"
+    by_rep = {str(k): {claim: {"a/b": rep(-0.05 + 0.01 * k, 0.01 + 0.01 * k)},
+                       "op_strongest_of_three": {"pca": rep(0.01, 0.01)}}
+              for k in range(3)}
+    got = judge_deployments(by_rep)[claim]["a/b"]
+    half = 4.302652729911275 * 0.01 / np.sqrt(3)  # t_{2, 0.975} s / sqrt(k), s = 1 point
+    np.testing.assert_allclose(got["margin"]["worst"]["interval"], [-0.04 - half, -0.04 + half])
+    np.testing.assert_allclose(got["margin"]["best"]["interval"], [0.02 - half, 0.02 + half])
+    assert got["verdict"] == "undecided"
+    assert estimate_text(got) == "-4.0 [-6.5, -1.5]; best +2.0 [-0.5, +4.5]"
