@@ -31,6 +31,14 @@ included, because they read only the data uploads):
 * ``known_input_<m>`` (threat ``analyst``): ``m`` known records of the target located among
   its upload's rows by the pairwise distances GDP preserves, then centred Procrustes; exact from
   ``m = d + 1`` records without data noise (:data:`DEFAULT_KNOWN_RECORDS` sizes unless chosen).
+* ``known_input_label_<m>`` (threat ``analyst``): the same, each known record placed only in a
+  row with its own label (labels travel in the clear with every upload).
+* ``known_input_label_spectral_<m>`` (threat ``analyst``): the same, decoded from the upload's
+  spectral filter (the principal directions above the private-data noise's edge).
+* ``distance_match_<m>`` (threat ``analyst``): a pool of candidate records placed among the
+  target's rows by their distances to its ``m`` located known records (within labels when
+  known), then the known-input decoder from every placed record: the exact key from few
+  known records under anchor noise, which leaves every distance exact.
 * ``known_sample`` (threat ``public``): principal axes of the target's upload matched with a
   public sample's, signs by skewness, refined by Wasserstein-Procrustes.
 * ``known_sample_pooled`` (threat ``public``): the same fitted on every participant's rows in the
@@ -67,7 +75,13 @@ from typing import Any
 
 import numpy as np
 
-from noisyanchor.common.analyst_attacks import known_input_attack, known_sample_attack
+from noisyanchor.common.analyst_attacks import (
+    decode_located,
+    distance_match_attack,
+    known_sample_attack,
+    locate_known_records,
+    spectral_filter,
+)
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.gdp import GdpKey
 from noisyanchor.common.likelihood import RecordPrior, ml_transform
@@ -89,6 +103,8 @@ THREATS = {
 DEFAULT_KNOWN_RECORDS = (2, 8, 17)
 #: Name of the known-input attack with ``m`` known records.
 KNOWN_INPUT_PREFIX = "known_input_"
+#: Name of the distance-matching attack with ``m`` known records.
+DISTANCE_MATCH_PREFIX = "distance_match_"
 
 
 @dataclass(frozen=True)
@@ -105,11 +121,25 @@ class SideKnowledge:
         A public sample of the population in the working space, disjoint from the targets'.
     data_noise : float
         ``sigma`` of private-data noise (a public protocol parameter; 0 without).
+    labels : mapping of int to (n_i,) ndarray
+        Labels of target ``i``'s upload rows, in upload order: they travel in the clear with
+        every upload.
+    known_labels : mapping of int to (m_i,) ndarray
+        Labels of the known records (the attacker knows the records, hence their labels).
+    candidates : (N, d) ndarray or None
+        A pool of records the attacker holds without knowing whose they are (working space):
+        some are members of a target, some of no one's upload.
+    candidate_labels : (N,) ndarray or None
+        Their labels.
     """
 
     known_records: Mapping[int, np.ndarray] = field(default_factory=dict)
     public: np.ndarray | None = None
     data_noise: float = 0.0
+    labels: Mapping[int, np.ndarray] = field(default_factory=dict)
+    known_labels: Mapping[int, np.ndarray] = field(default_factory=dict)
+    candidates: np.ndarray | None = None
+    candidate_labels: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -210,6 +240,21 @@ class AttackerView:
             raise NotApplicable(f"needs {m} known records of participant {i}; the attacker "
                                 f"knows {have}")
         return as_matrix(known, "known records", cols=self.dim)[:m]
+
+    def record_labels(self, i: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+        """Labels of target ``i``'s upload rows and of its first ``m`` known records."""
+        labels, known = self.side.labels.get(i), self.side.known_labels.get(i)
+        if labels is None or known is None or len(known) < m:
+            raise NotApplicable(f"needs the labels of participant {i}'s upload and of its {m} "
+                                "known records")
+        return np.asarray(labels), np.asarray(known)[:m]
+
+    @property
+    def candidate_pool(self) -> np.ndarray:
+        """The pool of candidate records (working space)."""
+        if self.side.candidates is None:
+            raise NotApplicable("needs a pool of candidate records")
+        return as_matrix(self.side.candidates, "candidate pool", cols=self.dim)
 
     @property
     def public_sample(self) -> np.ndarray:
@@ -432,24 +477,70 @@ def _ml(view: AttackerView, i: int) -> np.ndarray | None:
     return view.invert(i, est.rotation, est.translation)
 
 
-def known_input(m: int) -> Attack:
+def known_input(m: int, *, by_label: bool = False, spectral: bool = False) -> Attack:
     """The known-input attack with ``m`` known records of the target, named
-    ``known_input_<m>`` (:mod:`common.analyst_attacks.known_input`)."""
+    ``known_input_<m>`` (:mod:`common.analyst_attacks.known_input`).
+
+    Side information: the upload's rows (the distances between them) and ``m`` known records;
+    with ``by_label`` (named ``known_input_label_<m>``) also the labels every upload carries in
+    the clear, each known record placed only in a row with its label; with ``spectral`` (named
+    ``known_input_label_spectral_<m>`` with ``by_label``) the records are located in the raw
+    upload and decoded from its spectral filter against private-data noise
+    (:mod:`common.analyst_attacks.spectral`; ``sigma`` is a public parameter)."""
     if m < 2:
         raise InvalidInputError(f"the known-input attack needs m >= 2 known records, got {m}")
-    name = f"{KNOWN_INPUT_PREFIX}{m}"
+    name = f"{KNOWN_INPUT_PREFIX}{'label_' if by_label else ''}{'spectral_' if spectral else ''}{m}"
 
     def reconstruct(view: AttackerView, i: int) -> np.ndarray:
-        """``m`` known records located by distances, then centred Procrustes."""
-        res = known_input_attack(view.data[i], view.known_records(i, m),
-                                 data_noise=view.side.data_noise)
-        loc = res.location
-        view.note(name, i, {"rank": res.rank, "location_score": loc.score,
-                            "runner_up_score": loc.runner_up})
+        """``m`` known records located by distances (and labels), then centred Procrustes
+        (of the spectrally filtered upload when asked)."""
+        labels, known_labels = view.record_labels(i, m) if by_label else (None, None)
+        y, known, sigma = view.data[i], view.known_records(i, m), view.side.data_noise
+        loc = locate_known_records(y, known, data_noise=sigma, labels=labels,
+                                   known_labels=known_labels)
+        facts: dict[str, Any] = {"location_score": loc.score, "runner_up_score": loc.runner_up}
+        if spectral:
+            filt = spectral_filter(y, sigma)
+            y = filt.filtered
+            facts["kept_directions"] = filt.kept
+        res = decode_located(y, known, loc)
+        view.note(name, i, {"rank": res.rank, **facts})
         return res.reconstruction
 
+    how = "distances within labels" if by_label else "distances"
+    then = "Procrustes on the spectrally filtered upload" if spectral else "Procrustes"
     return Attack(name, reconstruct, threat="analyst",
-                  description=f"{m} known records located by distances, then Procrustes")
+                  description=f"{m} known records located by {how}, then {then}")
+
+
+def distance_match(m: int) -> Attack:
+    """Distance matching with ``m`` known records of the target, named
+    ``distance_match_<m>`` (:mod:`common.analyst_attacks.distance_match`).
+
+    Side information: the upload's rows, ``m`` known records, the candidate pool
+    (:attr:`SideKnowledge.candidates`), and the labels of the rows, the known records and the
+    candidates when the attacker has all three (every upload carries its labels in the
+    clear)."""
+    if m < 2:
+        raise InvalidInputError(f"distance matching needs m >= 2 known records, got {m}")
+    name = f"{DISTANCE_MATCH_PREFIX}{m}"
+
+    def reconstruct(view: AttackerView, i: int) -> np.ndarray:
+        """Candidates placed by their distances to ``m`` located known records, then the
+        known-input decoder from every placed record."""
+        known, pool, side = view.known_records(i, m), view.candidate_pool, view.side
+        by_label = (side.candidate_labels is not None and i in side.labels
+                    and i in side.known_labels)
+        labels, known_labels = view.record_labels(i, m) if by_label else (None, None)
+        res = distance_match_attack(view.data[i], known, pool, data_noise=side.data_noise,
+                                    labels=labels, known_labels=known_labels,
+                                    candidate_labels=side.candidate_labels if by_label else None)
+        view.note(name, i, {"placed": int(np.sum(res.rows >= 0)), "rank": res.decoded.rank,
+                            "threshold": res.threshold})
+        return res.decoded.reconstruction
+
+    return Attack(name, reconstruct, threat="analyst",
+                  description=f"a candidate pool placed by distances to {m} known records")
 
 
 def _known_sample(view: AttackerView, i: int) -> np.ndarray:
@@ -510,15 +601,20 @@ def available_attacks(*, plugins: bool = True,
     ``known_records``, the known-sample ones), then every plug-in of the ``noisyanchor.attacks``
     entry-point group (module docstring), by name."""
     out = {a.name: a for a in BUILTIN_ATTACKS}
-    out.update((a.name, a) for a in (*(known_input(m) for m in sorted(set(known_records))),
+    sizes = sorted(set(known_records))
+    out.update((a.name, a) for a in (*(known_input(m) for m in sizes),
+                                     *(known_input(m, by_label=True) for m in sizes),
+                                     *(known_input(m, by_label=True, spectral=True)
+                                       for m in sizes),
+                                     *(distance_match(m) for m in sizes),
                                      *SAMPLE_ATTACKS))
     if plugins:
         reserved = (*ATTACK_NAMES, *(a.name for a in SAMPLE_ATTACKS))
         for name, obj in load_plugins(ATTACK_GROUP, reserved=reserved).items():
-            if name.startswith(KNOWN_INPUT_PREFIX):
+            if name.startswith((KNOWN_INPUT_PREFIX, DISTANCE_MATCH_PREFIX)):
                 raise InvalidInputError(f"plug-in attack {name!r}: names starting with "
-                                        f"{KNOWN_INPUT_PREFIX!r} are the built-in known-input "
-                                        "attacks'")
+                                        f"{KNOWN_INPUT_PREFIX!r} or {DISTANCE_MATCH_PREFIX!r} "
+                                        "are the built-in attacks' with known records")
             if isinstance(obj, Attack):
                 out[name] = Attack(name, obj.reconstruct, obj.paper, obj.description, obj.threat)
             elif callable(obj):

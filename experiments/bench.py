@@ -363,10 +363,21 @@ class Bench:
 
     def side_knowledge(self, data_noise: float = 0.0) -> SideKnowledge:
         """What the attacks without a colluder know: each target's known records and the
-        public pool, in the working space, and the draw's ``sigma``."""
+        public pool, in the working space, the draw's ``sigma``, the labels (of every
+        upload's rows, sent in the clear, and of the known records), and a candidate pool
+        with its labels."""
         known = {i: self.working(rows) for i, rows in self.known.items()}
         public = self.working(np.flatnonzero(self.public)) if self.config.known_sample else None
-        return SideKnowledge(known, public, data_noise)
+        y = self.data.y
+        # The candidate pool of distance matching: every target's known records (for target
+        # i with m known, the rest of its own are members, the others' are not) and the
+        # held-out records (no one's).
+        pool = np.concatenate([*self.known.values(), self.holdout]).astype(np.int64)
+        return SideKnowledge(known, public, data_noise,
+                             labels={i: y[rows] for i, rows in enumerate(self.rows)},
+                             known_labels={i: y[rows] for i, rows in self.known.items()},
+                             candidates=self.working(pool) if len(pool) else None,
+                             candidate_labels=y[pool] if len(pool) else None)
 
 
 def _public_pool(data: Dataset, fraction: float, rng: np.random.Generator) -> np.ndarray:

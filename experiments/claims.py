@@ -6,8 +6,10 @@ under every (downstream model, auditor) pair, ``model`` claims (utility only) on
 ``auditor`` claims (linkage only) once per auditor. It is **robust** only when it holds, its
 interval excluding zero, in every replicate and on every axis, each with at least the config's
 ``min_draws`` draws of every compared method (:mod:`experiments.intervals` for the verdicts),
-and when the claims judged on the draws of every deployment pooled (:func:`judge_pooled`: the
-matched-linkage margins and OP's, bootstrapped with draws nested in deployments) hold too.
+when the claims judged on the draws of every deployment pooled (:func:`judge_pooled`: the
+matched-linkage margins and OP's, bootstrapped with draws nested in deployments) hold too, and
+when the same claims hold at the deployment level (:func:`judge_deployments`: the
+per-deployment estimates as ``k`` observations, t interval with ``k - 1`` degrees of freedom).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import numpy as np
 from noisyanchor.common.methods import Method
 from noisyanchor.experiments.intervals import (
     accuracy_difference,
+    deployment_level,
+    margin_verdict,
     matched_margin,
     paired_min_difference,
     verdict,
@@ -146,10 +150,9 @@ def _low_linkage(study: Study | list[Study], aset: str, rng: np.random.Generator
     if not margin["levels"]:
         return _result("not reached", draws=counts, lowest_fitted_linkage=lowest,
                        margin=margin)
-    end = margin["best" if margin["verdict"] == "fails" else "worst"]
+    end = margin["worst"]  # the best margin is in ``margin``, shown beside unless it holds
     return _result(margin["verdict"], end["estimate"], end["interval"], draws=counts,
-                   lowest_fitted_linkage=lowest, margin=margin,
-                   statistic="best margin" if margin["verdict"] == "fails" else "worst margin")
+                   lowest_fitted_linkage=lowest, margin=margin, statistic="worst margin")
 
 
 def _op_strongest(study: Study | list[Study], rng: np.random.Generator, resamples: int,
@@ -221,11 +224,93 @@ def judge_pooled(pairs: dict[int, dict[str, Study]], primary: tuple[str, str],
     return out
 
 
-def robust(judgements: dict[int, dict[str, dict[str, Any]]],
-           pooled: dict[str, dict[str, Any]] | None = None) -> dict[str, bool]:
+def margin_ends(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The worst and best margins (each ``estimate`` and ``interval``) of a matched-linkage
+    result, else None. A result written before the worst was always its own estimate (a
+    failing one carried the best) reads the same way."""
+    margin = result.get("margin") or {}
+    if "worst" not in margin:
+        return None
+    return margin["worst"], margin.get("best") or {"estimate": None, "interval": None}
+
+
+def estimate_text(result: dict[str, Any], points: bool = True) -> str:
+    """``+x.x [lo, hi]`` of a claim's result ('' without an estimate; points: x100 with a
+    sign). A matched-linkage result shows its worst margin and, unless it holds, its best
+    margin beside (``; best +y.y [lo, hi]``): the two intervals its verdict read."""
+    fmt = (lambda x: f"{100 * x:+.1f}") if points else (lambda x: f"{x:.3g}")
+
+    def one(part: dict[str, Any]) -> str:
+        interval = part.get("interval")
+        return fmt(part["estimate"]) + ("" if interval is None else
+                                        f" [{fmt(interval[0])}, {fmt(interval[1])}]")
+
+    ends = margin_ends(result)
+    if ends is None:
+        return "" if result.get("estimate") is None else one(result)
+    worst, best = ends
+    if worst.get("estimate") is None:
+        return ""
+    text = one(worst)
+    if result["verdict"] != "holds" and best.get("estimate") is not None:
+        text += f"; best {one(best)}"
+    return text
+
+
+def _deployment_result(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """:func:`experiments.intervals.deployment_level` of one claim's per-deployment results;
+    for matched-linkage results, of their worst and of their best margins, the verdict from
+    both (:func:`experiments.intervals.margin_verdict`) and the result shaped like theirs."""
+    ends = [margin_ends(r) for r in results]
+    if any(e is None for e in ends):
+        return deployment_level(results)
+    worst = deployment_level([e[0] for e in ends if e is not None])
+    if worst is None:
+        return None
+    best = deployment_level([e[1] for e in ends if e is not None])
+    state = margin_verdict(worst["interval"], None if best is None else best["interval"])
+    return {**worst, "verdict": state, "margin": {"worst": worst, "best": best}}
+
+
+def judge_deployments(judgements: dict[Any, dict[str, dict[str, Any]]]
+                      ) -> dict[str, dict[str, dict[str, Any] | None]]:
+    """The :data:`POOLED_CLAIMS` at the deployment level: ``{claim: {axis label: result}}``
+    from the claim's per-replicate results on that axis (:func:`_deployment_result`); None on
+    an axis where some deployment has no estimate. Empty with fewer than 2 replicates."""
+    reps = sorted(judgements, key=int)
+    if len(reps) < 2:
+        return {}
+    return {c: {axis: _deployment_result([judgements[k][c][axis] for k in reps])
+                for axis in judgements[reps[0]][c]}
+            for c in POOLED_CLAIMS if c in judgements[reps[0]]}
+
+
+def robust(judgements: dict[Any, dict[str, dict[str, Any]]],
+           pooled: dict[str, dict[str, Any]] | None = None,
+           deployments: dict[str, dict[str, dict[str, Any] | None]] | None = None
+           ) -> dict[str, bool]:
     """Per claim: it holds in every replicate on every axis, and on every axis of the pooled
-    judgement where the claim has one."""
-    return {c: bool(judgements) and all(res["verdict"] == "holds" for per in judgements.values()
+    and the deployment-level judgements where the claim has them."""
+    def holds(res: dict[str, Any] | None) -> bool:
+        return res is not None and res["verdict"] == "holds"
+
+    return {c: bool(judgements) and all(holds(res) for per in judgements.values()
                                         for res in per[c].values())
-            and all(res["verdict"] == "holds" for res in (pooled or {}).get(c, {}).values())
+            and all(holds(res) for res in (pooled or {}).get(c, {}).values())
+            and all(holds(res) for res in (deployments or {}).get(c, {}).values())
             for c in CLAIMS}
+
+
+def summary_deployments(summary: dict[str, Any]) -> dict[str, dict[str, dict[str, Any] | None]]:
+    """The deployment-level judgements of a report summary: stored, or (a summary written before
+    they were) computed from its per-replicate results."""
+    if "claims_deployment_level" in summary:
+        return summary["claims_deployment_level"]
+    return judge_deployments(summary["claims_by_replicate"])
+
+
+def summary_robust(summary: dict[str, Any]) -> dict[str, bool]:
+    """The robust verdicts of a report summary on its shown intervals, the deployment level
+    included (recomputed: a summary written before did not include it)."""
+    return robust(summary["claims_by_replicate"], summary.get("claims_pooled"),
+                  summary_deployments(summary))

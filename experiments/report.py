@@ -30,11 +30,15 @@ from noisyanchor.experiments.claims import (
     CLAIM_AXES,
     CLAIMS,
     coupled_pairs,
+    estimate_text,
     judge,
+    judge_deployments,
     judge_pooled,
     low_claim_set,
     pair_linkage_differences,
     robust,
+    summary_deployments,
+    summary_robust,
 )
 from noisyanchor.experiments.intervals import mean_interval
 from noisyanchor.experiments.linkage import ATTACK_SETS, CHANCE, PAPER_ATTACKS, strongest_attack
@@ -406,7 +410,9 @@ def summarize(study: Study, pairs: dict[int, dict[str, Study]] | None = None,
            "claim_intervals": {c: first[c][primary[c]] for c in first},
            "claims_by_replicate": {str(k): v for k, v in judgements.items()},
            "claims_pooled": pooled or {},
-           "robust": robust(judgements, pooled), "replicates": len(judgements),
+           "claims_deployment_level": judge_deployments(judgements),
+           "robust": robust(judgements, pooled, judge_deployments(judgements)),
+           "replicates": len(judgements),
            "low_linkage_margins_by_pair": margins_by_pair,
            **_controls_by_model(study), "noise_estimate": _noise_estimate(study)}
     if rows is not None:
@@ -431,17 +437,10 @@ def _primary_axis(claim: str, study: Study) -> str:
 # ---- markdown ---------------------------------------------------------------------------------
 
 def _verdict(result: dict[str, Any], points: bool = True) -> str:
-    """``**verdict** estimate [low, high]`` (points: x100 with a sign)."""
-    state = result["verdict"]
-    text = f"**{state}**"
-    est, interval = result.get("estimate"), result.get("interval")
-    if est is None:
-        return text
-    fmt = (lambda x: f"{100 * x:+.1f}") if points else (lambda x: f"{x:.3g}")
-    text += f" {fmt(est)}"
-    if interval is not None:
-        text += f" [{fmt(interval[0])}, {fmt(interval[1])}]"
-    return text
+    """``**verdict** estimate [low, high]`` with every interval the verdict read
+    (:func:`experiments.claims.estimate_text`)."""
+    est = estimate_text(result, points)
+    return f"**{result['verdict']}**" + (f" {est}" if est else "")
 
 
 def _header(main: dict[str, Any], config: dict[str, Any], command: str, runtime: str | None,
@@ -537,14 +536,34 @@ def _headline_text(margin: dict[str, Any]) -> str:
 
 
 def _pooled_text(main: dict[str, Any], claim: str, axis: str) -> str:
-    """The claim on every deployment's draws pooled (draws nested in deployments), or ''."""
+    """The claim on every deployment's draws pooled (draws nested in deployments) and at the
+    deployment level, or ''."""
     res = (main.get("claims_pooled") or {}).get(claim, {}).get(axis)
     if not res:
         return ""
     head = _headline_text(res.get("margin") or {})
-    return (f" Over the {main['replicates']} deployments pooled (95% interval with the draws "
+    text = (f" Over the {main['replicates']} deployments pooled (95% interval with the draws "
             f"nested in deployments): {_cell(res, claim, True)}"
             + (f"; {head}" if head else "") + ".")
+    dep = summary_deployments(main).get(claim, {}).get(axis)
+    if dep is not None:
+        text += (f" At the deployment level (the {dep['deployments']} per-deployment estimates, "
+                 f"t interval with {dep['df']} degrees of freedom): {_deployment_cell(dep)}.")
+    return text
+
+
+def _deployment_cell(dep: dict[str, Any] | None) -> str:
+    """``verdict +x.x [lo, hi] (k = 3); DL [lo, hi], I^2 = 54%``: the t interval(s) the verdict
+    read and the DerSimonian-Laird interval with ``I^2`` (points; for a matched-linkage claim
+    of the worst margin)."""
+    if dep is None:
+        return "-"
+    text = f"{_verdict(dep).replace('**', '')} (k = {dep['deployments']})"
+    re = dep.get("random_effects")
+    if re is not None:
+        text += (f"; DL [{100 * re['interval'][0]:+.1f}, {100 * re['interval'][1]:+.1f}], "
+                 f"I^2 = {100 * re['i2']:.0f}%")
+    return text
 
 
 def _low_linkage_claim(main: dict[str, Any], aset: str, pair: str) -> str:
@@ -559,7 +578,8 @@ def _low_linkage_claim(main: dict[str, Any], aset: str, pair: str) -> str:
     claim = f"anchor_noise_beats_data_noise_at_low_linkage_{aset}_attacks"
     res = main["claim_intervals"][claim]
     margin = res.get("margin") or {}
-    judged = (f"{res.get('statistic', 'worst margin')} over the {len(margin['levels'])} levels "
+    judged = (f"worst margin (and, unless it holds, best margin) over the "
+              f"{len(margin['levels'])} levels "
               f"of {_grid_text()} both fits reach, 95% interval over the draws"
               if margin.get("levels") else f"no level of {_grid_text()} reached by both")
     if _headline_text(margin):
@@ -573,7 +593,9 @@ def _claims_section(main: dict[str, Any], config: dict[str, Any]) -> list[str]:
              "auditor, replicate 0)", "",
              "Each claim's statistic with its 95% bootstrap interval over the draws (margins in "
              "percentage points of balanced accuracy); holds / fails when the interval lies "
-             "above / below zero, undecided when it covers zero.", ""]
+             "above / below zero, undecided when it covers zero. A matched-linkage claim holds "
+             "on its worst margin and fails on its best (behind at every level); unless it "
+             "holds, both intervals are shown.", ""]
     cl, pr, rk, ci = (main["claims"], main["pairs"], main["attack_ranking"],
                       main["claim_intervals"])
     if pr.get("pairs"):
@@ -623,39 +645,55 @@ def _robustness_section(main: dict[str, Any], min_draws: int) -> list[str]:
              "per (model, auditor) pair, once per model when it is about utility only, once "
              "per auditor when it is about linkage only; robust = it holds, its 95% interval "
              "excluding zero, in every replicate and on every axis, each with at least "
-             f"{min_draws} draws of every compared method (fewer: not enough draws).", "",
+             f"{min_draws} draws of every compared method (fewer: not enough draws), pooled, "
+             "and at the deployment level.", "",
              "| claim | judged per | " + " | ".join(f"replicate {k}" for k in reps)
-             + " | pooled | robust |", "|---|---|" + "---|" * (len(reps) + 2)]
+             + " | pooled | deployment level | robust |",
+             "|---|---|" + "---|" * (len(reps) + 3)]
     pooled = main.get("claims_pooled") or {}
+    deployments = summary_deployments(main)
+    robust_now = summary_robust(main)
 
     def held(per: dict[str, Any]) -> str:
-        return f"{sum(r['verdict'] == 'holds' for r in per.values())}/{len(per)} hold"
+        states = [None if r is None else r["verdict"] for r in per.values()]
+        return f"{states.count('holds')}/{len(states)} hold"
 
     for claim, text in CLAIMS.items():
         cells = [held(by_rep[k][claim]) for k in reps]
-        cells.append(held(pooled[claim]) if claim in pooled else "-")
+        cells += [held(got[claim]) if claim in got else "-" for got in (pooled, deployments)]
         lines.append(f"| {text} | {_axis_text(claim)} | " + " | ".join(cells)
-                     + f" | {'**yes**' if main['robust'][claim] else 'no'} |")
+                     + f" | {'**yes**' if robust_now[claim] else 'no'} |")
     lines += ["", f"Pooled: the claim on the draws of all {len(reps)} deployments together, its "
               "95% interval from a two-stage bootstrap (deployments with replacement, then "
               "each drawn deployment's draws), so it carries the variation between deployments; "
-              "with few deployments that interval is coarse. Claims with one exact check or one "
-              "control per deployment (-) are judged per deployment only.", ""]
+              "with few deployments that interval is coarse. Deployment level: the "
+              f"{len(reps)} per-deployment estimates taken as {len(reps)} observations, their "
+              f"mean with a t interval on {len(reps) - 1} degrees of freedom (the verdict's), "
+              "and beside it the DerSimonian-Laird random-effects interval (each deployment's "
+              "standard error read off its bootstrap interval; of the worst margin for a "
+              "matched-linkage claim) with I^2, the share of the "
+              f"variation due to the deployments: every claim there rests on {len(reps)} "
+              "deployments. Claims with one exact check or one control per deployment (-) are "
+              "judged per deployment only.", ""]
     for claim, text in CLAIMS.items():
         axes = list(by_rep[reps[0]][claim])
         points = claim != "pn_pairs_identical"
-        extra = claim in pooled
+        extra = 2 * (claim in pooled)
         lines += [f"### {text}", "", "| " + CLAIM_AXES[claim] + " | "
-                  + " | ".join(f"replicate {k}" for k in reps) + (" | pooled |" if extra else " |"),
+                  + " | ".join(f"replicate {k}" for k in reps)
+                  + (" | pooled | deployment level |" if extra else " |"),
                   "|---|" + "---|" * (len(reps) + extra)]
         for axis in axes:
             cells = [_cell(by_rep[k][claim][axis], claim, points) for k in reps]
             if extra:
-                cells.append(_cell(pooled[claim][axis], claim, points))
+                cells += [_cell(pooled[claim][axis], claim, points),
+                          _deployment_cell(deployments.get(claim, {}).get(axis))]
             lines.append(f"| {axis} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += [f"Matched-linkage claims: the worst margin over the levels of {_grid_text()} both "
-              "fits reach (points; for a failing claim the best margin: behind at every level); "
+              "fits reach (points): holds when its interval lies above zero; unless it holds, "
+              "the best margin beside it, fails when that one's interval lies below zero "
+              "(behind at every level); "
               "not reached: the lowest strongest-attack linkage each "
               "noise's fit reaches (an: anchor noise, pn: private-data noise). OP: the smaller of "
               "its mean linkage margins over MP and AM (points). Noiseless: AA-I-GDP minus I-GDP "
@@ -700,7 +738,7 @@ def _threat_section(main: dict[str, Any], config: dict[str, Any]) -> list[str]:
                      f"mostly {got['attack']})"))
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     names = [a for a in next(iter(table.values()))["mean_linkage"]
-             if a.startswith("known_input_") or a.startswith("known_sample")]
+             if a.startswith(("known_input_", "distance_match_", "known_sample"))]
     if names:
         lines += ["", "The attacks without a colluder one by one (mean linkage):", "",
                   "| method | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
@@ -873,7 +911,7 @@ def _participants_section(others: list[dict[str, Any]]) -> list[str]:
     for o in others:
         n = max(o["draws"].values()) if o["draws"] else 0
         sv = o["solver"]
-        held = sum(o["robust"].values())
+        held = sum(summary_robust(o).values())
         lines.append(
             f"| {o['p']} | {o['bench']['records']} | {n} | "
             f"{_pct(o['controls'].get('c-gdp', {}).get('utility'))} | "

@@ -10,7 +10,13 @@ from typing import Any
 
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.files import atomic_write
-from noisyanchor.experiments.claims import CLAIM_AXES, CLAIMS
+from noisyanchor.experiments.claims import (
+    CLAIM_AXES,
+    CLAIMS,
+    estimate_text,
+    summary_deployments,
+    summary_robust,
+)
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -24,12 +30,14 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-def _claim_cell(result: dict[str, Any]) -> str:
-    est, interval = result.get("estimate"), result.get("interval")
-    text = result["verdict"]
-    if est is not None and interval is not None:
-        text += f" {100 * est:+.1f} [{100 * interval[0]:+.1f}, {100 * interval[1]:+.1f}]"
-    return text
+def _claim_cell(result: dict[str, Any] | None) -> str:
+    """``verdict +x.x [lo, hi]`` with every interval the verdict read (none for an exact
+    check)."""
+    if result is None:
+        return "-"
+    if result.get("interval") is None:
+        return result["verdict"]
+    return f"{result['verdict']} {estimate_text(result)}"
 
 
 def render(config: dict[str, Any], summary: dict[str, Any], results: Path) -> str:
@@ -60,19 +68,25 @@ def render(config: dict[str, Any], summary: dict[str, Any], results: Path) -> st
     primary = {"pair": f"{config['model']}/{config['auditor']}", "model": config["model"],
                "auditor": config["auditor"]}
     pooled = summary.get("claims_pooled") or {}
+    deployments = summary_deployments(summary)
+    robust_now = summary_robust(summary)
     lines += ["", f"Claims ({primary['pair']}; margins in points with 95% intervals, per "
-              "deployment over its draws, and pooled over every deployment with the draws "
-              "nested in deployments; robust = holds in every replicate, model and auditor, "
-              "and pooled):", "",
-              "| claim | " + " | ".join(f"replicate {k}" for k in reps) + " | pooled | robust |",
-              "|---|" + "---|" * (len(reps) + 2)]
+              "deployment over its draws, pooled over every deployment with the draws "
+              f"nested in deployments, and at the deployment level: the {len(reps)} "
+              f"per-deployment estimates, t interval with {len(reps) - 1} degrees of freedom; "
+              "each verdict is its interval's; robust = holds in every replicate, model and "
+              "auditor, pooled and at the deployment level):", "",
+              "| claim | " + " | ".join(f"replicate {k}" for k in reps)
+              + " | pooled | deployment level | robust |",
+              "|---|" + "---|" * (len(reps) + 3)]
     for claim, text in CLAIMS.items():
         axis = primary[CLAIM_AXES[claim]]
         cells = [_claim_cell(summary["claims_by_replicate"][k][claim].get(axis, {"verdict": "-"}))
                  for k in reps]
-        cells.append(_claim_cell(pooled[claim][axis]) if axis in pooled.get(claim, {}) else "-")
+        cells += [_claim_cell(got[claim][axis]) if axis in got.get(claim, {}) else "-"
+                  for got in (pooled, deployments)]
         lines.append(f"| {text} | " + " | ".join(cells)
-                     + f" | {'yes' if summary['robust'][claim] else 'no'} |")
+                     + f" | {'yes' if robust_now[claim] else 'no'} |")
     lines += _membership_lines(summary.get("membership") or {}, config["model"])
     ml = summary.get("ml_attack")
     if ml:

@@ -17,6 +17,11 @@ best ``J`` is a quadratic assignment problem; a beam search places the known rec
 time (farthest-first, so the first distances carry the most relative precision) and keeps the
 ``beam`` best partial assignments after each.
 
+Labels travel in the clear with every upload, and a known record can only sit in a row with its
+own label: given the upload's labels and the known records', the search only considers rows
+``j_k`` with ``label(j_k) = label(k_k)`` (under private-data noise the unrestricted search is
+fooled by rows of other labels whose distances happen to fit better).
+
 With the rows located, ``Kc = K - 1 kbar^T`` and ``Yc = Y_J - 1 ybar_J^T``:
 
     Q = U_k V_k^T   from the SVD  Yc^T Kc = U S V^T,   k = rank(Kc) <= min(m - 1, d),
@@ -92,7 +97,8 @@ class KnownInputResult:
     location: Location
 
 
-def _squared_distances(a: np.ndarray) -> np.ndarray:
+def squared_distances(a: np.ndarray) -> np.ndarray:
+    """``D[a, b] = ||a_a - a_b||^2`` of the rows of ``a`` (clipped at 0 against rounding)."""
     sq = np.sum(a * a, axis=1)
     return np.maximum(sq[:, None] + sq[None, :] - 2 * a @ a.T, 0.0)
 
@@ -111,8 +117,25 @@ def _farthest_first(dk: np.ndarray) -> np.ndarray:
     return np.asarray(order)
 
 
+def _label_mask(labels: np.ndarray | None, known_labels: np.ndarray | None, n: int,
+                m: int) -> np.ndarray | None:
+    """``allowed[k, j]``: known record ``k`` may sit in row ``j`` (same label); None without
+    labels."""
+    if labels is None and known_labels is None:
+        return None
+    if labels is None or known_labels is None:
+        raise InvalidInputError("restricting by label needs both the upload's labels and the "
+                                "known records' labels")
+    labels, known_labels = np.asarray(labels).ravel(), np.asarray(known_labels).ravel()
+    if len(labels) != n or len(known_labels) != m:
+        raise InvalidInputError(f"labels: {len(labels)} for {n} upload rows and "
+                                f"{len(known_labels)} for {m} known records")
+    return known_labels[:, None] == labels[None, :]
+
+
 def locate_known_records(y: np.ndarray, known: np.ndarray, *, data_noise: float = 0.0,
-                         beam: int = DEFAULT_BEAM) -> Location:
+                         beam: int = DEFAULT_BEAM, labels: np.ndarray | None = None,
+                         known_labels: np.ndarray | None = None) -> Location:
     """Rows of ``y`` that hold the records ``known`` (module docstring: score ``s(J)`` and beam
     search).
 
@@ -127,6 +150,9 @@ def locate_known_records(y: np.ndarray, known: np.ndarray, *, data_noise: float 
         ``sigma`` of private-data noise (a public protocol parameter; 0 without).
     beam : int
         Partial assignments kept per step.
+    labels, known_labels : (n,) and (m,) ndarrays, optional
+        Labels of the upload's rows (sent in the clear) and of the known records: given, a
+        known record is only placed in a row with its label.
     """
     y = as_matrix(y, "data upload")
     known = as_matrix(known, "known records", cols=y.shape[1])
@@ -138,8 +164,9 @@ def locate_known_records(y: np.ndarray, known: np.ndarray, *, data_noise: float 
         raise InvalidInputError("locating known records needs at least 2 of them (one distance)")
     if m > n:
         raise InvalidInputError(f"{m} known records cannot sit among {n} upload rows")
-    dy = _squared_distances(y)
-    dk = _squared_distances(known)
+    allowed = _label_mask(labels, known_labels, n, m)
+    dy = squared_distances(y)
+    dk = squared_distances(known)
     offset = 2 * d * sigma**2
     floor = (1e-9 * max(float(dk.max()), 1e-300)) ** 2
     var = 8 * sigma**2 * dk + 8 * d * sigma**4 + floor
@@ -147,6 +174,8 @@ def locate_known_records(y: np.ndarray, known: np.ndarray, *, data_noise: float 
     k0, k1 = order[0], order[1]
     pair = (dy - offset - dk[k0, k1]) ** 2 / var[k0, k1]
     np.fill_diagonal(pair, np.inf)
+    if allowed is not None:
+        pair[~(allowed[k0][:, None] & allowed[k1][None, :])] = np.inf
     keep = np.argsort(pair, axis=None, kind="stable")[:beam]
     paths = np.column_stack(np.unravel_index(keep, pair.shape))  # (B, 2) rows of k0, k1
     scores = pair.ravel()[keep]
@@ -157,6 +186,8 @@ def locate_known_records(y: np.ndarray, known: np.ndarray, *, data_noise: float 
         resid = dy[paths] - offset - dk[placed, k][None, :, None]
         add = np.sum(resid**2 / var[placed, k][None, :, None], axis=1)
         np.put_along_axis(add, paths, np.inf, axis=1)  # a row holds one record
+        if allowed is not None:
+            add[:, ~allowed[k]] = np.inf
         total = scores[:, None] + add
         flat = np.argsort(total, axis=None, kind="stable")[:beam]
         b, c = np.unravel_index(flat, total.shape)
@@ -173,7 +204,8 @@ def locate_known_records(y: np.ndarray, known: np.ndarray, *, data_noise: float 
 
 
 def known_input_attack(y: np.ndarray, known: np.ndarray, *, data_noise: float = 0.0,
-                       beam: int = DEFAULT_BEAM) -> KnownInputResult:
+                       beam: int = DEFAULT_BEAM, labels: np.ndarray | None = None,
+                       known_labels: np.ndarray | None = None) -> KnownInputResult:
     """Reconstruct a target's records from its upload and ``m`` of its records (module
     docstring).
 
@@ -187,10 +219,19 @@ def known_input_attack(y: np.ndarray, known: np.ndarray, *, data_noise: float = 
         ``sigma`` (0 without private-data noise).
     beam : int
         Beam width of :func:`locate_known_records`.
+    labels, known_labels : ndarrays, optional
+        Restrict the location by label (:func:`locate_known_records`).
     """
     y = as_matrix(y, "data upload")
     known = as_matrix(known, "known records", cols=y.shape[1])
-    loc = locate_known_records(y, known, data_noise=data_noise, beam=beam)
+    loc = locate_known_records(y, known, data_noise=data_noise, beam=beam, labels=labels,
+                               known_labels=known_labels)
+    return decode_located(y, known, loc)
+
+
+def decode_located(y: np.ndarray, known: np.ndarray, loc: Location) -> KnownInputResult:
+    """Centred Procrustes from the records ``known`` sitting in rows ``loc.rows`` of ``y``
+    (module docstring: ``Q``, ``X^`` and, at full rank, the key)."""
     d = y.shape[1]
     kbar = known.mean(axis=0)
     yj = y[loc.rows]

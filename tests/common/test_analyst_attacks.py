@@ -148,13 +148,20 @@ def test_attacks_without_a_colluder_give_every_method_a_reconstruction(rng, meth
     xs, ups, _, res, _, rot = _federation(rng, method, d=d, n=40,
                                           v=0.1 if m.anchor_noise else 0.0,
                                           sigma=0.05 if m.data_noise else 0.0)
+    labels = {i: np.arange(len(x)) % 3 for i, x in enumerate(xs)}
+    pool = np.vstack([x[d + 1:d + 5] for x in xs])  # 4 more records of every participant
     side = SideKnowledge({i: x[:d + 1] for i, x in enumerate(xs)}, _skewed(rng, 100, rot),
-                         0.05 if m.data_noise else 0.0)
+                         0.05 if m.data_noise else 0.0, labels,
+                         {i: lab[:d + 1] for i, lab in labels.items()}, pool,
+                         np.concatenate([lab[d + 1:d + 5] for lab in labels.values()]))
     view = AttackerView(m, None, [u.data for u in ups],
                         [u.anchor for u in ups] if m.uses_anchor else None, res.rotations,
                         side=side)
     run = attack_all(view, available_attacks(plugins=False, known_records=(2, d + 1)))
-    expect = {"known_input_2", f"known_input_{d + 1}", "known_sample"}
+    expect = {"known_input_2", f"known_input_{d + 1}", "known_input_label_2",
+              f"known_input_label_{d + 1}", "known_input_label_spectral_2",
+              f"known_input_label_spectral_{d + 1}", "distance_match_2", f"distance_match_{d + 1}",
+              "known_sample"}
     if m is not Method.I_GDP:
         expect.add("known_sample_pooled")
     assert set(run.reconstructions) == expect
@@ -165,6 +172,9 @@ def test_attacks_without_a_colluder_give_every_method_a_reconstruction(rng, meth
     if not m.data_noise:
         for i in range(3):
             assert relative_error(run.reconstructions[f"known_input_{d + 1}"][i], xs[i]) < 1e-9
+            # 2 known records and 4 placed candidates: d + 2 records, the exact key
+            assert relative_error(run.reconstructions["distance_match_2"][i], xs[i]) < 1e-9
+            assert run.diagnostics["distance_match_2"][i]["placed"] == 4
 
 
 def test_attacks_without_side_knowledge_are_skipped_with_a_reason(rng):

@@ -113,3 +113,95 @@ def test_mean_interval_nested_in_deployments_carries_their_spread():
     assert nested["estimate"] == pytest.approx(1.0, abs=0.01)
     width = lambda r: r["interval"][1] - r["interval"][0]  # noqa: E731
     assert width(nested) > 0.8 and width(by_draw) < 0.5
+
+
+def test_deployment_level_interval_matches_a_hand_computation_on_three_estimates():
+    """theta = (0, 2, 6), each with standard error 1 (a 95% interval of half-width z):
+    mean 8/3, s^2 = 28/3, so the t interval is 8/3 +- t_{2, 0.975} sqrt(28) / 3; and
+    DerSimonian-Laird: Q = 168/9, tau^2 = (Q - 2) / (3 - 1) = 25/3, I^2 = (Q - 2) / Q = 25/28,
+    mu = 8/3 with standard error sqrt((1 + 25/3) / 3) = sqrt(28) / 3."""
+    from scipy.stats import norm
+
+    from noisyanchor.experiments.intervals import deployment_level, random_effects, t_interval
+
+    z, t2 = norm.ppf(0.975), 4.302652729911275  # t_{2, 0.975} from tables: 4.303
+    est = [0.0, 2.0, 6.0]
+    got = deployment_level([{"estimate": e, "interval": [e - z, e + z]} for e in est])
+    half = t2 * np.sqrt(28) / 3
+    assert got["deployments"] == 3 and got["df"] == 2 and got["method"] == "t"
+    assert got["estimate"] == pytest.approx(8 / 3, abs=1e-12)
+    np.testing.assert_allclose(got["interval"], [8 / 3 - half, 8 / 3 + half], atol=1e-9)
+    assert got["verdict"] == "undecided"  # 8/3 - 4.30 * 1.76 < 0
+    re = got["random_effects"]
+    assert re["q"] == pytest.approx(168 / 9, abs=1e-12)
+    assert re["tau2"] == pytest.approx(25 / 3, abs=1e-12)
+    assert re["i2"] == pytest.approx(25 / 28, abs=1e-12)
+    np.testing.assert_allclose(re["interval"], [8 / 3 - z * np.sqrt(28) / 3,
+                                                8 / 3 + z * np.sqrt(28) / 3], atol=1e-9)
+    assert t_interval(est)["interval"] == got["interval"]
+    # homogeneous deployments: Q < k - 1, no between-deployment variance, I^2 = 0
+    flat = random_effects([1.0, 1.1, 0.9], [1.0, 1.0, 1.0])
+    assert flat["tau2"] == 0 and flat["i2"] == 0
+
+
+def test_deployment_level_needs_every_deployment_to_have_an_interval():
+    from noisyanchor.experiments.intervals import deployment_level
+
+    assert deployment_level([{"estimate": 0.1, "interval": [0.0, 0.2]},
+                             {"estimate": None, "interval": None}]) is None
+    assert deployment_level([{"estimate": 0.1, "interval": [0.0, 0.2]}]) is None
+
+
+def test_a_matched_linkage_result_shows_every_interval_its_verdict_reads():
+    """Undecided with the worst margin's interval below zero: the best margin's interval, which
+    covers zero and keeps the claim from failing, is shown beside it; a holding result shows
+    the worst only; a failing result written by the earlier report (its own estimate the best)
+    shows the worst first. The robust rule needs the deployment level to hold too."""
+    from noisyanchor.experiments.claims import estimate_text, judge_deployments, robust
+
+    worst = {"estimate": -0.02, "interval": [-0.04, -0.001]}
+    best = {"estimate": 0.01, "interval": [-0.01, 0.03]}
+    undecided = {"verdict": "undecided", **worst, "margin": {"worst": worst, "best": best}}
+    assert estimate_text(undecided) == "-2.0 [-4.0, -0.1]; best +1.0 [-1.0, +3.0]"
+    held = {"verdict": "holds", "estimate": 0.05, "interval": [0.01, 0.09],
+            "margin": {"worst": {"estimate": 0.05, "interval": [0.01, 0.09]}, "best": best}}
+    assert estimate_text(held) == "+5.0 [+1.0, +9.0]"
+    low = {"estimate": -0.01, "interval": [-0.02, -0.005]}
+    failed = {"verdict": "fails", **low, "margin": {"worst": worst, "best": low}}
+    assert estimate_text(failed) == "-2.0 [-4.0, -0.1]; best -1.0 [-2.0, -0.5]"
+    claim = "anchor_noise_beats_data_noise_at_low_linkage_paper_attacks"
+    spread = [0.01, 0.2, 0.02]  # each deployment holds; their mean's t interval covers zero
+    by_rep = {str(k): {c: {"a/b": {"verdict": "holds", "estimate": e,
+                                   "interval": [e - 0.005, e + 0.005]}}
+                       for c in ("pn_pairs_identical", "noiseless_c_eq_aa_gt_i", claim,
+                                 "anchor_noise_beats_data_noise_at_low_linkage_all_attacks",
+                                 "anchor_noise_beats_data_noise_at_low_linkage_analyst_attacks",
+                                 "anchor_noise_beats_data_noise_at_low_linkage_public_attacks",
+                                 "op_strongest_of_three")}
+              for k, e in enumerate(spread)}
+    deployments = judge_deployments(by_rep)
+    assert deployments[claim]["a/b"]["verdict"] == "undecided"
+    assert robust(by_rep)[claim] and not robust(by_rep, None, deployments)[claim]
+
+
+def test_a_matched_linkage_claim_at_the_deployment_level_reads_its_worst_and_best_margins():
+    """Worst margins (-5, -4, -3) and best margins (+1, +2, +3) points, each t interval on 2
+    degrees of freedom: the worst's lies below zero, the best's covers zero: undecided (ahead
+    at some level, behind at others); the cell shows both."""
+    from noisyanchor.experiments.claims import estimate_text, judge_deployments
+
+    def rep(w: float, b: float) -> dict:
+        return {"verdict": "undecided", "estimate": w, "interval": [w - 0.01, w + 0.01],
+                "margin": {"worst": {"estimate": w, "interval": [w - 0.01, w + 0.01]},
+                           "best": {"estimate": b, "interval": [b - 0.01, b + 0.01]}}}
+
+    claim = "anchor_noise_beats_data_noise_at_low_linkage_paper_attacks"
+    by_rep = {str(k): {claim: {"a/b": rep(-0.05 + 0.01 * k, 0.01 + 0.01 * k)},
+                       "op_strongest_of_three": {"pca": rep(0.01, 0.01)}}
+              for k in range(3)}
+    got = judge_deployments(by_rep)[claim]["a/b"]
+    half = 4.302652729911275 * 0.01 / np.sqrt(3)  # t_{2, 0.975} s / sqrt(k), s = 1 point
+    np.testing.assert_allclose(got["margin"]["worst"]["interval"], [-0.04 - half, -0.04 + half])
+    np.testing.assert_allclose(got["margin"]["best"]["interval"], [0.02 - half, 0.02 + half])
+    assert got["verdict"] == "undecided"
+    assert estimate_text(got) == "-4.0 [-6.5, -1.5]; best +2.0 [-0.5, +4.5]"

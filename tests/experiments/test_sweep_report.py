@@ -40,8 +40,13 @@ membership_every = 5
 min_draws = 8
 """
 MODELS, AUDITORS = ("logistic", "knn"), ("pca", "pixel")
-#: The attacks without a colluder TINY runs (d = 8: m = 9 is d + 1).
-ALONE = {"known_input_2", "known_input_9", "known_sample", "known_sample_pooled"}
+#: The attacks without a colluder TINY runs (d = 8: m = 9 is d + 1), by distances alone,
+#: restricted by the labels every upload carries (and decoded from the spectral filter), and
+#: with a candidate pool.
+KNOWN = ("known_input_2", "known_input_9", "known_input_label_2", "known_input_label_9",
+         "known_input_label_spectral_2", "known_input_label_spectral_9", "distance_match_2",
+         "distance_match_9")
+ALONE = {*KNOWN, "known_sample", "known_sample_pooled"}
 
 
 def _alone(method: str) -> set[str]:
@@ -127,7 +132,7 @@ def test_rows_carry_every_model_every_auditor_and_the_strongest_attack(tiny):
             else:  # chosen on the selection galleries, reported on the others
                 assert best["all"]["attack"] == max(colluder, key=colluder.get)
                 assert link[best["all"]["attack"]] == best["all"]["linkage"]
-            known = {a: chosen[a] for a in ("known_input_2", "known_input_9")}
+            known = {a: chosen[a] for a in KNOWN}
             assert best["analyst"]["attack"] == max(known, key=known.get)
             if r["method"] == "aa-igdp-an":
                 paper = {a: chosen[a] for a in ("mp", "op", "am")}
@@ -194,7 +199,13 @@ def test_report_judges_every_claim_in_every_replicate_on_its_axes_with_intervals
             assert res["interval"][0] <= res["interval"][1]
     assert summary["claims"]["pn_pairs_identical"] == "holds"
     text = (out / "summary.md").read_text()
-    assert "| claim | judged per | replicate 0 | replicate 1 | pooled | robust |" in text
+    assert ("| claim | judged per | replicate 0 | replicate 1 | pooled | deployment level "
+            "| robust |") in text
+    # the deployment level: k = 2 estimates, t with 1 degree of freedom, on every pooled axis
+    for claim, per in summary["claims_deployment_level"].items():
+        assert set(per) == set(summary["claims_pooled"][claim])
+        for res in per.values():
+            assert res is None or (res["deployments"] == 2 and res["df"] == 1)
     # constants, not hard-coded text: the low-linkage grid and chance
     assert "12.4%, 12.9%, ..., 19.9%" in text and "(chance 10.0%)" in text
     tables = summary["strongest_attacks"]
