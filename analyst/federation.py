@@ -579,17 +579,22 @@ class Federation:
             atomic_write(self.store.root / FAILED_FILE,
                          json.dumps({"state": "failed", "error": self._error}).encode())
 
-    def compute_result(self) -> dict[str, bytes]:
-        """Align the committed uploads (GOPP or Procrustes by method) and encode the result."""
+    def compute_result(self) -> dict[str, bytes | Path]:
+        """Align the committed uploads (GOPP or Procrustes by method) and encode the result;
+        the uploads are read as memory maps of the verified bundles and ``Z`` is written into
+        its file (``z.npy``, moved into the result), so neither is held in memory whole."""
         cfg = self.config
         start = time.perf_counter()
-        bundles = [read_bundle(self.store.upload_path(pid))[1] for pid in cfg.participants]
+        bundles = [read_bundle(self.store.upload_path(pid), copy=False)[1]
+                   for pid in cfg.participants]
         data = [b["data"] for b in bundles]
         anchors = [b["anchor"] for b in bundles] if self.method.uses_anchor else None
+        z_file = self.store.scratch_file("z.npy")
         alignment = align(self.method, data, anchors,
                           reference=cfg.participants.index(cfg.reference),
                           max_iter=cfg.max_iter, tol=cfg.tol, precision=cfg.precision,
-                          stopping=cfg.stopping, gopp_method=cfg.gopp_method)
+                          stopping=cfg.stopping, gopp_method=cfg.gopp_method,
+                          z_file=z_file)
         d = data[0].shape[1]
         r = anchors[0].shape[0] if anchors else None
         summary = {
@@ -612,7 +617,7 @@ class Federation:
             participants=list(cfg.participants), model_name=cfg.model, alignment=alignment,
             labels=labels, tags=tags, contributions_max_sites=cfg.contributions_max_sites)
         return {
-            "z.npy": npy_bytes(alignment.z),
+            "z.npy": z_file,
             "labels.npy": npy_bytes(labels),
             "tags.npy": npy_bytes(tags),
             "rotations.npy": npy_bytes(alignment.rotations),

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from noisyanchor.common.chunks import row_chunks
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.splits import TEST, TRAIN, VALIDATION
 
@@ -187,14 +188,11 @@ def _balanced_accuracy() -> Callable[[np.ndarray, np.ndarray], float]:
 
     return score
 
-#: Rows of ``Z`` per chunk of a pass over it (8 MiB at d = 128): bounds the temporaries.
-CHUNK_ROWS = 1 << 13
-
 
 def standardisation(z: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, float]:
     """``mu``, the mean of the rows of ``z`` flagged by ``rows``, and ``s``, the root mean
     square of those rows once centred (1 when they are all equal), in chunks of
-    :data:`CHUNK_ROWS` rows: no copy of ``z``.
+    :data:`common.chunks.CHUNK_ROWS` rows: no copy of ``z``.
 
     Parameters
     ----------
@@ -205,12 +203,12 @@ def standardisation(z: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, float]
     """
     count = int(rows.sum())
     total = np.zeros(z.shape[1])
-    for start in range(0, len(z), CHUNK_ROWS):
-        total += z[start:start + CHUNK_ROWS][rows[start:start + CHUNK_ROWS]].sum(axis=0)
+    for chunk in row_chunks(len(z)):
+        total += z[chunk][rows[chunk]].sum(axis=0)
     mean = total / count
     squares = 0.0
-    for start in range(0, len(z), CHUNK_ROWS):
-        centred = z[start:start + CHUNK_ROWS][rows[start:start + CHUNK_ROWS]] - mean
+    for chunk in row_chunks(len(z)):
+        centred = z[chunk][rows[chunk]] - mean
         squares += float(np.einsum("ij,ij->", centred, centred))
     return mean, float(np.sqrt(squares / (count * z.shape[1]))) or 1.0
 
@@ -221,10 +219,10 @@ def standardised(z: np.ndarray, rows: np.ndarray, mean: np.ndarray,
     chunk into one array (the only copy; ``(sum(rows), d)``)."""
     out = np.empty((int(rows.sum()), z.shape[1]))
     filled = 0
-    for start in range(0, len(z), CHUNK_ROWS):
-        chunk = z[start:start + CHUNK_ROWS][rows[start:start + CHUNK_ROWS]]
-        np.subtract(chunk, mean, out=out[filled:filled + len(chunk)])
-        filled += len(chunk)
+    for chunk in row_chunks(len(z)):
+        part = z[chunk][rows[chunk]]
+        np.subtract(part, mean, out=out[filled:filled + len(part)])
+        filled += len(part)
     out /= scale
     return out
 
@@ -251,8 +249,8 @@ def fit_downstream(
         ``z`` (the leave-one-site-out refits).
 
     Only the training, validation and test rows are standardised (each in its own array, in
-    chunks of :data:`CHUNK_ROWS`), never a copy of the whole of ``z``: ``z`` may be a memory
-    map larger than the memory.
+    chunks of :data:`common.chunks.CHUNK_ROWS`), never a copy of the whole of ``z``: ``z`` may
+    be a memory map larger than the memory.
     """
     model, grid = _model_and_grid(model)
     score = _balanced_accuracy()

@@ -75,11 +75,12 @@ def test_non_convergence_is_recorded_not_printed(task):
 
 
 def test_chunked_standardisation_equals_the_whole_array_formula(task, monkeypatch):
+    import noisyanchor.common.chunks as chunks
     import noisyanchor.common.downstream as downstream
 
     z, _, tags = task
     rows = tags == TRAIN
-    monkeypatch.setattr(downstream, "CHUNK_ROWS", 7)  # many chunks, a short last one
+    monkeypatch.setattr(chunks, "CHUNK_ROWS", 7)  # many chunks, a short last one
     mean, scale = downstream.standardisation(z, rows)
     assert np.allclose(mean, z[rows].mean(axis=0), rtol=0, atol=1e-12)
     assert scale == pytest.approx(np.sqrt(((z[rows] - z[rows].mean(axis=0)) ** 2).mean()),
