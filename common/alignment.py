@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from noisyanchor.common.chunks import row_chunks
+from noisyanchor.common.chunks import let_go, row_chunks
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.gopp import solve_gopp
 from noisyanchor.common.methods import Method
@@ -178,13 +178,14 @@ def assemble(blocks: Sequence[np.ndarray],
          else np.lib.format.open_memmap(z_file, mode="w+", dtype=np.float64, shape=shape))
     start = 0
     for i, y in enumerate(blocks):
-        for rows in row_chunks(len(y)):
+        for rows in row_chunks(len(y), release=y):  # the uploads' pages go as they are read
             out = z[start + rows.start:start + rows.stop]
             if maps is None:
                 out[...] = y[rows]
             else:
                 np.matmul(y[rows] - maps[1][i], maps[0][i], out=out)
                 out += maps[2]
+            let_go(z, slice(start + rows.start, start + rows.stop))  # written: to the file
         start += len(y)
     if isinstance(z, np.memmap):
         z.flush()

@@ -6,6 +6,7 @@ References: issue 31 (an analyst in bounded memory).
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterator
 
 import numpy as np
@@ -14,14 +15,49 @@ import numpy as np
 CHUNK_ROWS = 1 << 13
 
 
-def row_chunks(n: int, step: int | None = None) -> Iterator[slice]:
+def row_chunks(n: int, step: int | None = None, *,
+               release: np.ndarray | None = None) -> Iterator[slice]:
     """Consecutive slices ``[start, start + step)`` covering rows ``0..n`` (``step`` defaults
-    to :data:`CHUNK_ROWS`, read when called so a test can shrink it)."""
+    to :data:`CHUNK_ROWS`, read when called so a test can shrink it); with ``release``, each
+    chunk's rows of that array are let go of (:func:`let_go`) once the caller moves on."""
     step = CHUNK_ROWS if step is None else step
     if step < 1:
         raise ValueError(f"step must be >= 1, got {step}")
     for start in range(0, n, step):
-        yield slice(start, min(start + step, n))
+        rows = slice(start, min(start + step, n))
+        yield rows
+        if release is not None:
+            let_go(release, rows)
+
+
+def let_go(a: np.ndarray, rows: slice) -> None:
+    """Drop the pages of rows ``rows`` of a memory-mapped ``a`` from this process's resident
+    set (``MADV_DONTNEED``); nothing for an array in memory.
+
+    The file keeps its contents (written pages stay dirty in the page cache): touching the rows
+    again reads them back. Without this a pass over a memory map leaves every page it read
+    mapped, so the process's resident set grows by the whole file, page cache the kernel could
+    drop but that counts against a memory limit until it does.
+    """
+    mm = _mapping(a)
+    advice = getattr(mmap, "MADV_DONTNEED", None)
+    if mm is None or advice is None or mm.closed or not a.flags.c_contiguous or a.ndim == 0:
+        return
+    base = np.frombuffer(mm, np.uint8, count=1).ctypes.data  # the mapping's first byte
+    first = a.ctypes.data - base + rows.start * a.strides[0]
+    last = a.ctypes.data - base + rows.stop * a.strides[0]
+    first = -(-first // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages of these rows only
+    last = last // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first:
+        mm.madvise(advice, first, last - first)
+
+
+def _mapping(a: np.ndarray) -> mmap.mmap | None:
+    """The ``mmap`` behind ``a`` (a memory map, or a view of one, however deep), else None."""
+    base: object = a
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "base", None)
+    return base
 
 
 def all_finite(x: np.ndarray) -> bool:

@@ -203,11 +203,11 @@ def standardisation(z: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, float]
     """
     count = int(rows.sum())
     total = np.zeros(z.shape[1])
-    for chunk in row_chunks(len(z)):
+    for chunk in row_chunks(len(z), release=z):
         total += z[chunk][rows[chunk]].sum(axis=0)
     mean = total / count
     squares = 0.0
-    for chunk in row_chunks(len(z)):
+    for chunk in row_chunks(len(z), release=z):
         centred = z[chunk][rows[chunk]] - mean
         squares += float(np.einsum("ij,ij->", centred, centred))
     return mean, float(np.sqrt(squares / (count * z.shape[1]))) or 1.0
@@ -219,7 +219,7 @@ def standardised(z: np.ndarray, rows: np.ndarray, mean: np.ndarray,
     chunk into one array (the only copy; ``(sum(rows), d)``)."""
     out = np.empty((int(rows.sum()), z.shape[1]))
     filled = 0
-    for chunk in row_chunks(len(z)):
+    for chunk in row_chunks(len(z), release=z):
         part = z[chunk][rows[chunk]]
         np.subtract(part, mean, out=out[filled:filled + len(part)])
         filled += len(part)
