@@ -30,6 +30,7 @@ import numpy as np
 
 from noisyanchor.analyst.contributions import DEFAULT_MAX_SITES, contributions_result, site_view
 from noisyanchor.common.alignment import Alignment, solver_for
+from noisyanchor.common.chunks import rows_of
 from noisyanchor.common.downstream import held_out_metrics
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.methods import Method
@@ -77,7 +78,8 @@ def _fit(name: str, z: np.ndarray, labels: np.ndarray, tags: np.ndarray,
     summary: dict[str, Any] = {"name": name, **asdict(utility)}
     model = None
     try:
-        model = export_estimator(fitted.estimator, fitted.center, fitted.scale, z[tags == TEST])
+        model = export_estimator(fitted.estimator, fitted.center, fitted.scale,
+                                 rows_of(z, tags == TEST))
     except InvalidInputError as err:
         log.warning("downstream model %s not exported: %s", name, err)
         summary["error"] = f"not exported: {err}"
@@ -120,7 +122,7 @@ def downstream_result(*, federation_id: str, method: Method, participants: list[
         summary |= {"file": MODEL_FILE, "sha256": digest(files[MODEL_FILE])}
         for pid, (a, b) in zip(participants, alignment.row_ranges, strict=True):
             test = tags[a:b] == TEST
-            predicted = model.predict(z[a:b][test])  # the test rows only, not all of Z
+            predicted = model.predict(rows_of(z[a:b], test))  # the test rows only
             per_site[pid] = (held_out_metrics(labels[a:b][test], predicted)
                              | site_gain(model_name, z[a:b], labels[a:b], tags[a:b],
                                          predicted))

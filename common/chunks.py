@@ -52,6 +52,22 @@ def let_go(a: np.ndarray, rows: slice) -> None:
         mm.madvise(advice, first, last - first)
 
 
+def rows_of(a: np.ndarray, flags: np.ndarray) -> np.ndarray:
+    """The rows of ``a`` flagged by the boolean ``flags``, gathered a chunk at a time into one
+    new array, each chunk's pages let go of once read (:func:`let_go`): picking scattered rows
+    (the test rows) out of a memory map otherwise leaves nearly all of its pages resident."""
+    flags = np.asarray(flags, dtype=bool)
+    if flags.shape != a.shape[:1]:
+        raise ValueError(f"flags must give one flag per row ({len(a)}), got shape {flags.shape}")
+    out = np.empty((int(flags.sum()), *a.shape[1:]), dtype=a.dtype)
+    filled = 0
+    for rows in row_chunks(len(a), release=a):
+        part = a[rows][flags[rows]]
+        out[filled:filled + len(part)] = part
+        filled += len(part)
+    return out
+
+
 def _mapping(a: np.ndarray) -> mmap.mmap | None:
     """The ``mmap`` behind ``a`` (a memory map, or a view of one, however deep), else None."""
     base: object = a
@@ -64,7 +80,10 @@ def all_finite(x: np.ndarray) -> bool:
     """Whether every entry of ``x`` is finite, without a temporary the size of ``x`` when it is:
     the sum of finite values is finite unless it overflows, and only then (or when some entry
     is not finite) are the chunks checked one by one."""
-    if x.size == 0 or np.isfinite(x.sum()):
+    if x.size == 0:
         return True
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is answered below
+        if np.isfinite(x.sum()):
+            return True
     flat = x.reshape(len(x), -1) if x.ndim > 1 else x.reshape(-1, 1)
     return all(np.isfinite(flat[rows]).all() for rows in row_chunks(len(flat)))

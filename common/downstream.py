@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from noisyanchor.common.chunks import row_chunks
+from noisyanchor.common.chunks import row_chunks, rows_of
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.splits import TEST, TRAIN, VALIDATION
 
@@ -215,14 +215,10 @@ def standardisation(z: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, float]
 
 def standardised(z: np.ndarray, rows: np.ndarray, mean: np.ndarray,
                  scale: float) -> np.ndarray:
-    """``u = (z - mu) / s`` of the rows of ``z`` flagged by ``rows`` only, written chunk by
-    chunk into one array (the only copy; ``(sum(rows), d)``)."""
-    out = np.empty((int(rows.sum()), z.shape[1]))
-    filled = 0
-    for chunk in row_chunks(len(z), release=z):
-        part = z[chunk][rows[chunk]]
-        np.subtract(part, mean, out=out[filled:filled + len(part)])
-        filled += len(part)
+    """``u = (z - mu) / s`` of the rows of ``z`` flagged by ``rows`` only, gathered chunk by
+    chunk into one array (the only copy; ``(sum(rows), d)``) and standardised in place."""
+    out = rows_of(z, rows)
+    out -= mean
     out /= scale
     return out
 

@@ -191,23 +191,3 @@ def test_z_written_to_its_file_equals_the_stacked_blocks_in_memory(tmp_path, rng
     np.testing.assert_allclose(in_memory.z, stacked, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(np.load(tmp_path / "z.npy"), on_disk.z)
 
-
-def test_letting_go_of_mapped_rows_keeps_what_was_written(tmp_path):
-    """Issue 31: dropping a memory map's pages from the resident set (written or read, through
-    views) loses nothing: the file and the map still hold every row."""
-    from noisyanchor.common.chunks import let_go, row_chunks
-
-    z = np.lib.format.open_memmap(tmp_path / "z.npy", mode="w+", dtype=np.float64,
-                                  shape=(5000, 7))
-    expected = np.arange(z.size, dtype=np.float64).reshape(z.shape)
-    for rows in row_chunks(len(z), 333, release=z):
-        z[rows] = expected[rows]
-    view = np.asarray(z)[100:]
-    let_go(view, slice(0, len(view)))
-    let_go(expected, slice(0, 10))  # in memory: nothing to do
-    np.testing.assert_array_equal(z, expected)
-    z.flush()
-    read = np.load(tmp_path / "z.npy", mmap_mode="r")
-    total = sum(float(read[rows].sum()) for rows in row_chunks(len(read), 777, release=read))
-    assert total == expected.sum()
-    np.testing.assert_array_equal(np.load(tmp_path / "z.npy"), expected)
