@@ -77,13 +77,15 @@ def _mapping(a: np.ndarray) -> mmap.mmap | None:
 
 
 def all_finite(x: np.ndarray) -> bool:
-    """Whether every entry of ``x`` is finite, without a temporary the size of ``x`` when it is:
-    the sum of finite values is finite unless it overflows, and only then (or when some entry
-    is not finite) are the chunks checked one by one."""
-    if x.size == 0:
-        return True
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is answered below
-        if np.isfinite(x.sum()):
-            return True
-    flat = x.reshape(len(x), -1) if x.ndim > 1 else x.reshape(-1, 1)
-    return all(np.isfinite(flat[rows]).all() for rows in row_chunks(len(flat)))
+    """Whether every entry of ``x`` is finite, a chunk of rows at a time (each let go of once
+    read, :func:`let_go`): a chunk whose sum is finite holds only finite values, and only a
+    chunk whose sum is not (a NaN or an Inf, or an overflow) is checked entry by entry."""
+    if x.size == 0 or x.ndim == 0:
+        return bool(np.isfinite(x).all())
+    flat = x.reshape(len(x), -1)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is answered entry-wise
+        for rows in row_chunks(len(flat), release=x):
+            part = flat[rows]
+            if not np.isfinite(part.sum()) and not np.isfinite(part).all():
+                return False
+    return True
