@@ -19,7 +19,12 @@ from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.schema import SCHEMA_DTYPES, RecordSchema
 from noisyanchor.common.tabular import TabularSchema
 from noisyanchor.common.tomlconfig import Table, TlsFiles, check_id, read_toml
-from noisyanchor.common.validation import check_anchor_rows, check_nonnegative, check_positive
+from noisyanchor.common.validation import (
+    check_anchor_rows,
+    check_nonnegative,
+    check_positive,
+    check_projection_dim,
+)
 
 #: Default cap on one upload's array bytes (8 GiB).
 DEFAULT_MAX_UPLOAD_BYTES = 8 << 30
@@ -55,6 +60,19 @@ DEFAULT_MAX_PENDING_CALLS = 1000
 
 #: File name of the privacy ledger under ``output_dir`` when ``[privacy] ledger`` is not set.
 DEFAULT_LEDGER_NAME = "privacy_ledger.json"
+
+
+#: Values of ``[federation] screening``: what the analyst does with a site its screening names
+#: before alignment (:mod:`analyst.screening`); the first is the default.
+SCREENING_POLICIES = ("refuse", "exclude", "accept")
+
+
+def check_screening(value: str) -> str:
+    """One of :data:`SCREENING_POLICIES`."""
+    if value not in SCREENING_POLICIES:
+        raise InvalidInputError(f"expected one of {', '.join(SCREENING_POLICIES)}, got "
+                                f"{value!r}")
+    return value
 
 
 #: Default cap on the releases one participant may be charged for on one dataset.
@@ -226,12 +244,19 @@ class AnalystConfig:
         ``[model] contributions_max_sites``: the sites the model is refitted without to measure
         what each contributed (:mod:`analyst.contributions`; one extra fit each, sampled
         deterministically beyond it; 0: not measured).
+    report_projection_cost : bool
+        Whether each site sends, with its upload, what the public projection ``F`` costs its
+        own model (``[federation] report_projection_cost``; result.json's
+        ``projection_costs``).
     dealer : str
         The one participant whose sealed shares the relay accepts (the anchor seed's dealer);
         declared to participants. Default (None given): the first participant.
     projection_seed, translation_scale : optional
         Further declared protocol parameters participants check their own against (None: not
         declared).
+    screening : str
+        ``[federation] screening``: what happens to a site the screening before alignment
+        names (``refuse``, ``exclude`` or ``accept``; :mod:`analyst.screening`).
     """
 
     federation_id: str
@@ -275,8 +300,10 @@ class AnalystConfig:
     translation_scale: float | None = None
     model: str = "logistic"
     contributions_max_sites: int = DEFAULT_MAX_SITES
+    report_projection_cost: bool = False
     stopping: str = "objective"
     gopp_method: str = "auto"
+    screening: str = SCREENING_POLICIES[0]
 
     def __post_init__(self) -> None:
         # The relay accepts sealed shares from exactly one participant: always declared.
@@ -338,10 +365,12 @@ def load_analyst_config(path: Path) -> AnalystConfig:
     sigma = fed.float("sigma", None, check=lambda x: check_sigma(method, x))
     v = fed.float("v", None, check=lambda x: check_v(method, x))
     accept = fed.bool("accept_collusion", False)
+    report_cost = fed.bool("report_projection_cost", False)
     declared = {"deadline": fed.datetime("deadline", None),
                 "dealer": fed.str("dealer", None, check=lambda d: _member(d, participants)),
                 "projection_seed": fed.int("projection_seed", None, minimum=0),
                 "translation_scale": fed.positive_float("translation_scale", None)}
+    screening = fed.str("screening", SCREENING_POLICIES[0], check=check_screening)
     fed.done()
     solver = Table(doc, "solver", path, required=False)
     max_iter = solver.int("max_iter", 500, minimum=1)
@@ -359,6 +388,10 @@ def load_analyst_config(path: Path) -> AnalystConfig:
                           f"[privacy] epsilon_budget = {privacy.epsilon_budget:g}: every release "
                           "would be refused")
     schema = _schema(doc, path)
+    if schema is not None:
+        fed.checked("dim", dim, lambda h: check_projection_dim(h, schema.features, (
+            "[schema] features" if schema.tabular is None
+            else "the encoded width of [[schema.column]]")))
     if schema is not None and dim is None and anchors is not None:
         fed.checked("anchors", anchors, lambda r: check_anchor_rows(
             r, schema.features, "anchors need ([schema] features)"))
@@ -393,6 +426,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         gopp_method=gopp_method,
         health_port=server.int("health_port", None, minimum=1, check=check_port),
         log_json=server.path("log_json", None), schema=schema, **_model(doc, path),
+        report_projection_cost=report_cost, screening=screening,
         **declared)
     server.done()
     return cfg

@@ -1,9 +1,11 @@
 """The analyst's state machine, free of gRPC: one-shot uploads, relay objects, alignment.
 
 States: ``collecting`` (waiting for uploads) -> ``aligning`` (every expected participant has
-committed) -> ``done`` (result written) or ``failed``. Everything lives in the :class:`Store`, so
-a restarted analyst resumes where it stopped: committed uploads are kept, never asked for again,
-and the alignment runs (again) if it had not finished.
+committed; the uploads are screened first, :mod:`analyst.screening`) -> ``done`` (result
+written) or ``failed``; under the ``refuse`` screening policy a named site's upload is
+discarded and the state is ``collecting`` again until it uploads anew. Everything lives in
+the :class:`Store`, so a restarted analyst resumes where it stopped: committed uploads are
+kept, never asked for again, and the alignment runs (again) if it had not finished.
 
 References: SPEC.md sections 1-2; issue 3, items 2 and 4.
 """
@@ -24,6 +26,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from noisyanchor.analyst.config import AnalystConfig
+from noisyanchor.analyst.screening import Decision, decide, screen_uploads
 from noisyanchor.analyst.site_models import downstream_result
 from noisyanchor.analyst.storage import (
     FEDERATION_FILE,
@@ -45,7 +48,7 @@ from noisyanchor.common.errors import (
     PreconditionError,
     UnauthenticatedError,
 )
-from noisyanchor.common.files import atomic_write, sweep_stale_writes
+from noisyanchor.common.files import atomic_write, fsync_dir, sweep_stale_writes
 from noisyanchor.common.models import load_site_model
 from noisyanchor.common.sealing import share_statement, verify_exchange_key, verify_statement
 from noisyanchor.common.splits import SPLIT_NAMES
@@ -63,6 +66,9 @@ WITHDRAWN_DIR = "withdrawn"
 
 #: File of the store naming why the last alignment failed (removed when it runs again).
 FAILED_FILE = "failed.json"
+
+#: File of the store holding the last screening's decision (``result.json``'s ``screening``).
+SCREENING_FILE = "screening.json"
 
 
 #: Seconds a second stream of the same participant waits for the first one to finish.
@@ -156,11 +162,13 @@ class Federation:
             reference=cfg.reference,
             deadline_unix=cfg.deadline.timestamp() if cfg.deadline else 0.0)
         for name in ("anchors", "dim", "sigma", "v", "dealer", "projection_seed",
-                     "translation_scale"):
+                     "translation_scale", "model"):
             if getattr(cfg, name) is not None:
                 setattr(info, name, getattr(cfg, name))
         if cfg.schema is not None:
             info.schema.CopyFrom(cfg.schema.to_proto())
+        if cfg.report_projection_cost:
+            info.report_projection_cost = True
         return info
 
     def withdraw(self, pid: str, reason: str) -> None:
@@ -536,6 +544,12 @@ class Federation:
                                         f"{self._error}")
         summary = json.loads(self.store.read_result("result.json"))
         entry = (summary.get("site_models") or {}).get(pid)
+        screened = summary.get("screening") or {}
+        if entry is None and pid in screened.get("excluded", ()):
+            reasons = "; ".join(f["reason"] for f in screened["findings"] if f["site"] == pid)
+            raise FederationFailedError(
+                f"{pid!r} was excluded from federation {fid!r} by the analyst's screening "
+                f"before alignment, so it has no site model: {reasons}")
         if entry is None:
             raise PreconditionError(f"the result of federation {fid!r} was computed by an "
                                     "analyst that did not keep site models; it has none to send")
@@ -566,7 +580,11 @@ class Federation:
 
     def _align(self) -> None:
         try:
-            result = self.compute_result()
+            decision = self.screen()
+            if decision.refused:
+                self._refuse(decision)
+                return
+            result = self.compute_result(decision)
             self.store.commit_result(result)
             self._state = "done"
             summary = json.loads(result["result.json"])
@@ -579,19 +597,55 @@ class Federation:
             atomic_write(self.store.root / FAILED_FILE,
                          json.dumps({"state": "failed", "error": self._error}).encode())
 
-    def compute_result(self) -> dict[str, bytes | Path]:
-        """Align the committed uploads (GOPP or Procrustes by method) and encode the result;
-        the uploads are read as memory maps of the verified bundles and ``Z`` is written into
-        its file (``z.npy``, moved into the result), so neither is held in memory whole."""
+    def screen(self) -> Decision:
+        """Screen every committed upload (:func:`analyst.screening.screen_uploads`) and apply
+        the ``[federation] screening`` policy; each named site is logged with its reason and
+        the decision kept in the store."""
+        cfg = self.config
+        bundles = {pid: read_bundle(self.store.upload_path(pid), copy=False)[1]
+                   for pid in cfg.participants}
+        screening = screen_uploads(
+            cfg, {pid: b["data"] for pid, b in bundles.items()},
+            {pid: b["anchor"] for pid, b in bundles.items()} if self.method.uses_anchor
+            else None)
+        decision = decide(cfg.screening, cfg.participants, screening)
+        for pid in screening.flagged:
+            log.warning("screening (policy %s): %s %s", cfg.screening, pid,
+                        decision.site_text(pid))
+        atomic_write(self.store.root / SCREENING_FILE,
+                     json.dumps(decision.to_json(), indent=2).encode())
+        return decision
+
+    def _refuse(self, decision: Decision) -> None:
+        """``refuse``: discard each named site's upload, record it as out with the reason and
+        how to come back (every status shows it), and collect again."""
+        for pid in decision.refused:
+            path = self.store.upload_path(pid)
+            path.unlink(missing_ok=True)
+            fsync_dir(path.parent)
+            atomic_write(self._withdrawn_dir / f"{pid}.txt", peer_text(
+                decision.site_text(pid), MAX_PEER_TEXT).encode())
+        with self._lock:
+            self._state = "collecting"
+        log.warning("nothing aligned: waiting for %s to upload again",
+                    ", ".join(decision.refused))
+
+    def compute_result(self, decision: Decision) -> dict[str, bytes | Path]:
+        """Align the committed uploads of the sites ``decision`` includes (GOPP or Procrustes by
+        method) and encode the result: exactly what a federation of those sites alone computes
+        (its reference: the configured one, else the first site included). The uploads are
+        read as memory maps of the verified bundles and ``Z`` is written into its file
+        (``z.npy``, moved into the result), so neither is held in memory whole."""
         cfg = self.config
         start = time.perf_counter()
-        bundles = [read_bundle(self.store.upload_path(pid), copy=False)[1]
-                   for pid in cfg.participants]
+        sites = decision.included
+        specs, bundles = zip(*(read_bundle(self.store.upload_path(pid), copy=False)
+                               for pid in sites), strict=True)
         data = [b["data"] for b in bundles]
         anchors = [b["anchor"] for b in bundles] if self.method.uses_anchor else None
         z_file = self.store.scratch_file("z.npy")
         alignment = align(self.method, data, anchors,
-                          reference=cfg.participants.index(cfg.reference),
+                          reference=sites.index(cfg.reference) if cfg.reference in sites else 0,
                           max_iter=cfg.max_iter, tol=cfg.tol, precision=cfg.precision,
                           stopping=cfg.stopping, gopp_method=cfg.gopp_method,
                           z_file=z_file)
@@ -599,22 +653,26 @@ class Federation:
         r = anchors[0].shape[0] if anchors else None
         summary = {
             "federation_id": cfg.federation_id, "method": self.method.value,
-            "participants": list(cfg.participants), "dim": d, "anchors": r,
+            "participants": list(sites), "dim": d, "anchors": r,
             "records": int(alignment.z.shape[0]), "sigma": cfg.sigma, "v": cfg.v,
             "v_pt": phase_transition_v(len(data), d, r) if r else None,
             "preprocessing_sha256": (cfg.schema.preprocessing_sha256.hex() or None
                                      if cfg.schema is not None else None),
-            "row_ranges": {pid: list(rr) for pid, rr in zip(cfg.participants,
-                                                             alignment.row_ranges, strict=True)},
+            "row_ranges": {pid: list(rr) for pid, rr in zip(sites, alignment.row_ranges,
+                                                             strict=True)},
             "solver": alignment.solver,
+            "screening": decision.to_json(),
             "seconds": time.perf_counter() - start,
         }
+        if cfg.report_projection_cost:  # each site's own measurement, as it sent it
+            summary["projection_costs"] = {pid: spec.projection_cost for pid, spec
+                                           in zip(sites, specs, strict=True)}
         labels = np.concatenate([b["labels"] for b in bundles])
         tags = np.concatenate([b["tags"] for b in bundles])
         (summary["model"], summary["site_models"], summary["contributions"],
          model_files) = downstream_result(
             federation_id=cfg.federation_id, method=self.method,
-            participants=list(cfg.participants), model_name=cfg.model, alignment=alignment,
+            participants=list(sites), model_name=cfg.model, alignment=alignment,
             labels=labels, tags=tags, contributions_max_sites=cfg.contributions_max_sites)
         return {
             "z.npy": z_file,

@@ -55,6 +55,7 @@ SPEC.md sections 2 and 5; ScoreShield paper Algorithms 1-2; issues 5 (item 3), 9
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import threading
 import time
@@ -193,6 +194,9 @@ class Collection:
 
     def scores(self, pid: str, t: np.ndarray) -> np.ndarray:
         """Clean cosine scores ``s = E q`` of participant ``pid``'s query ``t``."""
+        if pid not in self.participants:
+            raise PreconditionError(f"{pid!r} has no rows in the aligned result: the analyst's "
+                                    "screening excluded it before alignment")
         i = self.participants.index(pid)
         return self.rows @ query_direction(t, self.rotations[i], self.means[i])
 
@@ -234,7 +238,9 @@ def load_collection(federation: Federation,
 
     rows = collection_rows(load("z.npy"), load("shift.npy"))
     labels, why = checked_identities(limits or ReleaseLimits(), rows.shape[0])
-    return Collection(rows=rows, participants=tuple(federation.config.participants),
+    # The sites aligned (result.json): under the exclude screening policy, not every one.
+    aligned = json.loads(federation.store.read_result("result.json"))["participants"]
+    return Collection(rows=rows, participants=tuple(aligned),
                       rotations=load("rotations.npy"), means=load("means.npy"),
                       identities=labels, identity_error=why)
 

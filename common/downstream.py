@@ -17,9 +17,11 @@ neighbours (Euclidean, so also rotation invariant; ``k`` chosen on validation).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -103,6 +105,17 @@ def _fit_predict(x_tr, y_tr, x_ev, c: float, model: Callable[[float], Any]) -> n
     return fit_model(model, c, x_tr, y_tr)[0].predict(x_ev)
 
 
+@contextlib.contextmanager
+def warnings_to_log(logger: logging.Logger) -> Iterator[None]:
+    """Warnings raised inside (scikit-learn's, about a small site's rows) go to ``logger`` at
+    DEBUG, each text once, not to the terminal: a site's command prints its own findings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for text in dict.fromkeys(f"{w.category.__name__}: {w.message}" for w in caught):
+        logger.debug("%s", text)
+
+
 def fit_model(model: Callable[[float], Any], c: float, x: np.ndarray,
               y: np.ndarray) -> tuple[Any, bool]:
     """``model(c)`` fitted on ``(x, y)``, and whether its optimiser converged (no
@@ -183,6 +196,7 @@ def _balanced_accuracy() -> Callable[[np.ndarray, np.ndarray], float]:
     def score(y_true: np.ndarray, y_pred: np.ndarray) -> float:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="y_pred contains classes not in y_true")
+            # Test rows of one class, all predicted right: a site's ordinary case too.
             warnings.filterwarnings("ignore", message="A single label was found")
             return float(balanced_accuracy_score(y_true, y_pred))
 

@@ -151,6 +151,11 @@ def result_lines(result: dict[str, Any]) -> list[str]:
     seconds = result.get("seconds")
     took = f" in {human_duration(seconds)}" if isinstance(seconds, int | float) else ""
     lines = [f"  alignment: {', '.join(parts)}{took}; {result.get('records', '?')} records"]
+    screening = result.get("screening") or {}
+    for site in screening.get("flagged", ()):  # named before alignment: site and reason
+        what = "excluded" if site in screening.get("excluded", ()) else "aligned anyway"
+        reasons = "; ".join(f["reason"] for f in screening["findings"] if f["site"] == site)
+        lines.append(f"  screening ({screening.get('policy')}): {site} {what}: {reasons}")
     model = result.get("model")
     if model is None:
         lines.append("  model: none configured")

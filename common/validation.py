@@ -101,6 +101,15 @@ def check_anchor_rows(r: int, d: int, what: str) -> None:
         raise InvalidInputError(f"{what} r >= d + 1 rows, got r={r}, d={d}")
 
 
+def check_projection_dim(h: int, d: int, width: str) -> None:
+    """Raise unless a public projection ``F`` (``d x h``) maps the ``d`` record columns to
+    ``h <= d`` of them; ``width`` says where ``d`` comes from (``"[schema] features"``)."""
+    if h > d:
+        raise InvalidInputError(f"h = {h} exceeds the record width d = {d} ({width}): a "
+                                "public projection F maps d columns to h <= d of them "
+                                "(omit dim for none)")
+
+
 def stack_blocks(blocks: Sequence[object], name: str) -> np.ndarray:
     """Stack ``p >= 2`` equally shaped finite ``(r, d)`` blocks into a ``(p, r, d)`` array.
 

@@ -136,13 +136,16 @@ def _check_digest(digest: bytes, name: str, *, allow_empty: bool = False) -> Non
 
 @dataclass(frozen=True)
 class BundleSpec:
-    """A whole stream header: federation, method, the arrays in stream order, and the digest
-    of the preprocessing the sender applied to its records (empty: none declared)."""
+    """A whole stream header: federation, method, the arrays in stream order, the digest of
+    the preprocessing the sender applied to its records (empty: none declared) and, when the
+    federation asks for it, what the public projection ``F`` costs the sender's own model
+    (:mod:`participant.projection_cost`; None: not sent)."""
 
     federation_id: str
     method: str
     arrays: tuple[ArraySpec, ...]
     preprocessing_sha256: bytes = b""
+    projection_cost: float | None = None
 
     @property
     def nbytes(self) -> int:
@@ -187,13 +190,18 @@ class BundleSpec:
             raise InvalidInputError(f"the header's preprocessing digest has "
                                     f"{len(msg.preprocessing_sha256)} bytes; SHA-256 has "
                                     f"{DIGEST_SIZE}")
-        return cls(msg.federation_id, msg.method, arrays, bytes(msg.preprocessing_sha256))
+        cost = msg.projection_cost if msg.HasField("projection_cost") else None
+        if cost is not None and not -1.0 <= cost <= 1.0:  # a difference of balanced accuracies
+            raise InvalidInputError(f"the header's projection cost {cost} is not a difference "
+                                    "of balanced accuracies (in [-1, 1])")
+        return cls(msg.federation_id, msg.method, arrays, bytes(msg.preprocessing_sha256), cost)
 
     def to_proto(self) -> pb.BundleHeader:
         """Header message of this spec."""
         return pb.BundleHeader(federation_id=self.federation_id, method=self.method,
                                arrays=[a.to_proto() for a in self.arrays],
-                               preprocessing_sha256=self.preprocessing_sha256)
+                               preprocessing_sha256=self.preprocessing_sha256,
+                               projection_cost=self.projection_cost)
 
     def receipt(self, participant_id: str) -> bytes:
         """SHA-256 over a domain label, the sender and the canonical header with every digest.
@@ -211,13 +219,15 @@ class BundleSpec:
 
 
 def bundle_spec(federation_id: str, method: str, arrays: Mapping[str, np.ndarray], *,
-                digests: bool = True, preprocessing_sha256: bytes = b"") -> BundleSpec:
+                digests: bool = True, preprocessing_sha256: bytes = b"",
+                projection_cost: float | None = None) -> BundleSpec:
     """Spec of ``arrays`` (stream order = mapping order); ``digests=False`` leaves the digests
     to be computed while sending (:class:`BundleSender`); ``preprocessing_sha256`` names the
-    preprocessing the records went through (:mod:`common.tabular.schema`)."""
+    preprocessing the records went through (:mod:`common.tabular.schema`);
+    ``projection_cost`` is sent only when not None."""
     return BundleSpec(federation_id, method, tuple(ArraySpec.of(name, arr, digest=digests)
                                                    for name, arr in arrays.items()),
-                      preprocessing_sha256)
+                      preprocessing_sha256, projection_cost)
 
 
 def _pieces(arrays: Mapping[str, np.ndarray],

@@ -179,10 +179,12 @@ def _demo(args: argparse.Namespace) -> int:
         return 0
     print(f"demo: analyst, {s['participants']} participants, colluder and attack ran as "
           f"{len(s['pids'])} separate processes over mutual TLS; method {s['method']} "
-          f"(d={s['dim']}, r={s['anchors']}, v={s['v']}, seed {s['seed']})")
+          f"(d = {s['dim']} columns aligned, an anchor of r = {s['anchors']} rows, anchor "
+          f"noise v = {s['v']}, seed {s['seed']})")
     solver = s["solver"]
     print(f"alignment: {solver.get('name')}, converged {solver.get('converged')}, certified "
-          f"{solver.get('certified')}; Z equals the in-process simulator's: "
+          f"{solver.get('certified')}; the collaboration matrix Z equals the in-process "
+          "simulator's: "
           f"{s['z_matches_inprocess']} (max |diff| {s['z_max_abs_diff']:.2g}, "
           f"{s['z_max_rel_diff']:.2g} of max |Z|)")
     for pid, site in s["sites"].items():
@@ -200,7 +202,9 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"utility: balanced accuracy {s['utility']['balanced_accuracy']:.4f} over every "
           f"site's test rows; {s['seconds']:.1f} s")
     files = ", ".join(s["files"].values())
-    print(f"results in {s['folder']} ({files})")
+    print(f"results in {s['folder']} ({files}); what each number means, and what a site can "
+          "change (noise, projection, model), in summary.md; who can attack whom and what each "
+          "defence costs in THREAT_MODEL.md")
     return 0
 
 

@@ -42,12 +42,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                              "will, offline: the first bad cell by file, line, column and value, "
                              "or the records' count, d_in and the preprocessing digest")
     check.add_argument("--schema", type=Path, required=True,
-                       help="a file with the [schema] table (project file, analyst config, draft)")
-    check.add_argument("--data", type=Path, required=True, help="the site's CSV table")
-    check.add_argument("--label", default="label", help="the label column, unless the schema "
-                       "names it")
-    check.add_argument("--tag", default="split", help="the optional split column")
-    check.add_argument("--delimiter", default=",", help="between values")
+                       help="a file with the [schema] table: a site's kit config "
+                       "(kits/<site>/<site>.toml, whose [participant] data, delimiter, "
+                       "label_column and tag_column are used too), the project file, the "
+                       "analyst config or a draft")
+    check.add_argument("--data", type=Path, default=None,
+                       help="the site's CSV table (default: the kit's [participant] data)")
+    check.add_argument("--label", default=None, help="the label column, unless the schema "
+                       "names it (default: the kit's label_column, else 'label')")
+    check.add_argument("--tag", default=None, help="the optional split column (default: the "
+                       "kit's tag_column, else 'split')")
+    check.add_argument("--delimiter", default=None,
+                       help="between values (default: the kit's delimiter, else ',')")
     check.add_argument("--no-labels", action="store_true",
                        help="a table without labels (records to predict)")
     check.add_argument("--json", action="store_true", help="print the outcome as JSON")
@@ -71,7 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     split.add_argument("--label", default="label", help="the label column of a FILE")
     split.add_argument("--delimiter", default=",", help="between the values of a FILE")
     split.add_argument("--seed", type=int, default=0, help="of the split")
-    split.add_argument("--json", action="store_true", help="print what each site got as JSON")
+    split.add_argument("--json", action="store_true", help="print what each site got, and "
+                       "where the summary is, as JSON")
     split.set_defaults(handler=_split)
 
 
@@ -109,13 +116,16 @@ def _check(args: argparse.Namespace) -> int:
     doc = read_toml(args.schema)
     if not isinstance(doc.get("schema"), dict):
         raise ConfigError(f"{args.schema}: no [schema] table")
+    reading = _kit_reading(doc, args)
+    data = reading["data"]
     typed = "column" in doc["schema"]
     schema = TabularSchema.from_toml(doc["schema"], args.schema) if typed else None
-    table = read_table(args.data, schema, label_column=args.label, tag_column=args.tag,
-                       require_label=not args.no_labels, delimiter=args.delimiter)
+    table = read_table(data, schema, label_column=reading["label_column"],
+                       tag_column=reading["tag_column"], require_label=not args.no_labels,
+                       delimiter=reading["delimiter"])
     features = doc["schema"].get("features")
     if not typed and features is not None and table.x.shape[1] != features:
-        raise ConfigError(f"{args.data} has {table.x.shape[1]} feature columns but "
+        raise ConfigError(f"{data} has {table.x.shape[1]} feature columns but "
                           f"{args.schema} declares features = {features}")
     digest = schema.digest().hex() if schema is not None else None
     far = far_values(schema, table.x, table.lines) if schema is not None else []
@@ -130,7 +140,7 @@ def _check(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(outcome, indent=2))
         return 0
-    print(f"{args.data}: {outcome['records']} records read, d_in = {outcome['d_in']}"
+    print(f"{data}: {outcome['records']} records read, d_in = {outcome['d_in']}"
           + (f", columns left out: {', '.join(table.ignored)}" if table.ignored else "")
           + (f"; preprocessing {digest} (the kit's [protocol] preprocessing_sha256 must be "
              "the same)" if digest else ""))
@@ -141,21 +151,42 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kit_reading(doc: dict, args: argparse.Namespace) -> dict:
+    """How ``schema check`` reads the table: the command line's options, else the site kit's
+    ``[participant]`` settings (when ``--schema`` is a kit config), else the defaults: the same
+    reading as the site's upload."""
+    from noisyanchor.common.errors import ConfigError
+    from noisyanchor.common.tomlconfig import Table
+
+    kit = Table(doc, "participant", args.schema, required=False)
+    reading = {"data": args.data if args.data is not None else kit.path("data", None),
+               "delimiter": args.delimiter or kit.str("delimiter", ","),
+               "label_column": args.label or kit.str("label_column", "label"),
+               "tag_column": args.tag or kit.str("tag_column", "split")}
+    if reading["data"] is None:
+        raise ConfigError(f"no table to check: give --data, or a site's kit config as --schema "
+                          f"({args.schema} has no [participant] data)")
+    return reading
+
+
 def _split(args: argparse.Namespace) -> int:
-    from noisyanchor.deploy.datasplit import read_source, split_table
+    from noisyanchor.deploy.datasplit import read_source, split_table, summary_path
 
     table = read_source(args.dataset, label_column=args.label, delimiter=args.delimiter)
     shares = split_table(table, [s.strip() for s in args.sites.split(",") if s.strip()],
                          args.out, alpha=args.alpha, holdout=args.holdout, seed=args.seed)
+    summary = summary_path(args.out)
     if args.json:
-        print(json.dumps([{"site": s.site, "table": str(s.path), "records": s.records,
-                           "labels": s.labels, "held_back": s.held_back,
-                           "new": str(s.new) if s.new else None,
-                           "new_labels": str(s.new_labels) if s.new_labels else None}
-                          for s in shares], indent=2))
+        print(json.dumps({"sites": [{"site": s.site, "table": str(s.path), "records": s.records,
+                                     "labels": s.labels, "held_back": s.held_back,
+                                     "new": str(s.new) if s.new else None,
+                                     "new_labels": str(s.new_labels) if s.new_labels else None}
+                                    for s in shares],
+                          "summary": str(summary)}, indent=2))
         return 0
     for s in shares:
         held = f"; {s.held_back} held back in {s.new}" if s.held_back else ""
         print(f"{s.site}: {s.records} records in {s.path} (labels "
               f"{', '.join(f'{k} {v}' for k, v in s.labels.items())}){held}")
+    print(f"every site's counts and paths in {summary}: yours, the operator's; it goes to no site")
     return 0

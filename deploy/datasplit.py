@@ -10,7 +10,10 @@ their labels in the same order, to score the predictions. A FILE keeps its cells
 (typed columns, categories, missing cells and all); rows stay in their original order.
 
 ``--out`` is a folder, or a pattern with ``{site}`` (``'kits/{site}/data'`` puts each table
-where the site's kit expects it). Nothing is written when any target file exists already.
+where the site's kit expects it). The summary ``split.json`` (every site's counts and paths: the
+operator's, for no site to see) goes in the folder, or beside the sites' folders of a pattern
+(``kits/split.json``), never into one site's folder. Nothing is written when any target file
+exists already.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from noisyanchor.common.tomlconfig import check_id
 from noisyanchor.experiments.datasets import TABLES, Table, bundled_table
 from noisyanchor.experiments.partition import label_skewed, stratified_iid
 
-#: Name of the summary written beside the tables (in the first site's folder).
+#: Name of the summary written beside the tables (:func:`summary_path`).
 SUMMARY = "split.json"
 
 
@@ -78,6 +81,15 @@ def read_source(source: str, *, label_column: str = "label", delimiter: str = ",
 
 def _target(out: str, site: str) -> Path:
     return Path(out.replace("{site}", site)) if "{site}" in out else Path(out)
+
+
+def summary_path(out: str) -> Path:
+    """Where the summary goes: in ``out``, or, for a pattern, in the folder above the first
+    part naming ``{site}`` (``kits/{site}/data``: ``kits/split.json``), outside every site's
+    folder."""
+    parts = Path(out).parts
+    at = next((j for j, part in enumerate(parts) if "{site}" in part), None)
+    return (Path(out) if at is None else Path(*parts[:at])) / SUMMARY
 
 
 def _csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> bytes:
@@ -126,8 +138,7 @@ def split_table(table: Table, sites: Sequence[str], out: str, *, alpha: float | 
             share = SiteShare(site, path, len(kept), share.labels, new, new_labels,
                               int(held.sum()))
         shares.append(share)
-    summary = _target(out, sites[0]) / SUMMARY
-    plan[summary] = json.dumps({
+    plan[summary_path(out)] = json.dumps({
         "source": table.name, "sites": {s.site: {
             "table": str(s.path), "records": s.records, "labels": s.labels,
             "held_back": s.held_back, "new": str(s.new) if s.new else None,

@@ -144,29 +144,63 @@ def gain_text(value: float | None, interval: list[float] | None = None) -> str:
                               f", 95% interval [{interval[0]:+.3f}, {interval[1]:+.3f}]")
 
 
+#: What a site can change after seeing the attacks, and where each defence is measured: the
+#: closing section of ``summary.md`` and the demo's last printed line points to it.
+WHAT_A_SITE_CAN_CHANGE = (
+    "Who can attack whom, with what, and what each defence costs, measured: `THREAT_MODEL.md` "
+    "in the repository. What the sites can change, together, in the project file (the demo: "
+    "its options):",
+    "",
+    "- **anchor noise** `v` (`[federation] v`; `--v`): more noise on each site's copy of the "
+    "anchor makes the colluder's anchor attacks less accurate, and the alignment, so the "
+    "model, less accurate too; it gives nothing against the analyst alone holding a few known "
+    "records of a site (the records' upload carries no noise);",
+    "- **private-data noise** `sigma` on the records themselves (methods `c-gdp-pn`, "
+    "`aa-igdp-pn`; `[federation] sigma`; `--sigma`): the one defence measured in "
+    "`THREAT_MODEL.md` to work against every threat, at a cost in accuracy;",
+    "- **a public projection** `F` to `h` columns (`[federation] dim = h`, `h` < `d_in`; "
+    "`--dim`): attackers recover records only up to `F`, and every site's model loses what `F` "
+    "drops (each site measures that cost on its own rows before it uploads);",
+    "- **the downstream model** (`[model] name`): changes the accuracy, not what the uploads "
+    "reveal.",
+)
+
+
 def summary_markdown(s: dict[str, Any]) -> str:
-    """``summary.md``: the run, what each site gained and predicted, what each attack means."""
+    """``summary.md``: the run, what each site gained and predicted, what each attack means,
+    and what a site can change (:data:`WHAT_A_SITE_CAN_CHANGE`); every symbol in words."""
+    solver = s["solver"]
     lines = [f"# noisyanchor demo, {s.get('dataset', 'digits')}, {s['method']}, "
              f"{s['participants']} sites",
              "",
              f"Analyst, {s['participants']} sites"
              + (f", the colluder {s['colluder']}'s disclosure and the attack" if s["colluder"]
                 else "")
-             + f" ran as {len(s['pids'])} separate processes over mutual TLS on 127.0.0.1 "
-             f"(d = {s['dim']}, r = {s['anchors']}, v = {s['v']}, sigma = {s['sigma']}, seed "
-             f"{s['seed']}), in {s['seconds']:.1f} s. The collaboration matrix equals the "
-             f"in-process simulator's: {s['z_matches_inprocess']}. Alignment: "
-             f"{s['solver'].get('name')}, converged {s['solver'].get('converged')}, certified "
-             f"{s['solver'].get('certified')}. The federation's model: held-out balanced "
-             f"accuracy {number_text(s['utility'].get('balanced_accuracy'))} over every site's "
-             "test rows.",
+             + f" ran as {len(s['pids'])} separate processes over mutual TLS on 127.0.0.1, in "
+             f"{s['seconds']:.1f} s (seed {s['seed']}: the seed of every random draw of the "
+             "run). The protocol's parameters: each record has d = "
+             f"{s['dim']} columns as the sites align them (the data set's columns, or h after a "
+             f"public projection F); the shared synthetic anchor A has r = {s['anchors']} rows; "
+             f"v = {s['v']} is the standard deviation of the Gaussian noise each site adds to "
+             f"its copy of the anchor; sigma = {s['sigma']} that of the noise added to the "
+             "records themselves (0: none). The collaboration matrix Z (every site's records "
+             "in one common frame, which the analyst fits the model on) equals the one the "
+             f"in-process simulator computes from the same seeds: {s['z_matches_inprocess']}. "
+             f"Alignment: {solver.get('name')} (the solver), converged "
+             f"{solver.get('converged')}, certified {solver.get('certified')} (a certificate "
+             "proves the alignment found is the best possible one). The federation's model: "
+             f"balanced accuracy {number_text(s['utility'].get('balanced_accuracy'))} on every "
+             "site's test rows together.",
              "",
              "## What each site gained (`fig_sites.png`)",
              "",
              "Each site kept its key, fetched its own map and the model, and predicted records "
              "it had held back from its upload, on its own host. *Alone* is the same kind of "
              "model trained on the site's own training records only; *centralised* pools every "
-             "site's raw records in one place (what the protocol avoids), as a ceiling.",
+             "site's raw records in one place (what the protocol avoids), for reference: it is "
+             "not a bound, and on a site's few test rows it can score below the federation's "
+             "model or the site's own. *Gain* is the federation's balanced accuracy minus the "
+             "site's alone, on the site's test rows.",
              "",
              "| site | test rows | alone | federation | centralised | gain | held-back records "
              "| predicted correctly (alone / federation / centralised) |",
@@ -179,18 +213,22 @@ def summary_markdown(s: dict[str, Any]) -> str:
             + f" | {gain_text(gain, site.get('gain_interval'))} | {site['held_back']} | "
             + " / ".join(number_text(site[k]["held_back_accuracy"]) for k, _ in SITE_MODELS)
             + " |")
-    lines += ["", "Test-row columns are balanced accuracy (mean recall over the classes); "
-              "the gain is the federation's minus alone's on the same test rows, with its 95% "
-              "interval (stratified paired bootstrap; n/a: not told, below 20 test rows or "
+    lines += ["", "Test-row columns are balanced accuracy (the mean over the classes of the "
+              "share of each class predicted correctly); the gain is the federation's minus "
+              "alone's on the same test rows, with its 95% interval (stratified paired "
+              "bootstrap; n/a: not told, below 20 test rows or "
               "with one class, `gain_not_told` in `summary.json` says why); held-back columns "
               "are the share of records predicted correctly.", ""]
     if s["attacks"]:
         lines += [f"## What the colluder {s['colluder']} reconstructs (`fig_attacks.png`)", "",
-                  "The relative error is `||X^ - X|| / ||X||` over each target's records: 0 is "
-                  "an exact copy.", ""]
+                  "The relative error is `||X^ - X|| / ||X||` over each target's records: `X` "
+                  "holds a target's records, `X^` the attack's reconstruction of them, and "
+                  "`||.||` is the root of the sum of squares of every entry; 0 is an exact "
+                  "copy.", ""]
         for name, res in s["attacks"].items():
             lines.append(f"- **{name}**: error {res['relative_error']:.3f}: {res['meaning']}.")
         lines.append("")
+    lines += ["## What a site can change", "", *WHAT_A_SITE_CAN_CHANGE, ""]
     lines += ["## Files", "",
               "`summary.json` holds every number above; `store/` is the analyst's store, "
               "`state/<site>/` each site's kept key, site model and `gain.json`, `new/` and "

@@ -68,8 +68,9 @@ def write_project(root: Path, port: int, *, deadline_minutes: float = 30.0,
                    "schema": template["schema"], "model": template["model"]}
     else:
         tables |= {
-            "federation": {"method": "aa-igdp-an", "anchors": 64, "dim": 16,
-                           "projection_seed": 20261129, "v": 0.02, "dealer": SITES[0],
+            # As federation-local.toml: no public projection (on 64 columns it would cost
+            # every site more than joining gains it), the anchor at its default 4 d rows.
+            "federation": {"method": "aa-igdp-an", "v": 0.02, "dealer": SITES[0],
                            "deadline": deadline},
             "schema": {"features": 64, "dtype": "float64",
                        "feature_names": [f"f{j}" for j in range(64)]},

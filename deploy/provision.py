@@ -34,6 +34,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from noisyanchor.analyst.config import check_screening
 from noisyanchor.common.durations import human_duration, is_relative, parse_deadline
 from noisyanchor.common.errors import (
     AlreadyExistsError,
@@ -61,7 +62,8 @@ PROTOCOL_KEYS = ("method", "anchors", "dim", "projection_seed", "sigma", "v",
                  "translation_scale", "dealer")
 
 #: Keys of ``[federation]`` only the analyst's config carries.
-ANALYST_ONLY_KEYS = ("reference", "deadline", "accept_collusion")
+ANALYST_ONLY_KEYS = ("reference", "deadline", "accept_collusion", "report_projection_cost",
+                     "screening")
 
 #: Default certificate validity (days) when the project sets none.
 DEFAULT_VALIDITY_DAYS = 365
@@ -145,6 +147,8 @@ def load_project(path: Path) -> Project:
         raise ConfigError(f"{path}: [federation] has unknown key(s) {', '.join(bad)}")
     if "method" not in fed:
         raise ConfigError(f"{path}: [federation] method is required")
+    if "screening" in fed:
+        Table(doc, "federation", path).str("screening", check=check_screening)
     relative = is_relative(fed.get("deadline"))
     if "deadline" in fed:
         try:
@@ -418,8 +422,9 @@ def _analyst_kit(root: Path, project: Project, ca: KeptCa,
                       ca.issue("analyst", key.public_key(), project, server=True), key)
 
 
-def _check_configs(root: Path, names: list[str]) -> None:
-    """Load the written configs with the roles' own readers (every key checked)."""
+def _check_configs(root: Path, names: list[str], project: Project, out: Path) -> None:
+    """Load the configs staged under ``root`` with the roles' own readers (every key
+    checked); a refusal names the project file and its key (:func:`_as_project_error`)."""
     from noisyanchor.analyst.config import load_analyst_config
     from noisyanchor.participant.config import load_participant_config
 
@@ -433,9 +438,27 @@ def _check_configs(root: Path, names: list[str]) -> None:
             key.write_bytes(b"")
         try:
             (load_analyst_config if name == "analyst" else load_participant_config)(config)
+        except InvalidInputError as err:
+            raise _as_project_error(err, config, project.path, root, out) from None
         finally:
             if stand_in:
                 key.unlink()
+
+
+#: A site config's tables by the project table they are made from (:func:`site_tables`).
+_SITE_TABLES = {"[protocol]": "[federation]", "[participant]": "[[site]]"}
+
+
+def _as_project_error(err: InvalidInputError, config: Path, project: Path, staging: Path,
+                      out: Path) -> InvalidInputError:
+    """A refusal of a staged config told as the user wrote it: the project file instead of
+    the staged config (which the user never sees, and which is deleted), the project's table
+    for a site config's, and the kits folder instead of the staging folder."""
+    text = str(err).replace(str(config), str(project))
+    if config.stem != "analyst":  # the analyst's tables are the project's own names
+        for table, source in _SITE_TABLES.items():
+            text = text.replace(f"{project}: {table}", f"{project}: {source}")
+    return type(err)(text.replace(str(staging), str(out)))
 
 
 def _commit(staging: Path, out: Path) -> list[Path]:
@@ -490,7 +513,7 @@ def provision(project_path: Path, out: Path | None = None, *, add_sites: tuple[s
         raise NotFoundError(f"no CA under {out / 'ca'}: run 'noisyanchor provision --project "
                             f"{project.path}' first")
     if first and out.exists() and any(p for p in out.iterdir()):
-        raise AlreadyExistsError(f"{out} is not empty and holds no CA: choose another --out")
+        raise AlreadyExistsError(_not_empty(out))
     if not first and not (add_sites or renew):
         raise AlreadyExistsError(f"{out} is already provisioned (CA in {out / 'ca'}): use "
                                  "--add-site SITE, --renew SITE, or another --out")
@@ -528,7 +551,7 @@ def provision(project_path: Path, out: Path | None = None, *, add_sites: tuple[s
             if add_sites and "analyst" not in names:  # the analyst must expect the new sites
                 _reconfigure_analyst(staging, out, project)
                 names.append("analyst")
-        _check_configs(staging, names)
+        _check_configs(staging, names, project, out)
         ca.write(staging)
         changed = _changed_files(staging, out)
         moved = _commit(staging, out)
@@ -576,6 +599,19 @@ def _renew_ca(staging: Path, out: Path, project: Project, ca: KeptCa) -> None:
         if kit.name != CA_FOLDER and (kit / "pki" / "ca.pem").is_file():
             (staging / kit.name / "pki").mkdir(parents=True, exist_ok=True)
             write_file(staging / kit.name / "pki" / "ca.pem", pem)
+
+
+def _not_empty(out: Path) -> str:
+    """Why a first run refuses ``out``, and the order that works (sites' tables, as
+    ``data split`` writes them, go into kits that exist)."""
+    from noisyanchor.deploy.datasplit import SUMMARY
+
+    tables = (out / SUMMARY).is_file() or any((p / "data").is_dir() for p in out.iterdir())
+    held = "holds sites' tables (data split's output?) but no CA" if tables else \
+        "is not empty and holds no CA"
+    return (f"{out} {held}: provision makes the kits first, into an empty or new folder, then "
+            f"'noisyanchor data split ... --out {out}/{{site}}/data' puts each site's table "
+            "into its kit; move what is there away, or choose another --out")
 
 
 def _renew(staging: Path, out: Path, project: Project, ca: KeptCa, name: str) -> None:
@@ -629,7 +665,7 @@ def sign_request(project_path: Path, csr_path: Path, out: Path | None = None) ->
     try:
         with_csr = Site(site.name, site.data, Path(csr_path))
         _site_kit(staging, project, with_csr, ca)
-        _check_configs(staging, [name])
+        _check_configs(staging, [name], project, out)
         ca.write(staging)
         changed = _changed_files(staging, out)
         moved = _commit(staging, out)

@@ -10,12 +10,15 @@ the subcommand, and refuses abbreviated options.
 
 Exit codes: 0 success; 1 a refused or failed operation (the message names the problem);
 2 a command-line usage error (argparse, including bad option values); 130 interrupted.
+With ``--json``, a refused command (1) or a usage error (2) also prints one JSON object on stdout
+(:func:`error_object`); the text stays on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import os
 import sys
@@ -40,6 +43,14 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class UsageError(SystemExit):
+    """A command-line usage error (exit status 2), keeping argparse's message for ``--json``."""
+
+    def __init__(self, message: str, command: str) -> None:
+        super().__init__(2)
+        self.message, self.command = message, command
+
+
 class Parser(argparse.ArgumentParser):
     """Every parser of the command (subparsers inherit the class): defaults shown in help, no
     abbreviated options, and ``-v`` accepted at every level (the counts add up)."""
@@ -53,6 +64,14 @@ class Parser(argparse.ArgumentParser):
             # under its own name and verbosity() adds them up.
             self.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                               dest=f"{VERBOSE}{self.prog}", help="more logging (-vv: debug)")
+
+
+    def error(self, message: str):  # type: ignore[override]
+        """argparse's usage error (usage and message on stderr, status 2), raised as a
+        :class:`UsageError` that keeps the message."""
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise UsageError(message, self.prog)
 
 
 #: Prefix of the per-parser ``-v`` counts in a parsed namespace.
@@ -110,20 +129,43 @@ def _unknown(parser: argparse.ArgumentParser, extras: list[str]) -> str:
     return f"unrecognized arguments: {' '.join(extras)}" + (f" ({near})" if near else "")
 
 
+def error_object(command: str, message: str, code: str, exit_code: int) -> dict:
+    """What a refused command prints on stdout with ``--json``, the same for every command.
+
+    ``code`` is the error's kind: the gRPC status name of the project's error (``grpc_code``:
+    ``INVALID_ARGUMENT``, ``ALREADY_EXISTS``, ``FAILED_PRECONDITION``, ``UNAVAILABLE``, ...),
+    or ``USAGE`` for a command-line usage error; ``exit_code`` the command's exit status.
+    """
+    return {"error": {"command": command, "message": message, "code": code,
+                      "exit_code": exit_code}}
+
+
+def _print_error_object(command: str, message: str, code: str, exit_code: int) -> None:
+    print(json.dumps(error_object(command, message, code, exit_code)), flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv``, run the chosen handler, map project errors to exit status 1."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    as_json = "--json" in argv
     parser = build_parser(argv)
-    args, extras = parser.parse_known_args(argv)
-    if extras:  # answered with the subcommand's usage, not the top level's
-        chosen = _chosen_parser(parser, args)
-        chosen.error(_unknown(chosen, extras))
+    try:
+        args, extras = parser.parse_known_args(argv)
+        if extras:  # answered with the subcommand's usage, not the top level's
+            chosen = _chosen_parser(parser, args)
+            chosen.error(_unknown(chosen, extras))
+    except UsageError as err:
+        if as_json:
+            _print_error_object(err.command, err.message, "USAGE", 2)
+        raise
     level = logging.WARNING - 10 * min(verbosity(args), 2)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         return int(args.handler(args) or 0)
     except NoisyAnchorError as err:
         print(f"noisyanchor {args.command}: error: {err}", file=sys.stderr)
+        if as_json:
+            _print_error_object(_chosen_parser(parser, args).prog, str(err), err.grpc_code, 1)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--refresh", action="store_true",
                     help="fetch the site model from the analyst again (default: the copy kept "
                     "in state_dir)")
+    pr.add_argument("--strict", action="store_true",
+                    help="refuse a table with a column out of its declared range or unit "
+                    "(default: warn, naming the column and the first line)")
     pr.add_argument("--analyst", default=None, help="override [participant] analyst host:port")
     pr.add_argument("--json", action="store_true", help="print the outcome as JSON")
     pr.set_defaults(handler=_predict)
@@ -179,7 +182,8 @@ def _predict(args: argparse.Namespace) -> int:
     cfg = _config(args)
     fetched = args.refresh or not (cfg.state_dir / SITE_MODEL_FILE).is_file()
     predictor = load_predictor(cfg, refresh=args.refresh)
-    data = prediction_records(cfg, args.input, predictor.key, labels=args.labels)
+    data = prediction_records(cfg, args.input, predictor.key, labels=args.labels,
+                              strict=args.strict)
     out = predict_with(predictor, data.x, data.lines, class_names(cfg, predictor.classes))
     out.write_csv(args.out)
     gain = _site_gain(cfg)

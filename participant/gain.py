@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,8 @@ from noisyanchor.participant.data import LocalData
 from noisyanchor.participant.predict import SITE_MODEL_FILE, SitePredictor
 from noisyanchor.participant.site_state import SiteKey, records_digest
 
+log = logging.getLogger(__name__)
+
 #: The gain report, in ``state_dir``.
 GAIN_FILE = "gain.json"
 
@@ -52,7 +55,8 @@ GAIN_FILE = "gain.json"
 def site_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel) -> dict[str, Any]:
     """The federation's model against the local-only one on this site's test rows: the paired
     difference in balanced accuracy with its interval, or what cannot be told and why
-    (:func:`common.comparison.comparison_fields`).
+    (:func:`common.comparison.comparison_fields`); scikit-learn's warnings go to the
+    debug log, not the site's terminal.
 
     Raises
     ------
@@ -60,6 +64,13 @@ def site_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel) -> dict[str
         The records at ``[participant] data`` are not the ones uploaded (their digest differs
         from the one kept with the key), so the kept split does not apply to them.
     """
+    from noisyanchor.common.downstream import warnings_to_log
+
+    with warnings_to_log(log):
+        return _site_gain(cfg, key, site)
+
+
+def _site_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel) -> dict[str, Any]:
     data = _uploaded_records(cfg, key)
     tags, labels = key.tags, data.labels
     test = tags == TEST

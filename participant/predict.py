@@ -28,6 +28,7 @@ import numpy as np
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.files import atomic_write, private_dir
 from noisyanchor.common.models import Classifier, SiteModel, load_site_model
+from noisyanchor.common.tabular.ranges import far_values
 from noisyanchor.participant.config import ParticipantConfig, load_participant_config
 from noisyanchor.participant.data import LocalData, load_local_data
 from noisyanchor.participant.site_state import SiteKey, load_site_key
@@ -65,6 +66,7 @@ def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
     path = cfg.state_dir / SITE_MODEL_FILE
     if path.is_file() and not refresh:
         return _checked(cfg, load_site_model(path.read_bytes(), what=str(path)), str(path))
+    from noisyanchor.participant.anchor import exchange_key_path
     from noisyanchor.participant.run import analyst_client
 
     with analyst_client(cfg, min(cfg.wait_seconds, wait)) as client:
@@ -73,6 +75,8 @@ def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
                     "the analyst's answer")
     private_dir(cfg.state_dir)
     atomic_write(path, raw)
+    # The federation is done: no screening can send this site back to the agreement.
+    exchange_key_path(cfg.state_dir, cfg.federation_id).unlink(missing_ok=True)
     log.info("%s: site model fetched from the analyst (%d bytes) and kept in %s", cfg.id,
              len(raw), path)
     return site
@@ -132,12 +136,14 @@ def load_predictor(cfg: ParticipantConfig, *, refresh: bool = False) -> SitePred
     return SitePredictor(load_site_key(cfg), site)
 
 
-def prediction_records(cfg: ParticipantConfig, path: Path, key: SiteKey,
-                       labels: str | None = None) -> LocalData:
+def prediction_records(cfg: ParticipantConfig, path: Path, key: SiteKey, *,
+                       labels: str | None = None, strict: bool = False) -> LocalData:
     """New records through the upload's own chain (:func:`participant.data.load_local_data`
     with the schema kept when the site joined: read, schema checks, public preprocessing; a
     label column may be absent and is not used), then checked against the upload: the same
-    columns, named in the same order when both name them.
+    columns, named in the same order when both name them; and the upload's range and unit
+    checks (:func:`common.tabular.ranges.far_values`): each column out of its declared range
+    is warned about, naming the column and the first line, or (``strict``) refused.
 
     ``labels`` names the column holding the records' true labels (``predict --labels``): then
     it must be there, and it is read as the upload's labels were.
@@ -155,6 +161,13 @@ def prediction_records(cfg: ParticipantConfig, path: Path, key: SiteKey,
     if schema is not None:
         schema.check(data.x, data.feature_names, who=str(path), federation=cfg.federation_id)
     check_records(key, data.x, data.feature_names, str(path))
+    if schema is not None and schema.tabular is not None and data.lines is not None:
+        found = far_values(schema.tabular, data.x, data.lines)
+        if strict and found:
+            raise InvalidInputError(f"{path}: " + "; ".join(map(str, found))
+                                    + " (refused: --strict; nothing was predicted)")
+        for far in found:
+            log.warning("%s: %s", path, far)
     return data
 
 
@@ -249,7 +262,7 @@ def predict_with(predictor: SitePredictor, x: np.ndarray, lines: np.ndarray | No
 
 
 def predict(config: Path | str | ParticipantConfig, records: Path | str | np.ndarray, *,
-            refresh: bool = False) -> Predictions:
+            refresh: bool = False, strict: bool = False) -> Predictions:
     """Predict new records locally (the Python twin of ``participant predict``).
 
     Parameters
@@ -261,6 +274,8 @@ def predict(config: Path | str | ParticipantConfig, records: Path | str | np.nda
         and not used), or raw records.
     refresh : bool
         Fetch the site model from the analyst again.
+    strict : bool
+        Refuse a table with a column out of its declared range (else: a warning).
     """
     cfg = config if isinstance(config, ParticipantConfig) else load_participant_config(
         Path(config))
@@ -268,5 +283,5 @@ def predict(config: Path | str | ParticipantConfig, records: Path | str | np.nda
     names = class_names(cfg, predictor.classes)
     if isinstance(records, np.ndarray):
         return predict_with(predictor, records, names=names)
-    data = prediction_records(cfg, Path(records), predictor.key)
+    data = prediction_records(cfg, Path(records), predictor.key, strict=strict)
     return predict_with(predictor, data.x, data.lines, names)

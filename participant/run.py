@@ -36,6 +36,7 @@ from noisyanchor.participant.client import AnalystClient
 from noisyanchor.participant.compute import compute_upload
 from noisyanchor.participant.config import ParticipantConfig
 from noisyanchor.participant.data import LocalData, load_local_data
+from noisyanchor.participant.projection_cost import projection_cost
 from noisyanchor.participant.site_state import (
     SiteKey,
     UploadSeeds,
@@ -306,6 +307,35 @@ def _write_secrets(cfg: ParticipantConfig, arrays: dict[str, np.ndarray]) -> Pat
     return path
 
 
+def _projection_cost(cfg: ParticipantConfig, joined: Joined, tags: np.ndarray) -> float | None:
+    """What the public projection ``F`` costs this site's own model, measured on its own rows
+    (:mod:`participant.projection_cost`) and said in its log, a warning when the cost exceeds
+    the noise of the measurement; the number to send with the upload when the federation asks
+    for it (``[federation] report_projection_cost``), else None. Nothing without ``F``."""
+    data, info = joined.data, joined.info
+    f = public_projection(cfg, data.x.shape[1])
+    if f is None or data.labels is None:
+        return None
+    model = info.model if info.HasField("model") and info.model != "none" else "logistic"
+    try:
+        # Fixed folds: nothing secret in them, and a repeated upload sends the same number.
+        measured = projection_cost(data.x, data.labels, tags, f, model=model,
+                                   rng=np.random.default_rng(0))
+    except InvalidInputError as err:
+        log.info("%s: what the projection F costs its own model was not measured: %s", cfg.id,
+                 err)
+        return None
+    if measured.exceeds_noise:
+        log.warning("%s: %s: more than the noise of the measurement; the operator can leave "
+                    "[federation] dim out", cfg.id, measured.text())
+    else:
+        log.info("%s: %s", cfg.id, measured.text())
+    if not info.report_projection_cost:
+        return None
+    log.info("%s: the federation asks for this one number: it is sent with the upload", cfg.id)
+    return measured.cost
+
+
 def run_upload(cfg: ParticipantConfig) -> Sent:
     """Join (load and preprocess the data with the federation's schema), agree on the anchor,
     compute the upload with the engine, stream it once; keep the key
@@ -315,14 +345,16 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
     # upload commits, so an interrupted run repeats the same upload.
     seeds = None if cfg.seed is not None else upload_seeds(cfg)
     rng = secret_rng(cfg.seed if seeds is None else seeds.secret)
-    # Kept until an upload is committed (by this run or an earlier one): after that the
-    # agreement cannot be resumed any more, so the key need not stay on disk.
+    # Kept until the federation is done (the site model fetched, participant.predict): an
+    # upload the analyst's screening refuses is discarded, and this site's next run resumes
+    # the same agreement with it. A run refused because its upload still stands drops it.
     key_file = exchange_key_path(cfg.state_dir, cfg.federation_id)
     early = read_before_connecting(cfg)
     with analyst_client(cfg) as client:
         joined = _join(client, cfg, early)
         data, x = joined.data, joined.x
         tags = _tags(cfg, data, seeds)
+        cost = _projection_cost(cfg, joined, tags)
         d = x.shape[1]
         r = cfg.anchors or 4 * d
         seed = None
@@ -341,7 +373,8 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
             arrays["anchor"] = upload.anchor
         arrays |= {"labels": data.labels.astype("<i8"), "tags": tags.astype("|i1")}
         spec = bundle_spec(cfg.federation_id, cfg.method, arrays, digests=False,
-                           preprocessing_sha256=joined.preprocessing_sha256)
+                           preprocessing_sha256=joined.preprocessing_sha256,
+                           projection_cost=cost)
         try:
             receipt = client.send_bundle("upload", spec, arrays)
         except AlreadyExistsError:
@@ -353,7 +386,6 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
                                public_projection(cfg, data.x.shape[1]), data.x.shape[1], tags,
                                records_digest(data.x, data.labels), data.feature_names))
     upload_seed_path(cfg).unlink(missing_ok=True)
-    key_file.unlink(missing_ok=True)
     if cfg.keep_secrets:
         kept = {"rotation": state.key.rotation, "translation": state.key.translation}
         if cfg.method_enum.uses_anchor:

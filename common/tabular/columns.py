@@ -343,7 +343,11 @@ class CategoricalColumn(Column):
                 raise CellError(k, "{value} is not one of the declared categories", cell,
                                 f"did you mean {near[0]!r}? (categories are case-sensitive)"
                                 if near else _hint(cell, "declared: "
-                                                   f"{', '.join(self.categories)}"))
+                                                   f"{', '.join(self.categories)}; fix the "
+                                                   "cell, or ask the federation's operator to "
+                                                   "add this category to the column, or to "
+                                                   "read unknown values as a declared one "
+                                                   '(the column\'s unknown = "<category>")'))
             codes[k] = j
         return codes
 

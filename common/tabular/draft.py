@@ -6,10 +6,13 @@ column a count of cells, missing cells, numbers, their running mean and spread (
 range, and up to ``max_categories + 1`` distinct texts. A column is drafted as numeric when every
 present cell is a number, boolean when every present cell is a true/false text, categorical when
 it holds at most ``max_categories`` distinct texts, and left out (commented) otherwise (an
-identifier or free text). The file says, at its top and beside every value, that centres,
-scales, ranges and categories taken from one site's data are that site's statistics, and should
-be replaced by public ones where they exist: they differ between sites, and they tell every
-party something about this site's records.
+identifier or free text). A numeric column's ``unit`` is read from its name's end (``_mm``,
+``_g``, ``_pct``, ...), and one of whole numbers that differ on every record and count through
+the file (or are named like an id) without a unit is marked, in its own table, as a likely
+identifier: a measurement in whole units is not one. The file says, at its top and beside
+every value, that centres, scales, ranges and categories taken from one site's data are that
+site's statistics, and should be replaced by public ones where they exist: they differ between
+sites, and they tell every party something about this site's records.
 """
 
 from __future__ import annotations
@@ -29,6 +32,21 @@ MAX_CATEGORIES = 30
 
 #: Scalings the draft can propose for numeric columns.
 SCALINGS = ("standard", "range")
+
+#: Units read from a column name's last ``_`` part (compared in lower case): ``length_mm`` is
+#: in mm. A column with a unit is a measurement, never an identifier. (No ``_min``: in
+#: ``temp_min`` it is the minimum, not minutes.)
+UNIT_SUFFIXES = {"mm": "mm", "cm": "cm", "m": "m", "km": "km", "um": "um", "nm": "nm",
+                 "mg": "mg", "g": "g", "kg": "kg", "ug": "ug", "ml": "ml", "l": "l",
+                 "ms": "ms", "s": "s", "sec": "s", "h": "h", "hr": "h",
+                 "days": "days", "yrs": "years", "years": "years", "pct": "%",
+                 "percent": "%", "mmhg": "mmHg", "bpm": "bpm", "kcal": "kcal",
+                 "mm2": "mm2", "cm2": "cm2", "m2": "m2", "mm3": "mm3", "cm3": "cm3",
+                 "degc": "degC", "celsius": "degC", "hz": "Hz", "kb": "kB", "mb": "MB"}
+
+#: Name ends (lower case, after ``_`` or as the whole name) of columns that usually number
+#: records.
+ID_NAMES = ("id", "key", "no", "nr", "number", "code", "uuid", "index", "idx")
 
 #: Header names (compared in lower case) that usually hold the label, named first when the
 #: table has no ``--label`` column.
@@ -52,6 +70,9 @@ class ColumnStats:
         More distinct texts were seen than were kept.
     whole : int
         Numbers among them that are whole.
+    rising, falling : bool
+        Whether the numbers, in file order, only rise (each above the last) or only fall: a
+        record counter's mark.
     """
 
     name: str
@@ -64,7 +85,10 @@ class ColumnStats:
     high: float = -math.inf
     texts: dict[str, int] = field(default_factory=dict)
     overflow: bool = False
+    last: float = math.nan
     whole: int = 0
+    rising: bool = True
+    falling: bool = True
 
     def add(self, cell: str, max_categories: int) -> None:
         self.n += 1
@@ -83,6 +107,10 @@ class ColumnStats:
             value = math.nan
         if not math.isfinite(value) or "_" in cell or not cell.isascii():
             return
+        if self.numbers:
+            self.rising &= value > self.last
+            self.falling &= value < self.last
+        self.last = value
         self.numbers += 1
         self.whole += value.is_integer()
         delta = value - self.mean
@@ -99,6 +127,25 @@ class ColumnStats:
     def std(self) -> float:
         """Sample standard deviation of the numbers (0 with fewer than two)."""
         return math.sqrt(self.m2 / (self.numbers - 1)) if self.numbers > 1 else 0.0
+
+    @property
+    def unit(self) -> str:
+        """The unit its name ends with (``_mm``, ``_g``, ``_pct``, ...), else empty."""
+        head, _, end = self.name.casefold().rpartition("_")
+        return UNIT_SUFFIXES.get(end, "") if head else ""
+
+    @property
+    def identifier(self) -> bool:
+        """Whether it looks like a record number: whole numbers, one per record, counting up
+        or down the file (or named like an id and spread over at least as many values as it
+        has), and no unit in its name (a length in whole mm is a measurement)."""
+        if self.unit or not self.numbers or self.whole != self.numbers \
+                or self.numbers != self.present or self.numbers < 3 \
+                or (not self.overflow and len(self.texts) < self.present):  # a value repeats
+            return False
+        name = self.name.casefold().replace("-", "_").replace(" ", "_")
+        named = name in ID_NAMES or name.rpartition("_")[2] in ID_NAMES or name.endswith("id")
+        return self.rising or self.falling or (named and self.high - self.low >= self.numbers - 1)
 
     @property
     def kind(self) -> str | None:
@@ -227,12 +274,14 @@ def _column_lines(s: ColumnStats, scaling: str, max_categories: int) -> list[str
         return [f"# column {s.name!r} left out: {why}; {seen}"]
     lines = ["[[schema.column]]", f"name = {_toml(s.name)}", f'type = "{kind}"']
     if kind == "numeric":
-        if s.whole == s.numbers and (s.overflow or len(s.texts) == s.present > 2):
-            lines.insert(0, "# distinct whole numbers in most cells: an identifier? If so, leave "
-                         "it out (it is no feature and it names records)")
-        lines.append(f'# unit = ""  # seen at this site: min {_sig(s.low):g}, max '
-                     f"{_sig(s.high):g}, mean {_sig(s.mean):g}, standard deviation "
-                     f"{_sig(s.std):g}")
+        if s.identifier:  # inside its own table: a comment above would sit with the last one
+            lines.append("# a different whole number on every record (counting through the "
+                         "file, or named like an id): an identifier? If so, leave this column "
+                         "out (it is no feature and it names records)")
+        seen_here = (f"seen at this site: min {_sig(s.low):g}, max {_sig(s.high):g}, mean "
+                     f"{_sig(s.mean):g}, standard deviation {_sig(s.std):g}")
+        lines.append(f"unit = {_toml(s.unit)}  # from the name; {seen_here}" if s.unit
+                     else f'# unit = ""  # {seen_here}')
         if scaling == "standard":
             scale = _sig(s.std) if s.std > 0 else 1.0
             lines += [f"center = {_toml(_sig(s.mean))}  # this site's mean: use a public value",

@@ -7,6 +7,12 @@ the wrong unit spoils the collaboration matrix unnoticed once the records are ro
 is told locally, before it uploads (``schema check`` and the upload's log), naming the column,
 its declared unit, how many values and the first line. Nothing of this leaves the site.
 
+Only values written in the file count: a missing cell filled with the column's declared
+``fill`` is left out (a cell holding exactly the fill cannot be told from one). When most values
+lie outside, the power of ten that brings most of them back inside names the unit the export
+likely uses (:func:`likely_unit`: values 1000 times smaller than a range declared in
+g look like kg).
+
 Both are measured on the encoded value ``e = (x - a) / b``
 (:attr:`NumericColumn.offset_factor`). A ``min``/``max`` column maps the declared range onto
 ``[0, 1]``: a value is *outside* it when ``e`` is not in ``[0, 1]`` and *far* when ``e`` lies
@@ -19,6 +25,7 @@ centred near 0 read in a larger unit) looks like ordinary data and is not detect
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +41,31 @@ OUTSIDE_SCALES = 3.0
 
 #: A ``center``/``scale`` column's value is far beyond this many scales from the centre.
 FAR_SCALES = 10.0
+
+
+#: Decimal prefixes of a unit and their power of ten.
+PREFIXES = {"p": -12, "n": -9, "u": -6, "µ": -6, "μ": -6, "m": -3, "c": -2, "d": -1, "": 0,
+            "k": 3, "M": 6, "G": 9}
+
+#: Units a prefix can be put before (SI and a few common ones).
+BASE_UNITS = ("g", "m", "l", "L", "s", "Pa", "mol", "V", "W", "J", "Hz", "B", "A")
+
+_UNIT = re.compile(r"^(?P<prefix>[pnuµμmcdkMG]?)(?P<base>" + "|".join(BASE_UNITS)
+                   + r")(?P<power>\^?[23²³]?)$")
+
+
+def likely_unit(declared: str, power: int) -> str | None:
+    """The unit in which values ``10^power`` times those in ``declared`` are written (a
+    prefixed unit, possibly squared or cubed: ``g`` and ``-3`` give ``kg``, ``mm2`` and ``6``
+    give ``um2``); None when ``declared`` is not a prefixed unit or no prefix fits."""
+    match = _UNIT.match(declared)  # backtracks: "m" is the metre, "mm" a milli-metre
+    if match is None:
+        return None
+    exponent = {"": 1, "2": 2, "3": 3, "²": 2, "³": 3}[match["power"].lstrip("^")]
+    shift, rest = divmod(-power, exponent)
+    wanted = PREFIXES[match["prefix"]] + shift
+    name = next((p for p, k in PREFIXES.items() if k == wanted), None)
+    return None if rest or name is None else f"{name}{match['base']}{match['power']}"
 
 
 @dataclass(frozen=True)
@@ -52,6 +84,9 @@ class FarValues:
         The smallest and largest value of the column seen, in the table's own terms.
     first_line : int
         The line of the first record counted.
+    power : int
+        The values are about ``10^power`` times what was declared (0: no power of ten fits
+        better).
     """
 
     column: NumericColumn
@@ -61,6 +96,7 @@ class FarValues:
     low: float
     high: float
     first_line: int
+    power: int = 0
 
     def __str__(self) -> str:
         c = self.column
@@ -77,6 +113,11 @@ class FarValues:
             what = outside
             ask = f"is the export in {c.unit}?" if c.unit else \
                 "is the export in the unit the federation agreed on?"
+            guess = likely_unit(c.unit, self.power) if self.power else None
+            if self.power:
+                ask += (f" (values about 10^{self.power} times the declared ones"
+                        + (f": it looks like {guess} where {c.unit} is declared)" if guess
+                           else ")"))
         else:
             what, ask = far, "check those records"
         return (f"column {c.name!r}{unit}: {self.count} of {self.records} values {what} (seen "
@@ -85,16 +126,20 @@ class FarValues:
 
 def far_values(schema: TabularSchema, x: np.ndarray, lines: np.ndarray) -> list[FarValues]:
     """Every scaled numeric column of ``x`` (``n x d_in``, encoded with ``schema``; ``lines``
-    the records' lines) with most values outside its declared scaling or some far from it, in
-    column order."""
+    the records' lines) with most written values outside its declared scaling or some far
+    from it, in column order (cells holding the column's ``fill`` are not counted)."""
     found = []
     start = 0
     for column in schema.columns:
         j, start = start, start + column.width
-        if not isinstance(column, NumericColumn) or column.offset_factor == (0.0, 1.0) \
-                or not len(x):
+        if not isinstance(column, NumericColumn) or column.offset_factor == (0.0, 1.0):
             continue
-        e = x[:, j]
+        a, b = column.offset_factor
+        written = np.ones(len(x), dtype=bool) if column.fill is None else \
+            x[:, j] != (column.fill - a) / b  # the same arithmetic as the encoder's
+        e = x[written, j]
+        if not len(e):
+            continue
         if column.scale is not None:
             outside, far = np.abs(e) > OUTSIDE_SCALES, np.abs(e) > FAR_SCALES
         else:
@@ -103,8 +148,20 @@ def far_values(schema: TabularSchema, x: np.ndarray, lines: np.ndarray) -> list[
         unit = 2 * int(outside.sum()) > len(e)
         counted = outside if unit else far
         if counted.any():
-            a, b = column.offset_factor
             found.append(FarValues(column, int(counted.sum()), len(e), unit,
                                    float(e.min() * b + a), float(e.max() * b + a),
-                                   int(lines[np.argmax(counted)])))
+                                   int(lines[written][np.argmax(counted)]),
+                                   _power(column, e * b + a) if unit else 0))
     return found
+
+
+def _power(column: NumericColumn, values: np.ndarray) -> int:
+    """The power of ten ``k`` (``|k| <= 12``) such that ``values / 10^k`` put the most values
+    inside the declared scaling (the smallest ``|k|`` among equals; 0 when none does better
+    than the values as written): the values are about ``10^k`` times what was declared."""
+    powers = np.array(sorted(range(-12, 13), key=abs))
+    a, b = column.offset_factor
+    e = (values[None, :] / 10.0 ** powers[:, None] - a) / b
+    inside = (np.abs(e) <= OUTSIDE_SCALES) if column.scale is not None else \
+        (e >= 0.0) & (e <= 1.0)
+    return int(powers[np.argmax(inside.sum(axis=1))])  # argmax: the first of equals

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import codecs
 import csv
+import itertools
 import logging
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +45,14 @@ CHUNK_ROWS = 8192
 
 #: Delimiters recognised when a header turns out to be one field holding one of them.
 OTHER_DELIMITERS = {";": "semicolon", "\t": "tab", "|": "pipe", ",": "comma"}
+
+#: Records looked at, after a header in another delimiter, for the export's other habits.
+SNIFF_ROWS = 50
+
+#: A number written with a decimal comma (``3,5``, ``-0,25``), and one with thousands separators
+#: (``1.234,5``, ``1 234``, ``1'234.5``; ``1.234`` alone may be a decimal point, so it is not).
+_DECIMAL_COMMA = re.compile(r"[+-]?\d*,\d+")
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:(?:\.\d{3})+,\d+|(?:[ '\u00a0]\d{3})+(?:[.,]\d+)?)")
 
 #: Byte-order marks of encodings other than UTF-8 (refused: export as UTF-8).
 _FOREIGN_BOMS = {codecs.BOM_UTF32_LE: "UTF-32", codecs.BOM_UTF32_BE: "UTF-32",
@@ -126,8 +136,12 @@ def table_rows(fh, path: Path, shown: str, delimiter: str) -> Iterator[tuple[int
                                   "with a quote before the next delimiter") from None
         except UnicodeDecodeError:
             line, byte = _undecodable_line(path)
-            raise TableError(shown, f"byte 0x{byte.hex()} is not UTF-8 text", line=line or None,
-                             hint="export the table as UTF-8") from None
+            with path.open(encoding="utf-8", errors="replace", newline="") as text:
+                head = [t.rstrip("\r\n") for t in itertools.islice(text, SNIFF_ROWS + 1)]
+            also, fixes = _dialect(head, delimiter)
+            raise _dialect_error(shown, line or None, [f"byte 0x{byte.hex()} is not UTF-8 text",
+                                                       *also],
+                                 ["export the table as UTF-8", *fixes]) from None
         start, end = end + 1, reader.line_num
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
@@ -142,15 +156,11 @@ def table_header(rows: Iterator[tuple[int, list[str]]], shown: str,
         raise TableError(shown, "the file is empty", hint="expected a header line naming the "
                          "columns, then one record a line") from None
     header = [name.strip() for name in header]
-    if len(header) == 1:
-        for other, name in OTHER_DELIMITERS.items():
-            if other != delimiter and other in header[0]:
-                raise TableError(shown, f"the header is a single field holding {other!r}: "
-                                 f"the file seems {name}-separated, not "
-                                 f"{OTHER_DELIMITERS.get(delimiter, repr(delimiter))}-separated",
-                                 line=line,
-                                 hint=f"export it with {delimiter!r} between values, or set "
-                                      f"[participant] delimiter = {other!r} in the site's config")
+    if len(header) == 1 and any(d != delimiter and d in header[0] for d in OTHER_DELIMITERS):
+        # The rows as written (quotes aside): the export's other habits, in the same message.
+        texts = [header[0], *(delimiter.join(row) for _, row in
+                              itertools.islice(rows, SNIFF_ROWS))]
+        raise _dialect_error(shown, line, *_dialect(texts, delimiter))
     seen: dict[str, int] = {}
     for j, name in enumerate(header, 1):
         if not name:
@@ -162,6 +172,49 @@ def table_header(rows: Iterator[tuple[int, list[str]]], shown: str,
                              hint="rename or drop one of them")
         seen[name] = j
     return line, header
+
+
+def _dialect(lines: Sequence[str], delimiter: str) -> tuple[list[str], list[str]]:
+    """The export habits that ``lines`` (the header's text, then records' as written) show
+    against reading with ``delimiter``: another delimiter in a one-field header, decimal commas,
+    thousands separators. Returns what is seen, each with where (line and column; never a
+    value), and the fix of each, so that one message names every fix."""
+    header = next(csv.reader(lines[:1], delimiter=delimiter), [""])
+    other = next((d for d in OTHER_DELIMITERS if d != delimiter and len(header) == 1
+                  and d in header[0]), None)
+    split = other or delimiter
+    columns = [c.strip() for c in next(csv.reader(lines[:1], delimiter=split), [])]
+    seen: dict[str, str] = {}
+    for at, text in enumerate(lines[1:], 2):
+        for j, cell in enumerate(c.strip() for c in next(csv.reader([text], delimiter=split), [])):
+            where = f"line {at}, column {columns[j] if j < len(columns) else f'field {j + 1}'!r}"
+            if split != "," and _DECIMAL_COMMA.fullmatch(cell):
+                seen.setdefault("decimal", where)
+            if _THOUSANDS.fullmatch(cell):
+                seen.setdefault("thousands", where)
+    also, fixes = [], []
+    if other is not None:
+        name = OTHER_DELIMITERS[other]
+        also.append(f"the header is a single field holding {other!r}: the file seems "
+                    f"{name}-separated, not "
+                    f"{OTHER_DELIMITERS.get(delimiter, repr(delimiter))}-separated")
+        fixes.append(f"set [participant] delimiter = {other!r} in the site's config (schema "
+                     f"check --schema <the kit's config> reads it; else --delimiter {other!r}), "
+                     f"or export it with {delimiter!r} between values")
+    if "decimal" in seen:
+        also.append(f"its numbers have a decimal comma ({seen['decimal']})")
+        fixes.append("export numbers with '.' as the decimal point (3.5, not 3,5: no setting "
+                     "reads decimal commas)")
+    if "thousands" in seen:
+        also.append(f"thousands separators ({seen['thousands']})")
+        fixes.append("export numbers without thousands separators")
+    return also, fixes
+
+
+def _dialect_error(shown: str, line: int | None, problems: list[str],
+                   fixes: list[str]) -> TableError:
+    """Every problem of the export's dialect (:func:`_dialect`) and every fix in one error."""
+    return TableError(shown, "; and ".join(problems), line=line, hint="; ".join(fixes))
 
 
 def read_table(path: Path, schema: TabularSchema | None, *, label_column: str = "label",

@@ -21,16 +21,18 @@ class ArrayHeader(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., sha256: _Optional[bytes] = ...) -> None: ...
 
 class BundleHeader(_message.Message):
-    __slots__ = ("federation_id", "method", "arrays", "preprocessing_sha256")
+    __slots__ = ("federation_id", "method", "arrays", "preprocessing_sha256", "projection_cost")
     FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     ARRAYS_FIELD_NUMBER: _ClassVar[int]
     PREPROCESSING_SHA256_FIELD_NUMBER: _ClassVar[int]
+    PROJECTION_COST_FIELD_NUMBER: _ClassVar[int]
     federation_id: str
     method: str
     arrays: _containers.RepeatedCompositeFieldContainer[ArrayHeader]
     preprocessing_sha256: bytes
-    def __init__(self, federation_id: _Optional[str] = ..., method: _Optional[str] = ..., arrays: _Optional[_Iterable[_Union[ArrayHeader, _Mapping]]] = ..., preprocessing_sha256: _Optional[bytes] = ...) -> None: ...
+    projection_cost: float
+    def __init__(self, federation_id: _Optional[str] = ..., method: _Optional[str] = ..., arrays: _Optional[_Iterable[_Union[ArrayHeader, _Mapping]]] = ..., preprocessing_sha256: _Optional[bytes] = ..., projection_cost: _Optional[float] = ...) -> None: ...
 
 class BundleTrailer(_message.Message):
     __slots__ = ("sha256",)
@@ -163,7 +165,7 @@ class DescribeRequest(_message.Message):
     def __init__(self, federation_id: _Optional[str] = ...) -> None: ...
 
 class FederationInfo(_message.Message):
-    __slots__ = ("federation_id", "participants", "method", "anchors", "dim", "sigma", "v", "reference", "schema", "deadline_unix", "dealer", "projection_seed", "translation_scale")
+    __slots__ = ("federation_id", "participants", "method", "anchors", "dim", "sigma", "v", "reference", "schema", "deadline_unix", "dealer", "projection_seed", "translation_scale", "model", "report_projection_cost")
     FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
     PARTICIPANTS_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +179,8 @@ class FederationInfo(_message.Message):
     DEALER_FIELD_NUMBER: _ClassVar[int]
     PROJECTION_SEED_FIELD_NUMBER: _ClassVar[int]
     TRANSLATION_SCALE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    REPORT_PROJECTION_COST_FIELD_NUMBER: _ClassVar[int]
     federation_id: str
     participants: _containers.RepeatedScalarFieldContainer[str]
     method: str
@@ -190,7 +194,9 @@ class FederationInfo(_message.Message):
     dealer: str
     projection_seed: int
     translation_scale: float
-    def __init__(self, federation_id: _Optional[str] = ..., participants: _Optional[_Iterable[str]] = ..., method: _Optional[str] = ..., anchors: _Optional[int] = ..., dim: _Optional[int] = ..., sigma: _Optional[float] = ..., v: _Optional[float] = ..., reference: _Optional[str] = ..., schema: _Optional[_Union[RecordSchema, _Mapping]] = ..., deadline_unix: _Optional[float] = ..., dealer: _Optional[str] = ..., projection_seed: _Optional[int] = ..., translation_scale: _Optional[float] = ...) -> None: ...
+    model: str
+    report_projection_cost: bool
+    def __init__(self, federation_id: _Optional[str] = ..., participants: _Optional[_Iterable[str]] = ..., method: _Optional[str] = ..., anchors: _Optional[int] = ..., dim: _Optional[int] = ..., sigma: _Optional[float] = ..., v: _Optional[float] = ..., reference: _Optional[str] = ..., schema: _Optional[_Union[RecordSchema, _Mapping]] = ..., deadline_unix: _Optional[float] = ..., dealer: _Optional[str] = ..., projection_seed: _Optional[int] = ..., translation_scale: _Optional[float] = ..., model: _Optional[str] = ..., report_projection_cost: bool = ...) -> None: ...
 
 class SignedKey(_message.Message):
     __slots__ = ("participant_id", "public_key", "signature", "certificate_pem", "bound_to")

@@ -30,7 +30,7 @@ def test_templates_load_with_paths_relative_to_the_file(workdir):
     assert (a.stream_min_rate, a.stream_deadline, a.max_streams_per_caller) == (1024.0, 3600.0, 4)
     assert a.stopping == "objective" and a.blas_threads == 0 and a.gopp_method == "auto"
     p = load_participant_config(workdir / "participant.toml")
-    assert p.id == "org-a" and p.dim == 16 and p.anchor_seed is None and p.seed is None
+    assert p.id == "org-a" and p.dim is None and p.anchor_seed is None and p.seed is None
     assert p.tls.cert == (workdir / "pki" / "org-a.pem").resolve()
 
 
@@ -64,8 +64,9 @@ def test_every_transport_limit_is_a_key_and_reaches_grpc_with_port_sharing_off(w
 
 @pytest.mark.parametrize("old, new, match", [
     ('method = "aa-igdp-an"', 'method = "gdp"', r"\[federation\] method: unknown method 'gdp'"),
-    ("anchors = 64", 'anchors = "64"', r"\[federation\] anchors must be an integer"),
-    ("anchors = 64", "anchors = 10", r"\[federation\] anchors: anchors need r >= d \+ 1"),
+    ("# anchors = 256 ", 'anchors = "64" ', r"\[federation\] anchors must be an integer"),
+    ("# anchors = 256 ", "anchors = 10 ",
+     r"\[federation\] anchors: anchors need \(\[schema\] features\) r >= d \+ 1"),
     ('reference = "org-a"', 'reference = "org-z"', r"\[federation\] reference"),
     ("tol = 1e-7", "tol = 1e-7\ntoll = 1", r"\[solver\] has unknown key\(s\) toll"),
     ('key = "pki/analyst.key"', 'key = "pki/missing.key"', r"\[tls\] key: file"),
@@ -104,8 +105,12 @@ def test_every_transport_limit_is_a_key_and_reaches_grpc_with_port_sharing_off(w
     ("deadline = 2027-01-31T18:00:00Z", 'deadline = "soon"',
      r"\[federation\] deadline must be a date-time"),
     ('dealer = "org-a"', 'dealer = "org-z"', r"\[federation\] dealer: 'org-z' is not one"),
+    ('screening = "refuse"', 'screening = "warn"',
+     r"\[federation\] screening: expected one of refuse, exclude, accept, got 'warn'"),
     ("translation_scale = 100.0", "translation_scale = 0", r"\[federation\] translation_scale"),
     ("features = 64", "features = 0", r"\[schema\] features must be >= 1"),
+    ("# dim = 256 ", "dim = 65 ",
+     r"\[federation\] dim: h = 65 exceeds the record width d = 64 \(\[schema\] features\)"),
     ('dtype = "float64"', 'dtype = "complex"', r"\[schema\] dtype: expected one of"),
     ('# feature_names = ["f0", "f1", ...]', 'feature_names = ["a", "b"]',
      r"\[schema\] feature_names: the schema names 2 features but declares 64"),
@@ -127,7 +132,7 @@ def test_analyst_config_errors_name_the_key(workdir, old, new, match):
 @pytest.mark.parametrize("old, new, match", [
     ("dealer = \"org-a\"", "dealer = \"org-b\"\nanchor_seed = \"" + "00" * 32 + "\"",
      "only the dealer"),
-    ("projection_seed = 20261129", "", r"\[protocol\] projection_seed: is required"),
+    ("# dim = 256 ", "dim = 16 ", r"\[protocol\] projection_seed: is required"),
     ("keep_secrets = false", "keep_secrets = 1", "must be true or false"),
     ("v = 0.02", "v = -1", r"\[protocol\] v: v must be a finite number >= 0"),
     # Values the engine would refuse only after the anchor agreement, refused at load:
@@ -138,7 +143,8 @@ def test_analyst_config_errors_name_the_key(workdir, old, new, match):
      r"\[protocol\] translation_scale must be a finite number"),
     ('method = "aa-igdp-an"', 'method = "c-gdp"', r"\[protocol\] v: v > 0 needs method"),
     ("sigma = 0.0", "sigma = 0.1", r"\[protocol\] sigma: sigma > 0 needs a private-data"),
-    ("anchors = 64", "anchors = 16", r"\[protocol\] anchors: anchors need r >= d \+ 1"),
+    ("# anchors = 256 ", "anchors = 16\ndim = 16\nprojection_seed = 1\n# ",
+     r"\[protocol\] anchors: anchors need r >= d \+ 1"),
 ])
 def test_participant_config_errors_name_the_key(workdir, old, new, match):
     path = workdir / "participant.toml"
@@ -169,7 +175,7 @@ def test_the_template_declares_schema_deadline_and_protocol(workdir):
     assert (a.schema.features, a.schema.dtype, a.schema.feature_names) == (64, "float64", ())
     assert a.deadline.tzinfo is not None and a.deadline.year == 2027
     assert (a.dealer, a.projection_seed, a.translation_scale, a.model) == (
-        "org-a", 20261129, 100.0, "logistic")
+        "org-a", None, 100.0, "logistic")
     assert a.contributions_max_sites == 20  # the default: the line is commented out
     assert a.health_port is None and a.log_json is None
 

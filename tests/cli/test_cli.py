@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from noisyanchor.cli import ROLE_MODULES, build_parser, verbosity
+from noisyanchor.cli import ROLE_MODULES, build_parser, main, verbosity
 from noisyanchor.participant.cli import status_summary
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 
@@ -157,3 +157,35 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
     os.close(write_end)
     assert proc.returncode == 141, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr
+
+
+@pytest.mark.parametrize("argv, command", [
+    (["schema", "check", "--schema", "{tmp}/none.toml", "--data", "x.csv"], "schema check"),
+    (["data", "split", "--dataset", "mnist", "--sites", "a,b", "--out", "{tmp}/o"], "data split"),
+    (["provision", "--project", "{tmp}/none.toml"], "provision"),
+    (["participant", "status", "--config", "{tmp}/none.toml"], "participant status"),
+])
+def test_a_refused_command_prints_one_json_error_object_with_json(tmp_path, capsys, argv,
+                                                                  command):
+    """Regression (issue 34): --json printed nothing on stdout when a command was refused.
+    Every command answers in one shape; the text stays on stderr, the exit status is 1."""
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv] + ["--json"]) == 1
+    out, err = capsys.readouterr()
+    error = json.loads(out)["error"]
+    assert error == {"command": f"noisyanchor {command}", "message": error["message"],
+                     "code": "INVALID_ARGUMENT", "exit_code": 1}
+    assert f"error: {error['message']}" in err
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 1
+    assert capsys.readouterr().out == ""  # text mode: stdout stays empty
+
+
+def test_a_usage_error_with_json_prints_the_error_object_and_exits_2(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["schema", "check", "--schema", "x.toml", "--json", "--bogus"])
+    assert exited.value.code == 2
+    out, err = capsys.readouterr()
+    error = json.loads(out)["error"]
+    assert error == {"command": "noisyanchor schema check", "message": error["message"],
+                     "code": "USAGE", "exit_code": 2}
+    assert error["message"].startswith("unrecognized arguments: --bogus")
+    assert "usage: noisyanchor schema check" in err

@@ -120,3 +120,15 @@ def test_evaluate_utility_fits_the_model_on_z_once(task, monkeypatch):
     util = downstream.evaluate_utility(z, y, no_validation, participants=np.arange(300) % 3)
     assert widths == [z.shape[1], 3]  # Z once, then the one-hot participant baseline
     assert util.participant_only_balanced_accuracy is not None
+
+
+def test_test_rows_of_one_class_score_without_a_warning():
+    """Regression (issue 34): scikit-learn's "A single label was found..." reached the site's
+    terminal when its test rows held one class, all predicted right."""
+    import warnings
+
+    from noisyanchor.common.downstream import held_out_metrics
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert held_out_metrics(np.ones(5, int), np.ones(5, int))["balanced_accuracy"] == 1.0

@@ -80,6 +80,19 @@ def test_header_round_trips_and_receipt_depends_on_sender_and_content(arrays):
     assert changed.receipt("p0") != spec.receipt("p0")
 
 
+def test_a_projection_cost_travels_only_when_sent_and_must_be_a_difference(arrays):
+    plain = bundle_spec("fed", "aa-igdp-an", arrays)
+    assert not plain.to_proto().HasField("projection_cost")  # receipts of others unchanged
+    sent = bundle_spec("fed", "aa-igdp-an", arrays, projection_cost=0.042)
+    assert BundleSpec.from_proto(sent.to_proto()).projection_cost == 0.042
+    assert BundleSpec.from_proto(plain.to_proto()).projection_cost is None
+    assert sent.receipt("p0") != plain.receipt("p0")
+    msg = sent.to_proto()
+    msg.projection_cost = 3.0
+    with pytest.raises(InvalidInputError, match=r"projection cost 3.0 .*\[-1, 1\]"):
+        BundleSpec.from_proto(msg)
+
+
 @pytest.mark.parametrize("dtype", [">f8", "O", "<U3", "<c16", "float64x"])
 def test_only_little_endian_numeric_dtypes_are_accepted(dtype):
     with pytest.raises(InvalidInputError):

@@ -4,10 +4,12 @@ or label-skewed, with held-back records for prediction; nothing overwritten."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from noisyanchor import deploy
 from noisyanchor.cli import main
 from noisyanchor.common.errors import AlreadyExistsError, InvalidInputError
 from noisyanchor.common.schema import RecordSchema
@@ -21,7 +23,8 @@ def test_a_bundled_table_is_split_into_site_tables_the_loader_reads(tmp_path, ca
     out = tmp_path / "kits" / "{site}" / "data"
     assert main(["data", "split", "--dataset", "breast-cancer", "--sites", SITES, "--out",
                  str(out), "--holdout", "0.1", "--json"]) == 0
-    shares = json.loads(capsys.readouterr().out)
+    printed = json.loads(capsys.readouterr().out)
+    shares = printed["sites"]
     schema = RecordSchema.typed(table_schema("breast-cancer"))
     total = 0
     for share in shares:
@@ -34,7 +37,10 @@ def test_a_bundled_table_is_split_into_site_tables_the_loader_reads(tmp_path, ca
         assert labels[0] == "diagnosis" and len(labels) == share["held_back"] + 1
         total += share["records"] + share["held_back"]
     assert total == 569
-    summary = json.loads((tmp_path / "kits" / "org-a" / "data" / "split.json").read_text())
+    # Every site's counts are the operator's: beside the sites' folders, in no site's kit.
+    assert printed["summary"] == str(tmp_path / "kits" / "split.json")
+    assert not list((tmp_path / "kits").glob("*/**/split.json"))
+    summary = json.loads((tmp_path / "kits" / "split.json").read_text())
     assert summary["source"] == "breast-cancer" and set(summary["sites"]) == set(SITES.split(","))
 
 
@@ -59,9 +65,11 @@ def test_a_skewed_split_of_the_operators_file_keeps_its_cells(tmp_path, rng):
     assert max(shares) > 0.6
 
 
-def test_existing_tables_are_never_overwritten_and_bad_arguments_refused(tmp_path):
+def test_existing_tables_are_never_overwritten_and_bad_arguments_refused(tmp_path, capsys):
     out = str(tmp_path / "out")
     assert main(["data", "split", "--dataset", "digits", "--sites", SITES, "--out", out]) == 0
+    assert f"every site's counts and paths in {tmp_path / 'out' / 'split.json'}" in \
+        capsys.readouterr().out
     before = (tmp_path / "out" / "org-b.csv").read_bytes()
     from noisyanchor.deploy.datasplit import read_source, split_table
 
@@ -72,3 +80,25 @@ def test_existing_tables_are_never_overwritten_and_bad_arguments_refused(tmp_pat
         split_table(read_source("digits"), ["org-a", "org-a"], str(tmp_path / "x"))
     with pytest.raises(InvalidInputError, match="neither a bundled data set"):
         read_source("mnist")
+
+
+def test_provision_into_kits_holding_the_sites_tables_says_the_order(tmp_path, capsys):
+    """Regression (issue 34): provision refused a kits/ holding data split's output ("not empty
+    and holds no CA") with no hint of the order; in that order, the tables join the kits and
+    the summary stays the operator's."""
+    project = tmp_path / "federation.toml"
+    project.write_text((Path(deploy.__file__).parent / "templates"
+                        / "federation-local.toml").read_text())
+    kits, early = tmp_path / "kits", tmp_path / "early"
+    assert main(["data", "split", "--dataset", "digits", "--sites", SITES, "--out",
+                 str(early / "{site}" / "data")]) == 0
+    capsys.readouterr()
+    assert main(["provision", "--project", str(project), "--out", str(early)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "holds sites' tables (data split's output?) but no CA" in err
+    assert "provision makes the kits first" in err and f"--out {early}/{{site}}/data" in err
+    assert main(["provision", "--project", str(project), "--out", str(kits)]) == 0
+    assert main(["data", "split", "--dataset", "digits", "--sites", SITES, "--out",
+                 str(kits / "{site}" / "data")]) == 0
+    assert (kits / "org-a" / "data" / "org-a.csv").is_file() and (kits / "split.json").is_file()
+    assert not list(kits.glob("org-*/**/split.json"))

@@ -58,3 +58,21 @@ def test_records_that_are_not_square_are_drawn_as_strips(tmp_path, rng):
                  [AttackRow("op", 0.2, 0.5, originals)], "p1")
     assert (tmp_path / "fig_attacks.png").is_file()
     assert "## What each site gained" in summary_markdown(_summary({}))
+
+
+def test_the_summary_says_every_symbol_in_words_claims_no_ceiling_and_says_what_to_change():
+    text = summary_markdown(_summary({}))
+    assert "ceiling" not in text and "it is not a bound" in text
+    for words in ("d = 64 columns as the sites align them", "anchor A has r = 256 rows",
+                  "v = 0.02 is the standard deviation of the Gaussian noise",
+                  "sigma = 0.0 that of the noise added to the records themselves",
+                  "The collaboration matrix Z (", "`X` holds a target's records, `X^` the "
+                  "attack's reconstruction"):
+        assert words in text, words
+    # After the attacks: where the threats are measured, and what a site can change.
+    change = text.index("## What a site can change")
+    assert text.index("## What the colluder") < change < text.index("## Files")
+    assert "`THREAT_MODEL.md`" in text[change:]
+    for lever in ("**anchor noise** `v`", "**private-data noise** `sigma`",
+                  "**a public projection** `F`", "**the downstream model**"):
+        assert lever in text[change:], lever

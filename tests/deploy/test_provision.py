@@ -47,6 +47,7 @@ def test_every_site_gets_a_kit_whose_config_loads_and_whose_certificate_names_it
     analyst = load_analyst_config(kits / "analyst" / "analyst.toml")
     assert analyst.participants == SITES and analyst.federation_id == "pilot-2026"
     assert analyst.schema.features == 64 and analyst.host == "0.0.0.0"
+    assert analyst.screening == "refuse"  # the project's [federation] screening
     server = _cert(analyst.tls.cert)
     server.verify_directly_issued_by(ca)
     sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
@@ -73,6 +74,8 @@ def test_every_site_gets_a_kit_whose_config_loads_and_whose_certificate_names_it
     ('names = ["analyst.example.org"]', 'names = ["bad name"]', "DNS name"),
     ('method = "aa-igdp-an"', 'method = "gdp"', r"\[federation\] method"),
     ("features = 64", "features = 0", r"\[schema\] features"),
+    ('screening = "refuse"', 'screening = "drop"',
+     r"federation.toml: \[federation\] screening: expected one of refuse, exclude, accept"),
     ('# csr = "requests/org-c.csr"', 'csr = "requests/org-c.csr"', "cannot read the CSR"),
 ])
 def test_a_bad_project_writes_nothing(project, old, new, match):
@@ -200,3 +203,34 @@ def test_typed_templates_provision_as_they_are_and_pin_the_preprocessing(tmp_pat
         cfg = load_participant_config(done.kits[site] / f"{site}.toml")
         assert cfg.preprocessing_sha256 == digest.hex()
         assert cfg.schema is not None and cfg.schema.digest() == digest  # the kit's copy
+
+
+@pytest.mark.parametrize("template, old, new, key", [
+    # h > d: 65 of 64 plain features, 31 of the 30 encoded typed columns.
+    ("federation.toml", "# dim = 256 ", "dim = 65 ", r"\[federation\] dim: h = 65 exceeds the "
+     r"record width d = 64 \(\[schema\] features\)"),
+    ("federation-breast-cancer.toml", "v = 0.02 ", "dim = 31\nprojection_seed = 1\nv = 0.02 ",
+     r"\[federation\] dim: h = 31 exceeds the record width d = 30 \(the encoded width"),
+    # Refused by the sites' reader only (the analyst needs no projection seed).
+    ("federation.toml", "# dim = 256 ", "dim = 16 ", r"\[federation\] projection_seed: is "
+     "required with dim"),
+    ("federation.toml", "features = 64", "features = 0", r"\[schema\] features"),
+])
+def test_a_refusal_names_the_project_file_and_its_key_not_a_staged_config(tmp_path, template,
+                                                                         old, new, key):
+    path = tmp_path / template
+    text = (TEMPLATE.parent / template).read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    with pytest.raises(ConfigError, match=f"^{path}: {key}") as refused:
+        provision(path, tmp_path / "kits")
+    assert ".provision-" not in str(refused.value)
+    assert not (tmp_path / "kits").exists()
+
+
+def test_the_analyst_refuses_a_projection_wider_than_its_records(project):
+    done = provision(project)
+    config = done.kits["analyst"] / "analyst.toml"
+    config.write_text(config.read_text().replace("[federation]\n", "[federation]\ndim = 65\n", 1))
+    with pytest.raises(ConfigError, match=rf"^{config}: \[federation\] dim: h = 65 exceeds"):
+        load_analyst_config(config)

@@ -18,6 +18,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from forged_certs import forge, forge_intermediate
 
+from noisyanchor.common.gdp import haar_orthogonal, make_anchor
 from noisyanchor.common.tomlconfig import TlsFiles
 from noisyanchor.common.wire import bundle_spec
 from noisyanchor.deploy.certs import Pki
@@ -85,10 +86,12 @@ class RunningAnalyst:
 
 
 def random_upload(rng: np.random.Generator, n: int, d: int, r: int | None) -> dict:
-    """Arrays of a well-formed upload (content is irrelevant to the analyst's checks)."""
+    """Arrays of a well-formed upload: random records, and an anchor of the protocol's form
+    (``A O + 1 Psi^T``, so that the analyst's screening before alignment passes it)."""
     arrays = {"data": rng.standard_normal((n, d))}
     if r is not None:
-        arrays["anchor"] = rng.standard_normal((r, d))
+        arrays["anchor"] = make_anchor(r, d, rng) @ haar_orthogonal(d, rng) \
+            + rng.standard_normal(d)
     arrays |= {"labels": rng.integers(0, 3, n).astype("<i8"),
                "tags": rng.integers(0, 3, n).astype("|i1")}
     return arrays

@@ -98,8 +98,9 @@ def test_agreeing_participants_hold_the_same_seed_and_upload(analyst, rng):
     assert len(commitments) == 1  # one anchor for everyone
     sealed = sorted(p.name for p in (fed.files.store / "relay/sealed").iterdir())
     assert sealed == ["p0.pb", "p1.pb", "p2.pb"]  # the dealer sealed to everyone, itself too
-    # Uploads committed: no participant keeps its exchange key any more.
-    assert not list((fed.files.root / "state").glob("*/exchange-*.key"))
+    # Uploads committed: each participant keeps its exchange key (a screening refusal would
+    # send it back to this agreement) until it fetches its site model.
+    assert all(exchange_key_path(c.state_dir, "e2e").is_file() for c in configs)
 
 
 def test_participants_killed_mid_agreement_resume_it_when_restarted(analyst, rng):
@@ -171,16 +172,16 @@ def test_a_dealer_restarted_with_other_parameters_refuses_its_earlier_seed(analy
 
 
 def test_a_rerun_after_the_upload_committed_is_refused_and_forgets_its_key(analyst, rng):
-    """A participant that died after its upload committed but before it deleted its exchange
-    key is run again: the agreement resumes, the new upload is refused, the key goes."""
+    """A participant keeps its exchange key after its upload committed (a screening refusal
+    would send it back to the agreement) and is run again while its upload stands: the
+    agreement resumes, the new upload is refused, the key goes."""
     fed = analyst(["p0", "p1"], "aa-igdp", dim=D, anchors=16)
     configs = _configs(fed, rng, {"p0": 16, "p1": 16}, timeout=30.0)
     key_file = exchange_key_path(configs[1].state_dir, "e2e")
     kept = private_bytes(kept_exchange_key(key_file))
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(run_upload, configs))
-    assert not key_file.exists()
-    key_file.write_bytes(kept)  # as if the first run had died before deleting it
+    assert private_bytes(kept_exchange_key(key_file)) == kept
     with pytest.raises(AlreadyExistsError, match="exactly once"):
         run_upload(configs[1])
     assert not key_file.exists()

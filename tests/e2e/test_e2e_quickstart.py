@@ -6,6 +6,7 @@ NOISYANCHOR_QUICKSTART_INSTALL=1 (CI installed the package before the tests run)
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 from pathlib import Path
@@ -51,4 +52,8 @@ def test_the_readme_quick_start_runs_as_written_in_at_most_8_commands(tmp_path):
         # Digits, ten classes (chance 0.1); the federation's model scores ~0.87 held out.
         assert accuracy > 0.7, (site, accuracy)
         assert f"{site}: predicted {len(truth)} records" in run.output
+        # Issue 29: joining gains every site something (the point estimate, on its test rows;
+        # the template has no public projection, which made every site lose).
+        gain = json.loads((tmp_path / "kits" / site / "state" / "gain.json").read_text())
+        assert gain["gain"] > 0, (site, gain)
     assert "analyst running (health SERVING)" in run.output

@@ -241,8 +241,11 @@ def _bad_site_stops_the_others(files, configs) -> None:
     assert "Once p2 run(s) the upload again (that clears the withdrawal), run this one again" \
         in told
     # p2 fixes its cell and joins again (its withdrawal is cleared); the others run again and
-    # resume with the exchange keys they kept: the federation completes.
+    # resume with the exchange keys they kept: the federation completes. p1 fixes its unit too
+    # (the analyst's screening would refuse its areas in um2 before alignment:
+    # test_e2e_screening.py).
     files.data["p2"].write_text(_table(30))
+    files.data["p1"].write_text(_table(30))
     procs = {"p2": start(["participant", "upload", "--config", configs["p2"]], logs["p2"])}
     try:
         cfg = load_participant_config(configs["p2"])

@@ -266,3 +266,61 @@ def test_a_site_without_the_model_is_told_the_analysts_comparison_on_its_rows_of
         report["gain_not_told"]
     assert gain_line(report).startswith("on org-a's 23 test rows: gain not told: the "
                                         "federation's model is not returned to org-a")
+
+
+def test_scikit_learns_warnings_go_to_the_debug_log_not_the_sites_terminal(site, monkeypatch,
+                                                                           caplog):
+    """Regression (issue 34): a scikit-learn UserWarning reached the site's terminal."""
+    import logging
+    import warnings
+
+    from noisyanchor.common import comparison, downstream
+    from noisyanchor.participant.gain import site_gain
+
+    real = downstream.fit_downstream
+
+    def warning_fit(*args, **kwargs):
+        warnings.warn("A single label was found in 'y_true' and 'y_pred'.", UserWarning,
+                      stacklevel=1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(comparison, "fit_downstream", warning_fit)
+    predictor = load_predictor(site["cfg"])
+    caplog.set_level(logging.DEBUG, logger="noisyanchor.participant.gain")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one that escaped would fail here
+        report = site_gain(site["cfg"], predictor.key, predictor.site)
+    assert report["local_only_balanced_accuracy"] is not None
+    assert "UserWarning: A single label was found" in caplog.text
+
+
+def test_prediction_applies_the_uploads_range_and_unit_checks(site, monkeypatch, caplog):
+    """A column of the new records in another unit is warned about, naming the column, the
+    first line and the likely unit; ``strict`` refuses the table instead."""
+    from noisyanchor.common.schema import RecordSchema
+    from noisyanchor.common.tabular import NumericColumn, TabularSchema
+    from noisyanchor.participant import run
+
+    tabular = TabularSchema(tuple(NumericColumn(f"c{j}", min=-10.0, max=10.0, unit="g")
+                                  for j in range(D_IN)), label="label")
+    monkeypatch.setattr(run, "kept_schema", lambda cfg: RecordSchema.typed(tabular))
+    x = site["x"][:8].copy()
+    x[:, 2] *= 1e-3  # kg where g is declared
+    x[:, 2] += 1e-4  # (no value exactly 0: all in the declared range's smallest thousandth)
+    path = site["tmp"] / "monday.csv"
+    path.write_text(",".join(site["names"]) + "\n" + "\n".join(
+        ",".join(repr(float(v)) for v in row) for row in x) + "\n")
+    key = load_site_key(site["cfg"])
+    with caplog.at_level("WARNING"):
+        prediction_records(site["cfg"], path, key)
+    assert [r.getMessage() for r in caplog.records if "column" in r.getMessage()] == []
+    x[:, 2] *= 1e6  # now in mg: every value far outside
+    path.write_text(",".join(site["names"]) + "\n" + "\n".join(
+        ",".join(repr(float(v)) for v in row) for row in x) + "\n")
+    with caplog.at_level("WARNING"):
+        prediction_records(site["cfg"], path, key)
+    [warned] = [r.getMessage() for r in caplog.records if "column" in r.getMessage()]
+    assert warned.startswith(f"{path}: column 'c2' [g]: ") and "first on line 2" in warned
+    assert "it looks like mg where g is declared" in warned
+    with pytest.raises(InvalidInputError, match=r"column 'c2' \[g\].*refused: --strict"):
+        prediction_records(site["cfg"], path, key, strict=True)

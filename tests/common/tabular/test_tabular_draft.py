@@ -3,9 +3,11 @@ from what it holds, and says that its numbers are this one site's statistics."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 
 import numpy as np
+import pytest
 
 from noisyanchor.cli import main
 from noisyanchor.common.tabular import (
@@ -15,6 +17,7 @@ from noisyanchor.common.tabular import (
     TabularSchema,
     read_table,
 )
+from noisyanchor.common.tabular.draft import ColumnStats
 
 TABLE = ("patient_id,area,region,smoker,note,diagnosis\n"
          + "".join(f"{1000 + i},{100.0 + 10 * i},{['north', 'south'][i % 2]},"
@@ -75,8 +78,6 @@ def test_schema_check_reads_a_table_offline_as_the_upload_will(tmp_path, capsys)
     capsys.readouterr()
     assert main(["schema", "check", "--schema", str(draft), "--data",
                  str(tmp_path / "site.csv"), "--json"]) == 0
-    import json
-
     outcome = json.loads(capsys.readouterr().out)
     assert outcome["records"] == 40 and outcome["d_in"] == 5 and outcome["ignored"] == ["note"]
     assert len(outcome["preprocessing_sha256"]) == 64
@@ -85,3 +86,55 @@ def test_schema_check_reads_a_table_offline_as_the_upload_will(tmp_path, capsys)
                  str(tmp_path / "bad.csv")]) == 1
     err = capsys.readouterr().err
     assert "bad.csv, line 2, column 'region': 'west' is not one of the declared" in err
+
+
+def test_schema_check_reads_the_table_as_the_sites_kit_says(tmp_path, capsys):
+    """Regression (issue 34): schema check ignored the kit's [participant] delimiter, which its
+    own error told the site to set; the kit also names the table and its label column."""
+    (tmp_path / "site.csv").write_text(TABLE)
+    draft = tmp_path / "draft.toml"
+    assert main(["schema", "draft", "--data", str(tmp_path / "site.csv"), "--label",
+                 "diagnosis", "--out", str(draft)]) == 0
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "org-a.csv").write_text(TABLE.replace(",", ";"))
+    kit = tmp_path / "org-a.toml"
+    kit.write_text('[participant]\nid = "org-a"\ndata = "data/org-a.csv"\ndelimiter = ";"\n\n'
+                   + draft.read_text())
+    capsys.readouterr()
+    assert main(["schema", "check", "--schema", str(kit), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["records"] == 40
+    assert main(["schema", "check", "--schema", str(kit), "--delimiter", ","]) == 1  # overrides
+    assert "seems semicolon-separated" in capsys.readouterr().err
+    assert main(["schema", "check", "--schema", str(draft)]) == 1  # no kit: --data needed
+    assert "no table to check: give --data" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["schema", "check", "--help"])
+    assert "a site's kit config" in " ".join(capsys.readouterr().out.split())
+
+
+def test_measurements_in_whole_units_get_their_unit_and_no_identifier_hint(tmp_path, capsys):
+    """Regression (issue 34): two physical measurements (distinct whole numbers) were called
+    "an identifier?", the comment sat above the wrong column, and unit stayed empty although
+    the names end in _mm and _g."""
+    rng = np.random.default_rng(3)
+    counts = rng.permutation(1000)[:79]  # distinct whole numbers, in no order, no unit
+    rows = [f"{i},{rng.integers(170, 231)},{2700 + 47 * i},{counts[i - 1]},{'ab'[i % 2]}"
+            for i in range(1, 80)]
+    (tmp_path / "site.csv").write_text("record_id,flipper_length_mm,body_mass_g,visits,species\n"
+                                       + "\n".join(rows) + "\n")
+    assert main(["schema", "draft", "--data", str(tmp_path / "site.csv"), "--label",
+                 "species"]) == 0
+    text = capsys.readouterr().out
+    # Each column's lines, from its table header to the next: a hint belongs to its column.
+    blocks = {tomllib.loads(b)["name"]: b for b in text.split("[[schema.column]]")[1:]}
+    assert [n for n, b in blocks.items() if "an identifier?" in b] == ["record_id"]
+    schema = TabularSchema.from_toml(tomllib.loads(text)["schema"], tmp_path / "draft.toml")
+    assert {c.name: c.unit for c in schema.columns} == {
+        "record_id": "", "flipper_length_mm": "mm", "body_mass_g": "g", "visits": ""}
+
+
+@pytest.mark.parametrize("name, unit", [("length_mm", "mm"), ("mass_KG", "kg"),
+                                        ("share_pct", "%"), ("latency_ms", "ms"),
+                                        ("temp_min", ""), ("mass", ""), ("_g", "")])
+def test_a_unit_is_read_from_the_names_last_part(name, unit):
+    assert ColumnStats(name).unit == unit

@@ -4,6 +4,7 @@ most outside asks about the unit, a few far ones name the first line."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from noisyanchor.cli import main
 from noisyanchor.common.tabular import (
@@ -12,7 +13,7 @@ from noisyanchor.common.tabular import (
     TabularSchema,
     read_table,
 )
-from noisyanchor.common.tabular.ranges import FAR_SCALES, far_values
+from noisyanchor.common.tabular.ranges import FAR_SCALES, far_values, likely_unit
 
 SCHEMA = TabularSchema((NumericColumn("area", min=100.0, max=1100.0, unit="mm2"),
                         CategoricalColumn("region", categories=("north", "south")),
@@ -40,7 +41,9 @@ def test_an_export_in_another_unit_is_asked_about(tmp_path):
     assert (far.column.name, far.count, far.records, far.unit) == ("area", 4, 5, True)
     assert (far.low, far.high, far.first_line) == (1.5, 300.0, 2)
     assert str(far) == ("column 'area' [mm2]: 4 of 5 values lie outside the declared range "
-                        "100 .. 1100 (seen 1.5 .. 300, first on line 2): is the export in mm2?")
+                        "100 .. 1100 (seen 1.5 .. 300, first on line 2): is the export in mm2? "
+                        "(values about 10^-2 times the declared ones: it looks like cm2 where "
+                        "mm2 is declared)")
 
 
 def test_a_few_far_values_name_the_first_line(tmp_path):
@@ -74,3 +77,24 @@ def test_schema_check_shows_each_column_with_its_unit_and_the_warnings(tmp_path,
         ("area", "mm2", ["area"]), ("region", None, ["region=north", "region=south"])]
     assert len(outcome["warnings"]) == 1 and "is the export in mm2?" in outcome["warnings"][0]
     np.testing.assert_equal(outcome["d_in"], 3)
+
+
+@pytest.mark.parametrize("declared, power, unit", [
+    ("g", -3, "kg"), ("g", 3, "mg"), ("kg", 3, "g"), ("mm2", 6, "um2"), ("mm2", -2, "cm2"),
+    ("m", -3, "km"), ("cm", 1, "mm"), ("mL", 3, "uL"), ("m2", 1, None), ("years", 2, None)])
+def test_the_likely_unit_follows_the_power_of_ten_and_the_declared_unit(declared, power, unit):
+    assert likely_unit(declared, power) == unit
+
+
+def test_filled_missing_cells_are_not_counted_and_kilograms_are_named(tmp_path):
+    """A weight declared in g (100 .. 5000) exported in kg, two cells missing and filled with
+    a fill outside the range: only the 4 written values count, and kg is named."""
+    schema = TabularSchema((NumericColumn("weight", min=100.0, max=5000.0, unit="g",
+                                          fill=-1.0, missing="fill"),))
+    path = tmp_path / "site.csv"
+    path.write_text("weight,label\n0.8,0\n,1\n1.2,0\n2.5,1\n,0\n3.1,1\n")
+    table = read_table(path, schema)
+    [far] = far_values(schema, table.x, table.lines)
+    assert (far.count, far.records, far.unit, far.first_line) == (4, 4, True, 2)
+    assert str(far).endswith("is the export in g? (values about 10^-3 times the declared "
+                             "ones: it looks like kg where g is declared)")

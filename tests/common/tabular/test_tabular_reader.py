@@ -131,6 +131,9 @@ def test_unknown_categories_may_be_mapped_to_a_declared_one(tmp_path):
     (GOOD.replace("0.5", "inf"), 2, "ratio", "inf", "is not a finite number"),
     (GOOD.replace("750", "1_000"), 2, "area", "1_000", "not a plain decimal number"),
     (GOOD.replace("east", "west"), 3, "region", "west", "not one of the declared categories"),
+    (GOOD.replace("east", "west"), 3, "region", "west", "fix the cell, or ask the federation's "
+     "operator to add this category to the column, or to read unknown values as a declared "
+     "one (the column's unknown = \"<category>\")"),
     (GOOD.replace("east", "East"), 3, "region", "East", "did you mean 'east'"),
     (GOOD.replace("no,", "maybe,"), 3, "smoker", "maybe", "neither true nor false"),
     (GOOD.replace("750", ""), 2, "area", None, "the cell is empty"),
@@ -181,6 +184,27 @@ def test_a_bad_header_is_named_by_its_line(tmp_path, text, words):
     assert words in str(err)
     if "empty" not in words:
         assert err.line == 1
+
+
+def test_a_semicolon_export_with_decimal_commas_is_told_both_fixes_at_once(tmp_path):
+    """Regression (issue 34): the header's delimiter was refused first, and the decimal commas
+    only once the delimiter was set: two round trips where one message could say both."""
+    text = GOOD.replace(",", ";").replace("0.5", "0,5").replace("1.5", "1,5")
+    err = _refused(tmp_path, text)
+    assert err.line == 1 and "seems semicolon-separated, not comma-separated" in str(err)
+    assert "decimal comma (line 2, column 'ratio')" in str(err)
+    assert "[participant] delimiter = ';'" in err.hint and "--delimiter ';'" in err.hint
+    assert "'.' as the decimal point" in err.hint
+    assert "0,5" not in err.public()  # where, never the value
+    thousands = text.replace("750;", "1.750,0;")
+    assert "thousands separators (line 2, column 'area')" in str(_refused(tmp_path, thousands))
+    # A Latin-1 export of the same: refused at its first bytes, with every fix still named.
+    latin = _refused(tmp_path, (text + "250;1,5;east;no;b\xe9nign\n").encode("latin-1"))
+    assert "0xe9 is not UTF-8 text; and the header is a single field holding ';'" in str(latin)
+    assert "decimal comma (line 2, column 'ratio')" in str(latin)
+    assert latin.hint.startswith("export the table as UTF-8; set [participant] delimiter")
+    plain = _refused(tmp_path, GOOD.replace(",", ";"))  # only the delimiter: only its fix
+    assert "decimal" not in str(plain) and "thousands" not in str(plain)
 
 
 def test_another_delimiter_can_be_configured(tmp_path):
