@@ -68,6 +68,31 @@ def rows_of(a: np.ndarray, flags: np.ndarray) -> np.ndarray:
     return out
 
 
+def column_mean(a: np.ndarray) -> np.ndarray:
+    """The mean row of ``a`` (``(d,)``), summed a chunk at a time (each let go of once read)."""
+    total = np.zeros(a.shape[1:])
+    for rows in row_chunks(len(a), release=a):
+        total += a[rows].sum(axis=0)
+    return total / len(a)
+
+
+def row_norms(a: np.ndarray, center: np.ndarray) -> np.ndarray:
+    """``||a_k - center||`` of every row ``k`` (``(n,)``), a chunk at a time: no copy of ``a``."""
+    out = np.empty(len(a))
+    for rows in row_chunks(len(a), release=a):
+        out[rows] = np.linalg.norm(a[rows] - center, axis=1)
+    return out
+
+
+def centered_gram(a: np.ndarray, center: np.ndarray) -> np.ndarray:
+    """``(A - 1 center^T)^T (A - 1 center^T)`` (``(d, d)``), a chunk at a time."""
+    gram = np.zeros((a.shape[1], a.shape[1]))
+    for rows in row_chunks(len(a), release=a):
+        part = a[rows] - center
+        gram += part.T @ part
+    return gram
+
+
 def _mapping(a: np.ndarray) -> mmap.mmap | None:
     """The ``mmap`` behind ``a`` (a memory map, or a view of one, however deep), else None."""
     base: object = a
