@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from noisyanchor.common.chunks import rows_of
 from noisyanchor.common.contribution_text import aggregate_text
 from noisyanchor.common.downstream import fit_downstream, held_out_metrics
 from noisyanchor.common.errors import InvalidInputError
@@ -151,9 +152,8 @@ def leave_one_site_out(z: np.ndarray, labels: np.ndarray, tags: np.ndarray, owne
     errors: dict[str, str] = {}
     start = time.perf_counter()
     for i, j in enumerate(left_out):  # one refit per site, each a full search: kept a loop
-        keep = owners != j
-        try:
-            fitted = fit_downstream(z[keep], labels[keep], tags[keep], model=model)
+        try:  # j's rows masked out, not copied out: Z is not copied per refit
+            fitted = fit_downstream(z, labels, tags, model=model, rows=owners != j)
         except InvalidInputError as err:
             errors[participants[j]] = str(err)
             continue
@@ -161,7 +161,7 @@ def leave_one_site_out(z: np.ndarray, labels: np.ndarray, tags: np.ndarray, owne
             rows = test & (owners == k)
             if k == j or not rows.any():
                 continue
-            predicted = fitted.estimator.predict((z[rows] - fitted.center) / fitted.scale)
+            predicted = fitted.predict(rows_of(z, rows))
             without[i, k] = held_out_metrics(labels[rows], predicted)["balanced_accuracy"]
     return LeaveOneOut(tuple(participants), tuple(left_out), np.asarray(full, dtype=float),
                        without, errors, time.perf_counter() - start)

@@ -602,7 +602,8 @@ class Federation:
         the ``[federation] screening`` policy; each named site is logged with its reason and
         the decision kept in the store."""
         cfg = self.config
-        bundles = {pid: read_bundle(self.store.upload_path(pid))[1] for pid in cfg.participants}
+        bundles = {pid: read_bundle(self.store.upload_path(pid), copy=False)[1]
+                   for pid in cfg.participants}
         screening = screen_uploads(
             cfg, {pid: b["data"] for pid, b in bundles.items()},
             {pid: b["anchor"] for pid, b in bundles.items()} if self.method.uses_anchor
@@ -629,21 +630,25 @@ class Federation:
         log.warning("nothing aligned: waiting for %s to upload again",
                     ", ".join(decision.refused))
 
-    def compute_result(self, decision: Decision) -> dict[str, bytes]:
+    def compute_result(self, decision: Decision) -> dict[str, bytes | Path]:
         """Align the committed uploads of the sites ``decision`` includes (GOPP or Procrustes by
         method) and encode the result: exactly what a federation of those sites alone computes
-        (its reference: the configured one, else the first site included)."""
+        (its reference: the configured one, else the first site included). The uploads are
+        read as memory maps of the verified bundles and ``Z`` is written into its file
+        (``z.npy``, moved into the result), so neither is held in memory whole."""
         cfg = self.config
         start = time.perf_counter()
         sites = decision.included
-        specs, bundles = zip(*(read_bundle(self.store.upload_path(pid)) for pid in sites),
-                             strict=True)
+        specs, bundles = zip(*(read_bundle(self.store.upload_path(pid), copy=False)
+                               for pid in sites), strict=True)
         data = [b["data"] for b in bundles]
         anchors = [b["anchor"] for b in bundles] if self.method.uses_anchor else None
+        z_file = self.store.scratch_file("z.npy")
         alignment = align(self.method, data, anchors,
                           reference=sites.index(cfg.reference) if cfg.reference in sites else 0,
                           max_iter=cfg.max_iter, tol=cfg.tol, precision=cfg.precision,
-                          stopping=cfg.stopping, gopp_method=cfg.gopp_method)
+                          stopping=cfg.stopping, gopp_method=cfg.gopp_method,
+                          z_file=z_file)
         d = data[0].shape[1]
         r = anchors[0].shape[0] if anchors else None
         summary = {
@@ -670,7 +675,7 @@ class Federation:
             participants=list(sites), model_name=cfg.model, alignment=alignment,
             labels=labels, tags=tags, contributions_max_sites=cfg.contributions_max_sites)
         return {
-            "z.npy": npy_bytes(alignment.z),
+            "z.npy": z_file,
             "labels.npy": npy_bytes(labels),
             "tags.npy": npy_bytes(tags),
             "rotations.npy": npy_bytes(alignment.rotations),

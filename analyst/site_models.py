@@ -30,6 +30,7 @@ import numpy as np
 
 from noisyanchor.analyst.contributions import DEFAULT_MAX_SITES, contributions_result, site_view
 from noisyanchor.common.alignment import Alignment, solver_for
+from noisyanchor.common.chunks import rows_of
 from noisyanchor.common.downstream import held_out_metrics
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.methods import Method
@@ -65,19 +66,20 @@ def _fit(name: str, z: np.ndarray, labels: np.ndarray, tags: np.ndarray,
     if name == "none":
         return {"name": "none"}, None, ("the federation fits no downstream model ([model] name "
                                         "= \"none\" in the analyst's config)")
-    from noisyanchor.common.downstream import evaluate_utility, fit_downstream
+    from noisyanchor.common.downstream import fit_downstream, with_participant_only
 
     start = time.perf_counter()
-    try:
+    try:  # one fit on Z; its metrics and the participant-only baseline come from it
         fitted = fit_downstream(z, labels, tags, model=name)
-        utility = evaluate_utility(z, labels, tags, model=name, participants=owners)
+        utility = with_participant_only(fitted.utility, labels, tags, owners, model=name)
     except InvalidInputError as err:
         log.warning("downstream model %s not fitted: %s", name, err)
         return {"name": name, "error": str(err)}, None, f"the {name} model was not fitted: {err}"
     summary: dict[str, Any] = {"name": name, **asdict(utility)}
     model = None
     try:
-        model = export_estimator(fitted.estimator, fitted.center, fitted.scale, z[tags == TEST])
+        model = export_estimator(fitted.estimator, fitted.center, fitted.scale,
+                                 rows_of(z, tags == TEST))
     except InvalidInputError as err:
         log.warning("downstream model %s not exported: %s", name, err)
         summary["error"] = f"not exported: {err}"
@@ -118,12 +120,12 @@ def downstream_result(*, federation_id: str, method: Method, participants: list[
     if model is not None:
         files[MODEL_FILE] = model.to_bytes()
         summary |= {"file": MODEL_FILE, "sha256": digest(files[MODEL_FILE])}
-        predicted = model.predict(z)
         for pid, (a, b) in zip(participants, alignment.row_ranges, strict=True):
             test = tags[a:b] == TEST
-            per_site[pid] = (held_out_metrics(labels[a:b][test], predicted[a:b][test])
+            predicted = model.predict(rows_of(z[a:b], test))  # the test rows only
+            per_site[pid] = (held_out_metrics(labels[a:b][test], predicted)
                              | site_gain(model_name, z[a:b], labels[a:b], tags[a:b],
-                                         predicted[a:b][test]))
+                                         predicted))
         summary["sites"] = per_site
     if withheld:
         summary["returned_to_sites"] = False

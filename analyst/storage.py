@@ -50,7 +50,13 @@ from pathlib import Path
 import numpy as np
 
 from noisyanchor.common.errors import ConfigError, IntegrityError, InvalidInputError
-from noisyanchor.common.files import TMP_PREFIX, atomic_write, fsync_dir, sweep_temporaries
+from noisyanchor.common.files import (
+    TMP_PREFIX,
+    atomic_write,
+    fsync_dir,
+    stale_prefix,
+    sweep_temporaries,
+)
 from noisyanchor.common.wire import (
     DIGEST_SIZE,
     ArraySpec,
@@ -311,6 +317,20 @@ def _sha256_of(fh, size: int) -> bytes:
     return h.digest() if size == 0 else b""
 
 
+def _file_sha256(path: Path) -> str:
+    """SHA-256 of the file at ``path`` in hex, read in chunks."""
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def verify_bundle(path: Path) -> BundleSpec:
     """The header of a committed bundle once every array matches the SHA-256 its header
     records, and the file holds nothing after them.
@@ -509,17 +529,31 @@ class Store:
             for name, expected in self._manifest().items():
                 self._checked(name, expected)
 
-    def commit_result(self, files: dict[str, bytes]) -> None:
+    def scratch_file(self, name: str) -> Path:
+        """A new empty file (0600) in the store, for a result file too large to hold in memory
+        (``Z``): handed to :meth:`commit_result`, which moves it into the result; a temporary
+        name, so a crash leaves nothing the next start does not sweep."""
+        fd, tmp = tempfile.mkstemp(prefix=stale_prefix(self.root / name), dir=self.root)
+        os.close(fd)
+        return Path(tmp)
+
+    def commit_result(self, files: dict[str, bytes | Path]) -> None:
         """Write the result folder atomically: a temporary folder (0700) renamed into place,
-        every file 0600, with :data:`MANIFEST` listing each file's SHA-256."""
+        every file 0600, with :data:`MANIFEST` listing each file's SHA-256. A file given as a
+        path (:meth:`scratch_file`) is hashed in chunks and moved in, never read whole."""
         for name in files:
             if "/" in name or name in ("", ".", "..", MANIFEST):
                 raise InvalidInputError(f"result file name {name!r} is not allowed")
-        manifest = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+        manifest = {name: _file_sha256(data) if isinstance(data, Path)
+                    else hashlib.sha256(data).hexdigest() for name, data in files.items()}
         tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir=self.root))  # mode 0700
         try:
             for name, data in {**files, MANIFEST: json.dumps(
                     {"sha256": manifest}, indent=1, sort_keys=True).encode()}.items():
+                if isinstance(data, Path):
+                    _fsync_file(data)
+                    os.replace(data, tmp / name)
+                    continue
                 fd = os.open(tmp / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from noisyanchor.common.chunks import let_go, row_chunks
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.gopp import solve_gopp
 from noisyanchor.common.methods import Method
@@ -75,6 +77,7 @@ def align(
     precision: str = "auto",
     stopping: str = "objective",
     gopp_method: str = "auto",
+    z_file: Path | None = None,
 ) -> Alignment:
     """Align the uploads ``Y_i`` (with anchors ``B_i`` where the method has them) into ``Z``.
 
@@ -93,6 +96,10 @@ def align(
         ``solve_gopp``'s ``method``.
     solver : {"procrustes", "gopp"}, optional
         Override the method's default solver (anchor methods only).
+    z_file : path, optional
+        Write ``Z`` into this ``.npy`` file (preallocated, filled block by block) and return it
+        as a memory map of that file; by default ``Z`` is built in memory the same way. Either
+        way no block is stacked: the blocks ``Y_i`` may themselves be memory maps.
     """
     method = Method.parse(method)
     if len(data) < 2:
@@ -113,8 +120,8 @@ def align(
         if anchors:
             raise InvalidInputError(f"method {method.value} takes no anchor uploads")
         rotations = np.broadcast_to(np.eye(d), (p, d, d)).copy()
-        return Alignment(np.vstack(blocks), row_ranges, rotations, np.zeros((p, d)),
-                         np.zeros(d), {"name": "none"})
+        return Alignment(assemble(blocks, None, z_file), row_ranges, rotations,
+                         np.zeros((p, d)), np.zeros(d), {"name": "none"})
     if anchors is None or len(anchors) != p:
         raise InvalidInputError(f"method {method.value} needs one anchor upload per participant")
     for i, b in enumerate(anchors):
@@ -141,5 +148,45 @@ def align(
                 "product_drift": gopp.product_drift, "blas_threads": gopp.blas_threads,
                 "method": gopp.method, "switch_reason": gopp.switch_reason,
                 "certificate_path": gopp.certificate_path, "seconds": gopp.seconds}
-    z = np.vstack([(y - means[i]) @ rotations[i] for i, y in enumerate(blocks)]) + shift
+    z = assemble(blocks, (rotations, means, shift), z_file)
     return Alignment(z, row_ranges, rotations, means, shift, diag)
+
+
+def assemble(blocks: Sequence[np.ndarray],
+             maps: tuple[np.ndarray, np.ndarray, np.ndarray] | None,
+             z_file: Path | None = None) -> np.ndarray:
+    """The collaboration matrix ``Z``: row block ``i`` is ``N_i(Y_i) = (Y_i - 1 b_i^T) R_i +
+    1 c^T`` (``Y_i`` itself without maps), written chunk by chunk into one preallocated array.
+
+    Parameters
+    ----------
+    blocks : list of p (n_i, d) ndarrays
+        ``Y_i`` (memory maps are read a chunk at a time).
+    maps : tuple of ((p, d, d), (p, d), (d,)) ndarrays, or None
+        ``(R_i, b_i, c)``; None: no maps (the blocks are copied as they are).
+    z_file : path, optional
+        The ``.npy`` file to write ``Z`` into (:func:`numpy.lib.format.open_memmap`); ``Z`` is
+        then that file's memory map, flushed. Default: an array in memory.
+
+    Returns
+    -------
+    (sum n_i, d) ndarray
+        ``Z``.
+    """
+    shape = (sum(len(y) for y in blocks), blocks[0].shape[1])
+    z = (np.empty(shape) if z_file is None
+         else np.lib.format.open_memmap(z_file, mode="w+", dtype=np.float64, shape=shape))
+    start = 0
+    for i, y in enumerate(blocks):
+        for rows in row_chunks(len(y), release=y):  # the uploads' pages go as they are read
+            out = z[start + rows.start:start + rows.stop]
+            if maps is None:
+                out[...] = y[rows]
+            else:
+                np.matmul(y[rows] - maps[1][i], maps[0][i], out=out)
+                out += maps[2]
+            let_go(z, slice(start + rows.start, start + rows.stop))  # written: to the file
+        start += len(y)
+    if isinstance(z, np.memmap):
+        z.flush()
+    return z

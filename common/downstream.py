@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from noisyanchor.common.chunks import row_chunks, rows_of
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.splits import TEST, TRAIN, VALIDATION
 
@@ -202,9 +203,43 @@ def _balanced_accuracy() -> Callable[[np.ndarray, np.ndarray], float]:
     return score
 
 
+def standardisation(z: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, float]:
+    """``mu``, the mean of the rows of ``z`` flagged by ``rows``, and ``s``, the root mean
+    square of those rows once centred (1 when they are all equal), in chunks of
+    :data:`common.chunks.CHUNK_ROWS` rows: no copy of ``z``.
+
+    Parameters
+    ----------
+    z : (n, d) ndarray
+        ``Z`` (or a memory map of it).
+    rows : (n,) bool ndarray
+        The rows the preprocessing is learned on (the training rows).
+    """
+    count = int(rows.sum())
+    total = np.zeros(z.shape[1])
+    for chunk in row_chunks(len(z), release=z):
+        total += z[chunk][rows[chunk]].sum(axis=0)
+    mean = total / count
+    squares = 0.0
+    for chunk in row_chunks(len(z), release=z):
+        centred = z[chunk][rows[chunk]] - mean
+        squares += float(np.einsum("ij,ij->", centred, centred))
+    return mean, float(np.sqrt(squares / (count * z.shape[1]))) or 1.0
+
+
+def standardised(z: np.ndarray, rows: np.ndarray, mean: np.ndarray,
+                 scale: float) -> np.ndarray:
+    """``u = (z - mu) / s`` of the rows of ``z`` flagged by ``rows`` only, gathered chunk by
+    chunk into one array (the only copy; ``(sum(rows), d)``) and standardised in place."""
+    out = rows_of(z, rows)
+    out -= mean
+    out /= scale
+    return out
+
+
 def fit_downstream(
     z: np.ndarray, labels: np.ndarray, tags: np.ndarray, *,
-    model: str | Callable[[float], Any] = "logistic",
+    model: str | Callable[[float], Any] = "logistic", rows: np.ndarray | None = None,
 ) -> FittedDownstream:
     """Train on TRAIN rows, select ``C`` on VALIDATION rows (if any), score on TEST rows, and
     keep the fitted model with its preprocessing ``u = (z - mu) / s``.
@@ -218,6 +253,14 @@ def fit_downstream(
     model : str or callable
         A name from :data:`MODELS` or ``c -> unfitted estimator`` (searched over
         :data:`C_GRID`).
+    rows : (n,) bool ndarray, optional
+        The rows to use (default all): the others are neither trained on, chosen on nor
+        scored, as if ``z``, ``labels`` and ``tags`` held only these rows, without copying
+        ``z`` (the leave-one-site-out refits).
+
+    Only the training, validation and test rows are standardised (each in its own array, in
+    chunks of :data:`common.chunks.CHUNK_ROWS`), never a copy of the whole of ``z``: ``z`` may
+    be a memory map larger than the memory.
     """
     model, grid = _model_and_grid(model)
     score = _balanced_accuracy()
@@ -227,26 +270,32 @@ def fit_downstream(
     if not (len(z) == len(labels) == len(tags)):
         raise InvalidInputError(f"Z ({len(z)} rows), labels ({len(labels)}) and tags "
                                 f"({len(tags)}) must have the same length")
+    if rows is not None:
+        rows = np.asarray(rows, dtype=bool)
+        if rows.shape != tags.shape:
+            raise InvalidInputError(f"rows must give one flag per row of Z ({len(tags)}), got "
+                                    f"shape {rows.shape}")
+        tags = np.where(rows, tags, -1)  # a tag of no split: neither trained, chosen nor scored
     tr, va, te = (tags == TRAIN), (tags == VALIDATION), (tags == TEST)
     if not tr.any() or not te.any():
         raise InvalidInputError("utility needs both training and test rows")
     if len(np.unique(labels[tr])) < 2:
         raise InvalidInputError("the training rows hold a single class; a classifier needs at "
                                 "least two")
-    mean = z[tr].mean(axis=0)
-    scale = float(np.sqrt(((z[tr] - mean) ** 2).mean())) or 1.0
-    x = (z - mean) / scale
+    mean, scale = standardisation(z, tr)
+    x_tr = standardised(z, tr, mean, scale)
     if va.any():
-        best_c, val, fitted, converged, missed = _select(x[tr], labels[tr], x[va], labels[va],
-                                                         grid, model, score)
+        best_c, val, fitted, converged, missed = _select(
+            x_tr, labels[tr], standardised(z, va, mean, scale), labels[va], grid, model, score)
         val_score: float | None = val
     else:
         best_c, val_score = grid[len(grid) // 2], None
-        fitted, converged = fit_model(model, best_c, x[tr], labels[tr])
+        fitted, converged = fit_model(model, best_c, x_tr, labels[tr])
         missed = int(not converged)
-    utility = Utility(float(score(labels[te], fitted.predict(x[te]))), val_score, best_c,
-                      int(tr.sum()), int(te.sum()), converged=converged,
-                      fits_not_converged=missed)
+    del x_tr  # dropped before the test rows are standardised (unless the estimator keeps it)
+    tested = fitted.predict(standardised(z, te, mean, scale))
+    utility = Utility(float(score(labels[te], tested)), val_score, best_c, int(tr.sum()),
+                      int(te.sum()), converged=converged, fits_not_converged=missed)
     return FittedDownstream(utility, fitted, mean, scale)
 
 
@@ -283,9 +332,18 @@ def evaluate_utility(
     fitted = fit_downstream(z, labels, tags, model=model)
     if participants is None:
         return fitted.utility
+    return with_participant_only(fitted.utility, labels, tags, participants, model=model)
+
+
+def with_participant_only(utility: Utility, labels: np.ndarray, tags: np.ndarray,
+                          participants: np.ndarray, *,
+                          model: str | Callable[[float], Any]) -> Utility:
+    """``utility`` (of a fitted :func:`fit_downstream`) with its
+    ``participant_only_balanced_accuracy``: the one cheap extra fit, on the one-hot participant
+    index at the chosen ``c``; the model on ``Z`` is not fitted again."""
     participant_only = participant_only_accuracy(labels, tags, participants, model=model,
-                                                 c=fitted.utility.c)
-    return replace(fitted.utility, participant_only_balanced_accuracy=participant_only)
+                                                 c=utility.c)
+    return replace(utility, participant_only_balanced_accuracy=participant_only)
 
 
 def participant_only_accuracy(labels: np.ndarray, tags: np.ndarray, participants: np.ndarray,

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import scipy.linalg
 
+from noisyanchor.common.chunks import centered_gram, column_mean, row_norms
 from noisyanchor.common.linalg import polar_factor
 from noisyanchor.common.methods import Method
 from noisyanchor.common.tabular.columns import BooleanColumn, CategoricalColumn, NumericColumn
@@ -178,8 +179,8 @@ def box_check(sites: Sequence[str], data: Sequence[np.ndarray], diameter: float,
         # 1e-9 relative: a record exactly at a corner must pass after rounding of the map.
         bound = diameter * projection_norm * (1 + 1e-9) + 2 * sigma * (math.sqrt(h)
                                                                         + _tail(len(y)))
-        far = y[np.argmax(np.linalg.norm(y - y.mean(axis=0), axis=1))]
-        measured = float(np.linalg.norm(y - far, axis=1).max())
+        far = np.array(y[np.argmax(row_norms(y, column_mean(y)))])  # in chunks: y may be mapped
+        measured = float(row_norms(y, far).max())
         if measured > bound:
             findings.append(Finding(
                 site, "box", measured, bound,
@@ -200,7 +201,7 @@ def spread_check(sites: Sequence[str], data: Sequence[np.ndarray], *,
     """
     if len(data) < 3:
         return []
-    spread = np.array([np.median(np.linalg.norm(y - y.mean(axis=0), axis=1)) for y in data])
+    spread = np.array([np.median(row_norms(y, column_mean(y))) for y in data])
     spread = np.maximum(spread, np.finfo(float).tiny)
     logs = np.log(spread)
     findings = []
@@ -238,22 +239,40 @@ def anchor_check(sites: Sequence[str], anchors: Sequence[np.ndarray], v: float
     return findings
 
 
+@dataclass(frozen=True)
+class FrameMoments:
+    """One site's records in the common frame, as :func:`direction_check` needs them.
+
+    Attributes
+    ----------
+    n : int
+        ``n_i``, the site's record count.
+    covariance : (h, h) ndarray
+        ``C_i = R_i^T Yc_i^T Yc_i R_i / n_i``, ``Yc_i = Y_i - 1 mean_i^T``.
+    """
+
+    n: int
+    covariance: np.ndarray
+
+
 def common_frame(data: Sequence[np.ndarray], anchors: Sequence[np.ndarray] | None,
-                 reference: int = 0) -> list[np.ndarray]:
-    """Each site's centered records ``(Y_i - 1 mean_i^T) R_i`` in the reference's frame.
+                 reference: int = 0) -> list[FrameMoments]:
+    """Each site's centered records ``(Y_i - 1 mean_i^T) R_i`` in the reference's frame, as
+    their covariance (:class:`FrameMoments`), summed a chunk at a time: the records are never
+    copied, so memory-mapped uploads stay on disk.
 
     ``R_i = Pi(Bc_i^T Bc_s)`` (SPEC.md section 2, Procrustes onto the reference ``s``); without
     anchors (one common key) ``R_i = I``.
     """
-    centered = [y - y.mean(axis=0) for y in data]
-    if anchors is None:
-        return centered
-    bc = [b - b.mean(axis=0) for b in anchors]
-    rotations = polar_factor(np.stack([b.T @ bc[reference] for b in bc]))
-    return [y @ r for y, r in zip(centered, rotations, strict=True)]
+    grams = [centered_gram(y, column_mean(y)) for y in data]
+    if anchors is not None:
+        bc = [b - b.mean(axis=0) for b in anchors]
+        rotations = polar_factor(np.stack([b.T @ bc[reference] for b in bc]))
+        grams = [r.T @ g @ r for g, r in zip(grams, rotations, strict=True)]
+    return [FrameMoments(len(y), g / len(y)) for y, g in zip(data, grams, strict=True)]
 
 
-def direction_check(sites: Sequence[str], frames: Sequence[np.ndarray], *,
+def direction_check(sites: Sequence[str], frames: Sequence[FrameMoments], *,
                     ratio: float = DIRECTION_RATIO, floor: float = DIRECTION_FLOOR
                     ) -> list[Finding]:
     """Sites whose variance along some direction of the common frame differs from most other
@@ -271,9 +290,9 @@ def direction_check(sites: Sequence[str], frames: Sequence[np.ndarray], *,
     """
     if len(frames) < 3:
         return []
-    h = frames[0].shape[1]
-    covs = [z.T @ z / len(z) for z in frames]
-    g = np.sqrt(np.minimum(h / np.array([len(z) for z in frames]), 0.95))
+    h = frames[0].covariance.shape[1]
+    covs = [f.covariance for f in frames]
+    g = np.sqrt(np.minimum(h / np.array([f.n for f in frames]), 0.95))
     eye = floor * float(np.median([np.trace(cv) for cv in covs])) / h * np.eye(h)
     p = len(frames)
     dev, shrunk = np.zeros((p, p)), np.zeros((p, p), dtype=bool)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from noisyanchor.common.chunks import all_finite
 from noisyanchor.common.errors import InvalidInputError
 
 
@@ -30,7 +31,7 @@ def as_float_array(x: object, name: str, *, ndim: int | None = None) -> np.ndarr
         raise InvalidInputError(f"{name} must be a numeric array: {err}") from None
     if ndim is not None and arr.ndim != ndim:
         raise InvalidInputError(f"{name} must be {ndim}-D, got shape {arr.shape}")
-    if arr.size and not np.isfinite(arr).all():
+    if not all_finite(arr):  # no full-size temporary: arr may be a memory map of an upload
         bad = int((~np.isfinite(arr)).sum())
         raise InvalidInputError(f"{name} contains {bad} NaN or Inf value(s)")
     return arr

@@ -242,3 +242,32 @@ def test_the_analyst_compares_each_site_with_a_local_only_model_on_its_rows_of_z
     lo, hi = fields["gain_interval"]
     assert lo <= fields["gain"] <= hi
     assert fields["federation_trained_on"] == "every site's training rows of Z"
+
+
+def test_the_result_from_memory_maps_and_z_on_disk_equals_the_in_memory_path(tmp_path, rng):
+    """Issue 31: uploads read as memory maps and Z written into z.npy give the Z and the model
+    metrics of the in-memory path (bundles copied into memory, Z an array) to 1e-12."""
+    from noisyanchor.analyst.site_models import downstream_result
+    from noisyanchor.analyst.storage import read_bundle
+    from noisyanchor.common.alignment import align
+
+    fed, _, _ = _federation(tmp_path, rng)
+    result = json.loads((fed.store.result / "result.json").read_text())
+    bundles = [read_bundle(fed.store.upload_path(pid))[1] for pid in IDS]
+    assert not any(isinstance(a, np.memmap) for b in bundles for a in b.values())
+    cfg = fed.config
+    in_memory = align(fed.method, [b["data"] for b in bundles], [b["anchor"] for b in bundles],
+                      reference=0, max_iter=cfg.max_iter, tol=cfg.tol, precision=cfg.precision,
+                      stopping=cfg.stopping, gopp_method=cfg.gopp_method)
+    np.testing.assert_allclose(fed.store.result_array("z.npy"), in_memory.z, rtol=0, atol=1e-12)
+    model, _, contributions, _ = downstream_result(
+        federation_id="f", method=fed.method, participants=list(IDS), model_name="logistic",
+        alignment=in_memory, labels=np.concatenate([b["labels"] for b in bundles]),
+        tags=np.concatenate([b["tags"] for b in bundles]))
+    for key in ("balanced_accuracy", "participant_only_balanced_accuracy", "c", "n_train"):
+        assert result["model"][key] == pytest.approx(model[key], abs=1e-12)
+    for pid in IDS:
+        assert result["model"]["sites"][pid]["balanced_accuracy"] == pytest.approx(
+            model["sites"][pid]["balanced_accuracy"], abs=1e-12)
+    for j, row in contributions["matrix"].items():
+        assert result["contributions"]["matrix"][j] == pytest.approx(row, abs=1e-12)

@@ -236,3 +236,19 @@ def test_a_second_process_cannot_open_a_held_store_and_is_told_the_holders_pid(t
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
                          text=True, timeout=60).stdout
     assert f"in use by another analyst (PID {os.getpid()} holds" in out
+
+
+def test_a_result_file_given_as_a_path_is_moved_in_and_verified(tmp_path):
+    """Issue 31: Z is written into a scratch file of the store and moved into the result
+    (hashed in chunks, never read whole); it is then verified like every other result file."""
+    store = Store(tmp_path).open()
+    z = np.arange(12.0).reshape(4, 3)
+    scratch = store.scratch_file("z.npy")
+    assert scratch.parent == store.root and scratch.name.startswith(".tmp-z.npy.")
+    with open(scratch, "wb") as fh:  # np.save would add a suffix to the name
+        np.save(fh, z)
+    store.commit_result({"z.npy": scratch, "a.json": b"{}"})
+    assert not scratch.exists()
+    assert stat.S_IMODE((store.result / "z.npy").stat().st_mode) == 0o600
+    np.testing.assert_array_equal(store.result_array("z.npy"), z)
+    store.verify()

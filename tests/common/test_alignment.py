@@ -163,3 +163,31 @@ def test_align_rejects_inconsistent_uploads(rng):
         align_to_reference([rng.standard_normal((5, 2))] * 2, reference=2)
     with pytest.raises(InvalidInputError, match="max_iter"):
         solve_gopp([rng.standard_normal((5, 2))] * 2, max_iter=-1)
+
+
+@pytest.mark.parametrize("method", ["aa-igdp", "aa-igdp-an", "i-gdp"])
+def test_z_written_to_its_file_equals_the_stacked_blocks_in_memory(tmp_path, rng, method,
+                                                                   monkeypatch):
+    """Issue 31: Z filled chunk by chunk (from memory maps, into one preallocated .npy) is the
+    in-memory stacked Z to 1e-12, and the file is that Z."""
+    import noisyanchor.common.chunks as chunks
+
+    anchor, keys, xs = _federation(rng, 3, 4, 12, n=23)
+    v = 0.01 if method == "aa-igdp-an" else 0.0
+    ups = [make_upload(method, x, k, anchor=anchor if method != "i-gdp" else None, v=v,
+                       rng=rng)[0]
+           for x, k in zip(xs, keys, strict=True)]
+    anchors = [u.anchor for u in ups] if ups[0].anchor is not None else None
+    maps = []
+    for i, u in enumerate(ups):
+        np.save(tmp_path / f"y{i}.npy", u.data)
+        maps.append(np.load(tmp_path / f"y{i}.npy", mmap_mode="r"))
+    monkeypatch.setattr(chunks, "CHUNK_ROWS", 5)  # chunks that straddle no block boundary
+    on_disk = align(method, maps, anchors, z_file=tmp_path / "z.npy")
+    in_memory = align(method, [u.data for u in ups], anchors)
+    stacked = np.vstack([in_memory.map_rows(i, u.data) for i, u in enumerate(ups)])
+    assert isinstance(on_disk.z, np.memmap) and not isinstance(in_memory.z, np.memmap)
+    np.testing.assert_allclose(on_disk.z, stacked, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(in_memory.z, stacked, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(np.load(tmp_path / "z.npy"), on_disk.z)
+

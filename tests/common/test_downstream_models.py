@@ -74,6 +74,54 @@ def test_non_convergence_is_recorded_not_printed(task):
     assert evaluate_utility(*task, model="logistic").converged is True
 
 
+def test_chunked_standardisation_equals_the_whole_array_formula(task, monkeypatch):
+    import noisyanchor.common.chunks as chunks
+    import noisyanchor.common.downstream as downstream
+
+    z, _, tags = task
+    rows = tags == TRAIN
+    monkeypatch.setattr(chunks, "CHUNK_ROWS", 7)  # many chunks, a short last one
+    mean, scale = downstream.standardisation(z, rows)
+    assert np.allclose(mean, z[rows].mean(axis=0), rtol=0, atol=1e-12)
+    assert scale == pytest.approx(np.sqrt(((z[rows] - z[rows].mean(axis=0)) ** 2).mean()),
+                                  rel=1e-12)
+    u = downstream.standardised(z, rows, mean, scale)
+    assert np.allclose(u, (z[rows] - mean) / scale, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("model", ["logistic", "knn"])
+def test_fit_on_masked_rows_equals_the_fit_on_those_rows_copied(task, model):
+    from noisyanchor.common.downstream import fit_downstream
+
+    z, y, tags = task
+    keep = np.arange(len(z)) % 5 != 0
+    masked = fit_downstream(z, y, tags, model=model, rows=keep)
+    copied = fit_downstream(z[keep], y[keep], tags[keep], model=model)
+    assert masked.utility == copied.utility
+    assert np.allclose(masked.center, copied.center, rtol=0, atol=1e-12)
+    assert np.array_equal(masked.predict(z), copied.predict(z))
+    with pytest.raises(InvalidInputError, match="one flag per row"):
+        fit_downstream(z, y, tags, rows=keep[1:])
+
+
+def test_evaluate_utility_fits_the_model_on_z_once(task, monkeypatch):
+    import noisyanchor.common.downstream as downstream
+
+    z, y, tags = task
+    widths = []
+    real = downstream.fit_model
+
+    def counted(model, c, x, labels):
+        widths.append(x.shape[1])
+        return real(model, c, x, labels)
+
+    monkeypatch.setattr(downstream, "fit_model", counted)
+    no_validation = np.where(tags == VALIDATION, TRAIN, tags)
+    util = downstream.evaluate_utility(z, y, no_validation, participants=np.arange(300) % 3)
+    assert widths == [z.shape[1], 3]  # Z once, then the one-hot participant baseline
+    assert util.participant_only_balanced_accuracy is not None
+
+
 def test_test_rows_of_one_class_score_without_a_warning():
     """Regression (issue 34): scikit-learn's "A single label was found..." reached the site's
     terminal when its test rows held one class, all predicted right."""

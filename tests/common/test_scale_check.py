@@ -161,3 +161,21 @@ def test_sites_that_all_differ_are_not_named_there_is_no_majority():
                       [u.anchor for u in ups], method="aa-igdp-an", diameter=None, v=0.02)
     assert found.findings == ()
     assert "sites differ from the others: no majority" in found.skipped["direction"]
+
+
+def test_the_frame_moments_in_chunks_are_the_covariances_of_the_rotated_records(monkeypatch):
+    """Issue 31: the direction check's covariances, summed a chunk at a time from the uploads
+    (no copy of them), are those of the centered records rotated into the common frame."""
+    import noisyanchor.common.chunks as chunks
+    from noisyanchor.common.linalg import polar_factor
+
+    _, data, anchors = _uploads("digits", 3, 0)
+    monkeypatch.setattr(chunks, "CHUNK_ROWS", 17)
+    bc = [b - b.mean(axis=0) for b in anchors]
+    rotations = polar_factor(np.stack([b.T @ bc[0] for b in bc]))
+    for y, r, moments in zip(data, rotations, sc.common_frame(data, anchors), strict=True):
+        z = (y - y.mean(axis=0)) @ r
+        expected = z.T @ z / len(z)
+        assert moments.n == len(y)
+        np.testing.assert_allclose(moments.covariance, expected, rtol=0,
+                                   atol=1e-12 * np.abs(expected).max())
