@@ -399,6 +399,8 @@ def screen(sites: Sequence[str], data: Sequence[np.ndarray],
         skipped["anchor"] = f"method {method.value} has no anchor"
     elif anchor_noise is None:
         skipped["anchor"] = "the method adds anchor noise but the federation declares no v"
+    elif anchors is None:
+        skipped["anchor"] = "no anchor representations were given"
     else:
         findings += anchor_check(sites, anchors, anchor_noise)
         ran.append("anchor")

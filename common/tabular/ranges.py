@@ -136,7 +136,7 @@ def far_values(schema: TabularSchema, x: np.ndarray, lines: np.ndarray) -> list[
             continue
         a, b = column.offset_factor
         written = np.ones(len(x), dtype=bool) if column.fill is None else \
-            x[:, j] != (column.fill - a) / b  # the same arithmetic as the encoder's
+            x[:, j] != (float(column.fill) - a) / b  # the same arithmetic as the encoder's
         e = x[written, j]
         if not len(e):
             continue
