@@ -50,7 +50,7 @@ from typing import Any
 import grpc
 
 from noisyanchor.analyst.connection_front import ConnectionFront
-from noisyanchor.analyst.edge import log_refusal
+from noisyanchor.analyst.edge import log_refusal, shown
 from noisyanchor.common.errors import (
     NoisyAnchorError,
     TooManyStreamsError,
@@ -113,12 +113,13 @@ class _Call:
         """The client cancelled the call (gRPC saw its RST_STREAM or deadline)."""
         return self.state.client is _CANCELLED
 
-    def refuse(self, err: NoisyAnchorError) -> None:
-        """Answer the call with ``err``'s status and message from here (no handler runs)."""
+    def refuse(self, err: NoisyAnchorError, caller: str | None) -> None:
+        """Answer the call of ``caller`` (None: not known) with ``err``'s status and message
+        from here (no handler runs)."""
         code = getattr(grpc.StatusCode, err.grpc_code)
-        log_refusal(self.method(), code, err)
+        log_refusal(self.method(), code, err, caller)
         with self.state.condition:
-            _ABORT(self.state, self.event.call, _CODES[code], str(err).encode())
+            _ABORT(self.state, self.event.call, _CODES[code], shown(err).encode())
 
 
 def global_limit(participants: int, max_calls_per_caller: int, workers: int) -> int:
@@ -200,33 +201,38 @@ class AdmissionPool(futures.Executor):
             else:
                 del self._held[caller]
 
-    def _caller(self, call: _Call) -> str:
-        """The admitted participant id of ``call``; raises a project error otherwise."""
+    def _caller(self, call: _Call) -> tuple[str | None, NoisyAnchorError | None]:
+        """The participant id of ``call`` (None when its certificate names none), and why it
+        is refused (None: admitted)."""
+        pid = None
         try:
             pem = call.certificate()
             if pem is None:
                 raise UnauthenticatedError("no verified client certificate on this connection")
             pid = authenticate(pem, self._ca_pems())
             self._admit(pid)
-        except NoisyAnchorError:
+        except NoisyAnchorError as err:
             if self._connections is not None:  # nothing this connection sends will be served
                 self._connections.reject(call.peer())
-            raise
+            return pid, err
         if self._connections is not None:
-            self._connections.claim(call.peer(), pid)
-        return pid
+            try:
+                self._connections.claim(call.peer(), pid)
+            except NoisyAnchorError as err:
+                return pid, err
+        return pid, None
 
     def submit(self, fn, /, *args, **kwargs) -> futures.Future:
         future: futures.Future = futures.Future()
         call = _Call.of(fn, args) if self._inspect else None
         lane = ""
         if call is not None:
-            try:
-                lane = self._caller(call)
-            except NoisyAnchorError as err:
-                call.refuse(err)
+            pid, refusal = self._caller(call)
+            if refusal is not None:
+                call.refuse(refusal, pid)
                 future.set_result(None)
                 return future
+            lane = pid or ""
         with self._lock:
             if self._stopped:
                 raise RuntimeError("cannot schedule new calls after shutdown")
@@ -234,9 +240,9 @@ class AdmissionPool(futures.Executor):
             if queue is None:
                 queue = self._lanes[lane] = collections.deque()
             if call is not None:
-                refusal = self._over_limit(lane, queue, call)
-                if refusal is not None:
-                    call.refuse(refusal)
+                over = self._over_limit(lane, queue, call)
+                if over is not None:
+                    call.refuse(over, lane)
                     future.set_result(None)
                     return future
                 self._held[lane] = self._held.get(lane, 0) + 1

@@ -26,7 +26,7 @@ from typing import Any
 import grpc
 
 from noisyanchor.analyst.connection_front import ConnectionFront
-from noisyanchor.analyst.edge import abort, caller_id
+from noisyanchor.analyst.edge import abort, bound_request, caller_id, serving
 from noisyanchor.analyst.stream_watchdog import PacedRequests, PaceRule, Reaper, SendWatch
 from noisyanchor.common.errors import NoisyAnchorError, TooManyStreamsError
 
@@ -142,18 +142,23 @@ class CallerGate(grpc.ServerInterceptor):
         rule = self.limits.rule
 
         def guarded(request, context):
+            pid = None
+            serving(None)
             try:
                 pid, _ = caller_id(context, self._ca_pems)
                 self._admit(pid)
             except NoisyAnchorError as err:
                 if self._connections is not None:
                     self._connections.reject(context.peer())
-                abort(context, name, err)
-            if self._connections is not None:
-                try:
+                abort(context, name, err, pid)
+            serving(pid)
+            try:
+                if self._connections is not None:
                     self._connections.claim(context.peer(), pid)
-                except NoisyAnchorError as err:
-                    abort(context, name, err)
+                if not streams_in:  # streamed requests are raw bundle bytes (common.wire)
+                    bound_request(request)
+            except NoisyAnchorError as err:
+                abort(context, name, err, pid)
             if not (streams_in or streams_out):
                 return behavior(request, context)
             what = f"{name} stream of {pid!r}"
