@@ -101,8 +101,8 @@ class AnalystServicer(pb_grpc.AnalystServicer):
 
     @grpc_edge
     def Status(self, request, context):
-        self._caller(context, request.federation_id)
-        return pb.StatusReply(**self.fed.status())
+        pid, _ = self._caller(context, request.federation_id)
+        return pb.StatusReply(**self.fed.status(pid))
 
     @grpc_edge
     def PublishKey(self, request, context):

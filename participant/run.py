@@ -30,6 +30,7 @@ from noisyanchor.common.splits import split_tags
 from noisyanchor.common.tabular import TableError
 from noisyanchor.common.tabular.ranges import far_values
 from noisyanchor.common.text import MAX_PEER_TEXT, peer_text
+from noisyanchor.common.visibility import visible_json
 from noisyanchor.common.wire import bundle_spec
 from noisyanchor.participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
 from noisyanchor.participant.client import AnalystClient
@@ -377,6 +378,9 @@ def federation_progress(cfg: ParticipantConfig) -> tuple[pb.StatusReply, Progres
     federation's :class:`~common.progress.Progress` (who is missing for which step)."""
     with analyst_client(cfg, min(cfg.wait_seconds, STATUS_WAIT)) as client:
         reply = client.status()
+        # What this site shows (text and --json) is its own and the federation's only, even
+        # from an analyst that sent more (common.visibility).
+        reply.result_json = visible_json(reply.result_json, cfg.id, reply.expected)
         fid = client.federation_id
         keys = commitments = None
         if cfg.needs_shared_seed:
