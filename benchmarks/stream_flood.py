@@ -21,6 +21,7 @@ how long the server kept each.
 
 from __future__ import annotations
 
+import contextlib
 import selectors
 import socket
 import ssl
@@ -105,13 +106,18 @@ class _StreamFrames:
         return bytes(out)
 
 
+#: The HTTP/2 client preface and an empty SETTINGS frame.
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+#: A SETTINGS frame with the ACK flag: the answer an idle client owes the server's SETTINGS.
+_SETTINGS_ACK = b"\x00\x00\x00\x04\x01\x00\x00\x00\x00"
+
+
 class _Connection:
     """One attacker connection: the HTTP/2 preface, then raw frames; the server's SETTINGS and
     PINGs are acknowledged, its RST_STREAM and GOAWAY frames counted."""
 
     def __init__(self, host: str, port: int, tls: tuple[Path, Path, Path], server_name: str,
                  report: FloodReport) -> None:
-        from hyperframe.frame import SettingsFrame
 
         self.sock = _tls_socket(host, port, *tls, server_name)
         self.sock.setblocking(False)
@@ -119,7 +125,7 @@ class _Connection:
         self.closed = False
         self.next_sid = 1
         self._inbox = bytearray()
-        self.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + SettingsFrame(0).serialize())
+        self.send(_PREFACE)
 
     def send(self, data: bytes) -> None:
         """Write ``data`` whole, reading the server's frames whenever the socket is full."""
@@ -275,7 +281,9 @@ class HandshakeReport:
 def _idle_socket(host: str, port: int, tls: tuple[Path, Path, Path] | None, server_name: str,
                  source: str | None) -> socket.socket:
     """A connection from ``source`` (any loopback address: 127.0.0.2, ...) that has done
-    nothing, or only its TLS handshake when ``tls`` is given."""
+    nothing, or, when ``tls`` is given, its TLS handshake and the HTTP/2 preface with empty
+    SETTINGS: an established gRPC connection that never calls (gRPC's handshake timeout
+    does not close it)."""
     raw = socket.create_connection((host, port), timeout=5.0,
                                    source_address=(source, 0) if source else None)
     if tls is None:
@@ -284,7 +292,9 @@ def _idle_socket(host: str, port: int, tls: tuple[Path, Path, Path] | None, serv
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca))
     ctx.load_cert_chain(str(cert), str(key))
     ctx.set_alpn_protocols(["h2"])
-    return ctx.wrap_socket(raw, server_hostname=server_name)
+    sock = ctx.wrap_socket(raw, server_hostname=server_name)
+    sock.sendall(_PREFACE)
+    return sock
 
 
 def handshake_flood(host: str, port: int, connections: int, *, hold: float,
@@ -299,6 +309,7 @@ def handshake_flood(host: str, port: int, connections: int, *, hold: float,
     opened_at: dict[socket.socket, float] = {}
     held: list[float] = []
     refused = 0
+    acked: set[socket.socket] = set()
     sel = selectors.DefaultSelector()
 
     def open_one() -> None:
@@ -331,6 +342,10 @@ def handshake_flood(host: str, port: int, connections: int, *, hold: float,
                     sel.unregister(s)
                     if reopen:
                         open_one()
+                elif tls is not None and s not in acked:  # the server's SETTINGS, once
+                    acked.add(s)
+                    with contextlib.suppress(OSError):  # closing already: seen next round
+                        s.sendall(_SETTINGS_ACK)
         return HandshakeReport(connections, len(socks), held, len(opened_at), refused)
     finally:
         sel.close()
