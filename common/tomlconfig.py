@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from noisyanchor.common.errors import ConfigError, InvalidInputError
+from noisyanchor.common.files import check_private_key
 
 _MISSING = object()
 
@@ -182,5 +183,6 @@ class TlsFiles:
         for key in ("ca", "cert", "key"):
             if not getattr(files, key).is_file():
                 raise table.error(key, f"file {getattr(files, key)} does not exist")
+        check_private_key(files.key, f"[{table.name}] key (a TLS private key)")
         table.done()
         return files

@@ -51,6 +51,7 @@ def site(tmp_path, rng):
                     for row, lab in zip(x, y, strict=True)) + "\n")
     for name in ("ca.pem", "c.pem", "k"):  # the config checks the TLS files exist
         (tmp_path / name).write_text("unused offline")
+    (tmp_path / "k").chmod(0o600)  # and that the key is private
     cfg_path = write_toml(tmp_path / "site.toml", {
         "participant": {"id": "org-a", "federation_id": "fed", "analyst": "127.0.0.1:1",
                         "data": tmp_path / "site.csv", "state_dir": tmp_path / "state"},
