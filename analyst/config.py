@@ -16,7 +16,13 @@ from noisyanchor.common.gopp import check_method, check_precision, check_stoppin
 from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.schema import SCHEMA_DTYPES, RecordSchema
 from noisyanchor.common.tabular import TabularSchema
-from noisyanchor.common.tomlconfig import Table, TlsFiles, check_id, read_toml
+from noisyanchor.common.tomlconfig import (
+    Table,
+    TlsFiles,
+    check_distinct_ids,
+    check_id,
+    read_toml,
+)
 from noisyanchor.common.validation import check_anchor_rows, check_nonnegative, check_positive
 
 #: Default cap on one upload's array bytes (8 GiB).
@@ -337,6 +343,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         raise fed.error("participants", "needs at least 2 distinct participant ids")
     for pid in participants:
         check_id(pid, f"{path}: [federation] participants entry")
+    check_distinct_ids(participants, f"{path}: [federation] participants")
     method = fed.str("method", check=lambda m: Method.parse(m).value)
     reference = fed.str("reference", participants[0])
     if reference not in participants:

@@ -41,3 +41,21 @@ def peer_text(text: str, limit: int, *, empty: str = "") -> str:
     kept = "".join(ch if unicodedata.category(ch) not in REMOVED_CATEGORIES else
                    (" " if ch in "\t\n\r\v\f\x1c\x1d\x1e\x1f\x85" else "") for ch in head)
     return " ".join(kept.split())[:limit] or empty
+
+
+#: First characters that make a spreadsheet read a CSV cell as a formula (OWASP, "CSV
+#: Injection"): = + - @, tab and carriage return; also their full-width forms, which some
+#: spreadsheets fold to them.
+FORMULA_STARTS = frozenset("=+-@\t\r\uff1d\uff0b\uff0d\uff20")
+
+
+def inert_cell(text: str) -> str:
+    """A CSV cell no spreadsheet runs: ``text`` with a leading ``'`` when it starts like a
+    formula (:data:`FORMULA_STARTS`), unless it is a number (``-1.5`` stays as it is)."""
+    if not text or text[0] not in FORMULA_STARTS:
+        return text
+    try:
+        float(text)
+    except ValueError:
+        return "'" + text
+    return text

@@ -28,6 +28,7 @@ import numpy as np
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.files import atomic_write, private_dir
 from noisyanchor.common.models import Classifier, SiteModel, load_site_model
+from noisyanchor.common.text import inert_cell
 from noisyanchor.participant.config import ParticipantConfig, load_participant_config
 from noisyanchor.participant.data import LocalData, load_local_data
 from noisyanchor.participant.site_state import SiteKey, load_site_key
@@ -208,7 +209,9 @@ class Predictions:
             out.writerow(["row", "line", "label", *(f"p_{c}" for c in names)])
             for row, line, label, p in zip(self.rows, self.lines, self.names,
                                            self.probabilities, strict=True):
-                out.writerow([int(row), int(line), label, *(repr(float(v)) for v in p)])
+                # A label text (the schema's, from a site's data) is never a formula here.
+                out.writerow([int(row), int(line), inert_cell(label),
+                              *(repr(float(v)) for v in p)])
         return path
 
 

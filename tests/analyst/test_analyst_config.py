@@ -74,6 +74,7 @@ def test_every_transport_limit_is_a_key_and_reaches_grpc_with_port_sharing_off(w
     ('key = "pki/analyst.key"', 'key = "pki/missing.key"', r"\[tls\] key: file"),
     ('id = "pilot-2026"', 'id = "pilot/2026"', "must be 1-64 letters"),
     ('["org-a", "org-b", "org-c"]', '["org-a"]', "at least 2 distinct"),
+    ('["org-a", "org-b", "org-c"]', '["org-a", "org-b", "Org-B"]', "are the same name"),
     ('precision = "auto"', 'precision = "half"', r"\[solver\] precision: precision must be one of"),
     ("blas_threads = 0", "blas_threads = -1", r"\[server\] blas_threads must be >= 0"),
     ("blas_threads = 0", "blas_threads = 1.5", r"\[server\] blas_threads must be an integer"),

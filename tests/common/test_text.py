@@ -5,7 +5,13 @@ import unicodedata
 from hypothesis import given
 from hypothesis import strategies as st
 
-from noisyanchor.common.text import MAX_PEER_TEXT, REMOVED_CATEGORIES, cut_bytes, peer_text
+from noisyanchor.common.text import (
+    MAX_PEER_TEXT,
+    REMOVED_CATEGORIES,
+    cut_bytes,
+    inert_cell,
+    peer_text,
+)
 
 
 def test_escape_sequences_overrides_and_line_breaks_are_removed():
@@ -44,3 +50,11 @@ def test_peer_text_reads_a_bounded_prefix_of_what_a_peer_sent():
     # what a short one does (issue 30: each code point used to be inspected before the cut).
     assert peer_text("\u00e9" * 4_000_000, 10) == "\u00e9" * 10
     assert peer_text("\x1b" * 4_000_000 + "late", 10, empty="-") == "-"
+
+
+def test_csv_cells_that_start_like_a_formula_are_made_inert():
+    for formula in ("=HYPERLINK(\"http://x\",\"y\")", "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)",
+                    "\t=1", "\r=1", "\uff1d1+1"):
+        assert inert_cell(formula) == "'" + formula
+    for kept in ("cat", "", "-1.5", "+3", "1e-3", "-inf", "a=b"):
+        assert inert_cell(kept) == kept

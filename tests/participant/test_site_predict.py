@@ -4,6 +4,7 @@ commits, the predictor is h(N_i(M_i(x F))), and new records must have the upload
 
 from __future__ import annotations
 
+import csv
 import json
 import stat
 
@@ -174,6 +175,12 @@ def test_predictions_speak_the_schemas_label_texts(site, monkeypatch):
     lines = out.write_csv(site["tmp"] / "named.csv").read_text().splitlines()
     assert lines[0] == "row,line,label,p_red,p_green,p_blue"
     assert lines[1].split(",")[2] == by_code[int(out.labels[0])]
+    # Label texts a spreadsheet would run are written inert (issue 30, item 6).
+    tabular.label_classes = ("=HYPERLINK(\"http://x\")", "+cmd", "-x")
+    path = predict(site["cfg"], site["x"][:4]).write_csv(site["tmp"] / "f.csv")
+    with path.open(newline="") as fh:
+        labels = {row[2] for row in list(csv.reader(fh))[1:]}
+    assert labels and labels <= {"'=HYPERLINK(\"http://x\")", "'+cmd", "'-x"}
     tabular.label_classes = ("red", "green")
     with pytest.raises(InvalidInputError, match="names 2 label classes"):
         class_names(site["cfg"], np.array([0, 1, 2]))
