@@ -50,7 +50,7 @@ from typing import Any
 import grpc
 
 from noisyanchor.analyst.connection_front import ConnectionFront
-from noisyanchor.analyst.edge import log_refusal, shown
+from noisyanchor.analyst.edge import log_refusal, remote_text
 from noisyanchor.common.errors import (
     NoisyAnchorError,
     TooManyStreamsError,
@@ -119,7 +119,7 @@ class _Call:
         code = getattr(grpc.StatusCode, err.grpc_code)
         log_refusal(self.method(), code, err, caller)
         with self.state.condition:
-            _ABORT(self.state, self.event.call, _CODES[code], shown(err).encode())
+            _ABORT(self.state, self.event.call, _CODES[code], remote_text(err).encode())
 
 
 def global_limit(participants: int, max_calls_per_caller: int, workers: int) -> int:

@@ -8,7 +8,8 @@ Text a peer sends is bounded before anything touches it (:func:`bound_request`, 
 request message before its handler runs): an id field (``*_id``, ``dataset``) that breaks the id
 rule is refused without being echoed, and every other string is cut to
 :data:`MAX_FIELD_BYTES` bytes. What goes back to a caller (and to the log) is cut to
-:data:`MAX_STATUS_BYTES` bytes whatever produced it.
+:data:`MAX_STATUS_BYTES` bytes whatever produced it, and what goes back to a caller names no
+local absolute path (:func:`remote_text`).
 
 Refusals are logged, but a client cannot fill the analyst's disk with the log: refusals are
 counted per caller (participant id, or the name its certificate gives), RPC and status code,
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -90,9 +92,20 @@ def bound_request(message: Message) -> None:
 
 
 def shown(err: NoisyAnchorError) -> str:
-    """The message of ``err`` as a caller and the log see it (at most
-    :data:`MAX_STATUS_BYTES` bytes)."""
+    """The message of ``err`` as the log keeps it (at most :data:`MAX_STATUS_BYTES` bytes)."""
     return cut_bytes(str(err), MAX_STATUS_BYTES)
+
+
+#: An absolute local path in a message (two or more segments: ``/srv/store/result/z.npy``).
+_LOCAL_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s'\"/()]+/)+[^\s'\",;()]*")
+
+
+def remote_text(err: NoisyAnchorError) -> str:
+    """The message of ``err`` as a remote caller sees it: :func:`shown`, with every absolute
+    local path replaced by its last part (the analyst's folders are the operator's business,
+    and the file's name is enough for the caller to report)."""
+    return _LOCAL_PATH.sub(lambda m: f"<analyst>/{m.group(0).rstrip('/').rsplit('/', 1)[-1]}",
+                           shown(err))
 
 
 class RefusalLog:
@@ -166,7 +179,7 @@ def abort(context: grpc.ServicerContext, rpc: str, err: NoisyAnchorError,
     does), and log the refusal."""
     code = getattr(grpc.StatusCode, err.grpc_code)
     log_refusal(rpc, code, err, caller)
-    context.abort(code, shown(err))
+    context.abort(code, remote_text(err))
 
 
 def grpc_edge(method: Callable) -> Callable:

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from noisyanchor.common.durations import human_duration, human_time
 from noisyanchor.common.errors import (
     AlreadyExistsError,
+    IntegrityError,
     InvalidInputError,
     NoisyAnchorError,
     NotFoundError,
@@ -101,8 +103,21 @@ def kept_schema(cfg: ParticipantConfig) -> RecordSchema | None:
     if not path.is_file():
         return None
     msg = pb.RecordSchema()
-    msg.ParseFromString(path.read_bytes())
-    return RecordSchema.from_proto(msg)
+    try:
+        msg.ParseFromString(path.read_bytes())
+    except DecodeError as err:
+        raise InvalidInputError(f"{path} is not a kept schema ({err}); remove it and run "
+                                "upload again to fetch the federation's") from None
+    schema = RecordSchema.from_proto(msg)
+    # Checked as the analyst's copy is (served_schema): an edit of the kept file that keeps
+    # it consistent with itself still differs from the digest the kit pins.
+    digest = schema.preprocessing_sha256.hex()
+    if cfg.preprocessing_sha256 is not None and digest != cfg.preprocessing_sha256:
+        raise IntegrityError(f"{path} has preprocessing digest {digest[:16]}..., not the "
+                             f"kit's [protocol] preprocessing_sha256 = "
+                             f"{cfg.preprocessing_sha256[:16]}...: it was changed after it was "
+                             "kept; it is not used")
+    return schema
 
 
 def served_schema(cfg: ParticipantConfig, info: pb.FederationInfo) -> RecordSchema | None:

@@ -74,3 +74,14 @@ def test_request_ids_are_checked_without_echo_and_other_strings_cut():
     fine = pb.StatusRequest(federation_id="pilot-2026")
     bound_request(fine)
     assert fine.federation_id == "pilot-2026"
+
+
+def test_a_remote_caller_is_never_told_a_local_absolute_path():
+    from noisyanchor.analyst.edge import remote_text
+    from noisyanchor.common.errors import IntegrityError
+
+    err = IntegrityError("/srv/na/store/result/z.npy does not match (see '/srv/na/store/x/') "
+                         "at 2 bytes/s, path /noisy")
+    text = remote_text(err)
+    assert "/srv" not in text and "<analyst>/z.npy does not match" in text
+    assert "'<analyst>/x'" in text and "bytes/s" in text and "/noisy" in text

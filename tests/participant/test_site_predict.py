@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from noisyanchor.common.downstream import fit_downstream
-from noisyanchor.common.errors import InvalidInputError, PreconditionError
+from noisyanchor.common.errors import IntegrityError, InvalidInputError, PreconditionError
 from noisyanchor.common.files import atomic_write
 from noisyanchor.common.gdp import gaussian_projection, sample_key
 from noisyanchor.common.models import SiteModel, export_estimator
@@ -126,6 +126,18 @@ def test_a_withheld_model_is_said_when_predicting(site):
                      None, "k-NN is never returned to sites", {}, {})
     with pytest.raises(PreconditionError, match="did not return a model to org-a: k-NN"):
         SitePredictor(key, part)
+
+
+def test_an_edit_of_the_kept_site_model_is_refused(site):
+    """Issue 30, item 4: the kept file's whole SHA-256 is recorded (when fetched, or at its
+    first read), so an edited digit of its JSON header is refused, not used."""
+    path = site["cfg"].state_dir / SITE_MODEL_FILE
+    load_predictor(site["cfg"])  # the first read records the digest
+    raw = path.read_bytes()
+    at = raw.index(b"0.9")  # the federation's balanced accuracy, in the JSON header
+    atomic_write(path, raw[:at] + b"0.8" + raw[at + 3:])
+    with pytest.raises(IntegrityError, match=r"changed since it was fetched.*--refresh"):
+        load_predictor(site["cfg"])
 
 
 def test_pending_upload_seeds_are_reused_until_removed(site):
