@@ -16,9 +16,10 @@ and gRPC (the client certificate is verified by gRPC, the identity read by
 3. **Per identity**: at most ``max_connections_per_caller`` connections claimed by one
    participant; a call that would claim one more is refused and its connection closed.
 4. **Refused for who it is**: a connection whose call was refused because of its certificate
-   (no participant, not issued by the CA) stops forwarding what the client sends at once and is
-   closed :data:`REFUSAL_GRACE` seconds later, once the refusal has reached the client
-   (:meth:`ConnectionFront.reject`).
+   (no participant, not issued by the CA) is closed :data:`REFUSAL_GRACE` seconds after that
+   first refusal (:meth:`ConnectionFront.reject`): long enough for the refusals of the calls it
+   already carries to reach the client (each is refused at arrival, without a worker), so a
+   misconfigured site reads why, and short enough that no outsider holds the port.
 
 Why a front rather than socket options or gRPC channel arguments: no gRPC core argument limits
 connections per source or per certificate, and ``max_connection_idle_ms`` closes a connection
@@ -47,8 +48,8 @@ from noisyanchor.common.errors import ResourceLimitError, UnauthenticatedError
 
 log = logging.getLogger(__name__)
 
-#: Seconds a rejected connection still carries the server's answer before it is closed.
-REFUSAL_GRACE = 1.0
+#: Seconds a rejected connection still carries the server's answers before it is closed.
+REFUSAL_GRACE = 2.0
 
 #: Bytes read at a time from either side.
 _CHUNK = 256 << 10
@@ -87,10 +88,11 @@ class _Link:
     """One client connection and its loopback leg."""
 
     address: str
+    peer: str  # the client's address and port as gRPC writes a peer (ipv4:10.0.0.7:5123)
     client: asyncio.StreamWriter
     backend: asyncio.StreamWriter | None = None
     caller: str | None = None
-    upstream: asyncio.Task | None = None  # client -> gRPC copy
+    condemned: bool = False  # refused for who it is: closing after REFUSAL_GRACE
     tasks: list[asyncio.Task] = field(default_factory=list)
 
     def close(self) -> None:
@@ -152,13 +154,14 @@ class ConnectionFront:
             else:
                 link.caller = caller
                 self._per_caller[caller] = held + 1
+                log.info("%s connected from %s", caller, link.peer)
                 return
         self._loop.call_soon_threadsafe(self._condemn, link)
         raise refusal
 
     def reject(self, peer: str) -> None:
-        """A call on connection ``peer`` was refused for who sent it: forward nothing more from
-        the client, and close the connection after :data:`REFUSAL_GRACE` seconds."""
+        """A call on connection ``peer`` was refused for who sent it: close the connection
+        :data:`REFUSAL_GRACE` seconds from now."""
         port = peer_port(peer)
         with self._lock:
             link = self._by_port.get(port) if port is not None else None
@@ -229,8 +232,10 @@ class ConnectionFront:
 
     async def _accepted(self, reader: asyncio.StreamReader,
                         writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("?",)
-        link = _Link(str(peer[0]), writer)
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        family = "ipv6" if ":" in str(peer[0]) else "ipv4"
+        host = f"[{peer[0]}]" if family == "ipv6" else str(peer[0])
+        link = _Link(str(peer[0]), f"{family}:{host}:{peer[1]}", writer)
         refused = self._admit(link)
         if refused is not None:
             log.debug("connection from %s closed at accept: %s", link.address, refused)
@@ -246,14 +251,12 @@ class ConnectionFront:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._by_port[port] = link
-            link.upstream = asyncio.ensure_future(_copy(reader, link.backend))
-            link.tasks = [link.upstream, asyncio.ensure_future(_copy(b_reader, writer))]
+            upstream = asyncio.ensure_future(_copy(reader, link.backend))  # client -> gRPC
+            link.tasks = [upstream, asyncio.ensure_future(_copy(b_reader, writer))]
             claim = self._loop.call_later(self.limits.claim_timeout, self._unclaimed, link)
             await asyncio.wait(link.tasks, return_when=asyncio.FIRST_COMPLETED)
-            up = link.upstream
-            if up.done() and (up.cancelled() or up.exception() is None):
-                # The client half-closed, or was rejected: gRPC finishes its answer (a
-                # rejected link's grace timer closes it).
+            if upstream.done() and not upstream.cancelled() and upstream.exception() is None:
+                # The client half-closed: gRPC finishes its answer, then closes.
                 await asyncio.wait(link.tasks[1:])
             claim.cancel()
         except (OSError, asyncio.CancelledError):
@@ -269,9 +272,9 @@ class ConnectionFront:
             link.close()
 
     def _condemn(self, link: _Link) -> None:
-        if link.upstream is not None:
-            link.upstream.cancel()  # nothing more from this client reaches gRPC
-        self._loop.call_later(REFUSAL_GRACE, link.close)
+        if not link.condemned:
+            link.condemned = True
+            self._loop.call_later(REFUSAL_GRACE, link.close)
 
 
 async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

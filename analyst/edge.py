@@ -102,10 +102,10 @@ _LOCAL_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s'\"/()]+/)+[^\s'\",;()]*")
 
 def remote_text(err: NoisyAnchorError) -> str:
     """The message of ``err`` as a remote caller sees it: :func:`shown`, with every absolute
-    local path replaced by its last part (the analyst's folders are the operator's business,
-    and the file's name is enough for the caller to report)."""
-    return _LOCAL_PATH.sub(lambda m: f"<analyst>/{m.group(0).rstrip('/').rsplit('/', 1)[-1]}",
-                           shown(err))
+    local path cut to its last two parts (``<analyst>/uploads/p0.bundle``: the analyst's folders
+    are the operator's business; the file and its folder in the store are enough to report)."""
+    return _LOCAL_PATH.sub(
+        lambda m: "<analyst>/" + "/".join(m.group(0).rstrip("/").split("/")[-2:]), shown(err))
 
 
 class RefusalLog:

@@ -83,5 +83,5 @@ def test_a_remote_caller_is_never_told_a_local_absolute_path():
     err = IntegrityError("/srv/na/store/result/z.npy does not match (see '/srv/na/store/x/') "
                          "at 2 bytes/s, path /noisy")
     text = remote_text(err)
-    assert "/srv" not in text and "<analyst>/z.npy does not match" in text
-    assert "'<analyst>/x'" in text and "bytes/s" in text and "/noisy" in text
+    assert "/srv" not in text and "<analyst>/result/z.npy does not match" in text
+    assert "'<analyst>/store/x'" in text and "bytes/s" in text and "/noisy" in text
