@@ -55,10 +55,9 @@ def _checked(cfg: ParticipantConfig, site: SiteModel, where: str) -> SiteModel:
     return site
 
 
-def _kept_bytes(path: Path) -> bytes:
-    """The kept site model's bytes, once they match the digest written when it was fetched (a
-    file kept before digests were written gets its digest now)."""
-    raw = path.read_bytes()
+def _check_kept(path: Path, raw: bytes) -> None:
+    """Refuse the kept site model's bytes ``raw`` unless they match the digest written when it
+    was fetched (a file kept before digests were written gets its digest now)."""
     digest_path = path.with_name(SITE_MODEL_DIGEST_FILE)
     actual = hashlib.sha256(raw).hexdigest()
     if not digest_path.is_file():
@@ -66,7 +65,6 @@ def _kept_bytes(path: Path) -> bytes:
     elif digest_path.read_text().strip() != actual:
         raise IntegrityError(f"{path} was changed since it was fetched (its SHA-256 is not the "
                              f"one in {digest_path.name}); fetch it again with --refresh")
-    return raw
 
 
 def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
@@ -84,7 +82,10 @@ def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
     """
     path = cfg.state_dir / SITE_MODEL_FILE
     if path.is_file() and not refresh:
-        return _checked(cfg, load_site_model(_kept_bytes(path), what=str(path)), str(path))
+        raw = path.read_bytes()
+        site = load_site_model(raw, what=str(path))  # what it is first: a pickle is named
+        _check_kept(path, raw)
+        return _checked(cfg, site, str(path))
     from noisyanchor.participant.run import analyst_client
 
     with analyst_client(cfg, min(cfg.wait_seconds, wait)) as client:

@@ -24,7 +24,7 @@ from noisyanchor.deploy.launch import start, stop, wait_for_port
 from noisyanchor.experiments.datasets import load_digits
 from noisyanchor.participant.config import load_participant_config
 from noisyanchor.participant.gain import GAIN_FILE
-from noisyanchor.participant.predict import SITE_MODEL_FILE, predict
+from noisyanchor.participant.predict import SITE_MODEL_DIGEST_FILE, SITE_MODEL_FILE, predict
 from noisyanchor.participant.site_state import SITE_KEY_FILE, load_site_key
 
 pytestmark = pytest.mark.e2e
@@ -175,11 +175,11 @@ def test_gain_is_reported_and_the_state_folder_is_private(federation):
         assert gain["federation"]["balanced_accuracy"] == pytest.approx(
             gain["federation"]["analyst_reported_balanced_accuracy"], abs=1e-12)
         assert stat.S_IMODE(cfg.state_dir.stat().st_mode) == 0o700
-        for name in (SITE_KEY_FILE, SITE_MODEL_FILE, GAIN_FILE):
+        kept = (SITE_KEY_FILE, SITE_MODEL_FILE, SITE_MODEL_DIGEST_FILE, GAIN_FILE)
+        for name in kept:
             assert stat.S_IMODE((cfg.state_dir / name).stat().st_mode) == 0o600, name
         # Only what prediction needs: no pending seeds, no exchange key, no colluder secrets.
-        assert sorted(p.name for p in cfg.state_dir.iterdir()) == sorted(
-            [SITE_KEY_FILE, SITE_MODEL_FILE, GAIN_FILE])
+        assert sorted(p.name for p in cfg.state_dir.iterdir()) == sorted(kept)
     root = federation["root"]
     code, text = _run(["participant", "status", "--config", federation["configs"]["p1"]],
                       root / "p1-status.log", federation["procs"])
@@ -231,6 +231,7 @@ def test_a_model_file_carrying_a_pickle_is_refused_without_running_it(federation
                       federation["procs"])
     assert code == 0, text  # fetched again: the verified copy replaces the altered one
     assert len(_read_predictions(root / "p2-again.csv")[1]) == 5
+
 
 def _keys(value) -> set:
     """Every mapping key of a JSON-like object, at any depth."""
