@@ -11,7 +11,9 @@ the polling thread, before any worker is involved:
    federation's one rule (:func:`common.identity.authenticate`: issued directly by the CA,
    naming one participant), and ``admit(id)`` must accept the id. A refused call is answered
    there and then (PERMISSION_DENIED / UNAUTHENTICATED with the reason; the refusal log of
-   :mod:`analyst.edge` bounds what it writes) and never reaches a worker.
+   :mod:`analyst.edge` bounds what it writes) and never reaches a worker, and its connection
+   is closed (:mod:`analyst.connection_front`); an admitted call claims its connection for the
+   caller, within the caller's share of connections.
 2. **How much.** Each participant may hold at most ``max_calls_per_caller`` calls admitted at
    once (waiting or running: a call is held until gRPC's future of it completes), of which at
    most ``max_queued_per_caller`` wait for a worker; one more is refused at arrival
@@ -47,7 +49,8 @@ from typing import Any
 
 import grpc
 
-from noisyanchor.analyst.edge import log_refusal
+from noisyanchor.analyst.connection_front import ConnectionFront
+from noisyanchor.analyst.edge import log_refusal, remote_text
 from noisyanchor.common.errors import (
     NoisyAnchorError,
     TooManyStreamsError,
@@ -95,6 +98,11 @@ class _Call:
         pems = auth.get(b"x509_pem_cert") or auth.get("x509_pem_cert") or []
         return pems[0] if len(pems) == 1 else None
 
+    def peer(self) -> str:
+        """The call's connection as gRPC names it (``ipv4:127.0.0.1:<port>``)."""
+        raw = self.event.call.peer()
+        return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+
     def method(self) -> str:
         """The RPC's short name (for the refusal log)."""
         raw = self.event.call_details.method
@@ -105,12 +113,13 @@ class _Call:
         """The client cancelled the call (gRPC saw its RST_STREAM or deadline)."""
         return self.state.client is _CANCELLED
 
-    def refuse(self, err: NoisyAnchorError) -> None:
-        """Answer the call with ``err``'s status and message from here (no handler runs)."""
+    def refuse(self, err: NoisyAnchorError, caller: str | None) -> None:
+        """Answer the call of ``caller`` (None: not known) with ``err``'s status and message
+        from here (no handler runs)."""
         code = getattr(grpc.StatusCode, err.grpc_code)
-        log_refusal(self.method(), code, err)
+        log_refusal(self.method(), code, err, caller)
         with self.state.condition:
-            _ABORT(self.state, self.event.call, _CODES[code], str(err).encode())
+            _ABORT(self.state, self.event.call, _CODES[code], remote_text(err).encode())
 
 
 def global_limit(participants: int, max_calls_per_caller: int, workers: int) -> int:
@@ -137,12 +146,17 @@ class AdmissionPool(futures.Executor):
     max_calls_per_caller : int
         Calls one caller may have admitted at once, waiting or running (None: no more than
         ``max_queued_per_caller`` plus every worker, i.e. no limit of its own).
+    connections : ConnectionFront, optional
+        Told whose each call's connection is (:meth:`~analyst.connection_front.ConnectionFront.
+        claim`), and which connection's caller was refused for who it is (closed).
     """
 
     def __init__(self, workers: int, admit: Callable[[str], None],
                  ca_pems: Callable[[], tuple[bytes, ...]], max_queued_per_caller: int,
-                 max_calls_per_caller: int | None = None) -> None:
+                 max_calls_per_caller: int | None = None,
+                 connections: ConnectionFront | None = None) -> None:
         self.workers = workers
+        self._connections = connections
         self._admit = admit
         self._ca_pems = ca_pems
         self.max_queued_per_caller = max_queued_per_caller
@@ -187,26 +201,38 @@ class AdmissionPool(futures.Executor):
             else:
                 del self._held[caller]
 
-    def _caller(self, call: _Call) -> str:
-        """The admitted participant id of ``call``; raises a project error otherwise."""
-        pem = call.certificate()
-        if pem is None:
-            raise UnauthenticatedError("no verified client certificate on this connection")
-        pid = authenticate(pem, self._ca_pems())
-        self._admit(pid)
-        return pid
+    def _caller(self, call: _Call) -> tuple[str | None, NoisyAnchorError | None]:
+        """The participant id of ``call`` (None when its certificate names none), and why it
+        is refused (None: admitted)."""
+        pid = None
+        try:
+            pem = call.certificate()
+            if pem is None:
+                raise UnauthenticatedError("no verified client certificate on this connection")
+            pid = authenticate(pem, self._ca_pems())
+            self._admit(pid)
+        except NoisyAnchorError as err:
+            if self._connections is not None:  # nothing this connection sends will be served
+                self._connections.reject(call.peer())
+            return pid, err
+        if self._connections is not None:
+            try:
+                self._connections.claim(call.peer(), pid)
+            except NoisyAnchorError as err:
+                return pid, err
+        return pid, None
 
     def submit(self, fn, /, *args, **kwargs) -> futures.Future:
         future: futures.Future = futures.Future()
         call = _Call.of(fn, args) if self._inspect else None
         lane = ""
         if call is not None:
-            try:
-                lane = self._caller(call)
-            except NoisyAnchorError as err:
-                call.refuse(err)
+            pid, refusal = self._caller(call)
+            if refusal is not None:
+                call.refuse(refusal, pid)
                 future.set_result(None)
                 return future
+            lane = pid or ""
         with self._lock:
             if self._stopped:
                 raise RuntimeError("cannot schedule new calls after shutdown")
@@ -214,9 +240,9 @@ class AdmissionPool(futures.Executor):
             if queue is None:
                 queue = self._lanes[lane] = collections.deque()
             if call is not None:
-                refusal = self._over_limit(lane, queue, call)
-                if refusal is not None:
-                    call.refuse(refusal)
+                over = self._over_limit(lane, queue, call)
+                if over is not None:
+                    call.refuse(over, lane)
                     future.set_result(None)
                     return future
                 self._held[lane] = self._held.get(lane, 0) + 1

@@ -25,7 +25,8 @@ from typing import Any
 
 import grpc
 
-from noisyanchor.analyst.edge import abort, caller_id
+from noisyanchor.analyst.connection_front import ConnectionFront
+from noisyanchor.analyst.edge import abort, bound_request, caller_id, serving
 from noisyanchor.analyst.stream_watchdog import PacedRequests, PaceRule, Reaper, SendWatch
 from noisyanchor.common.errors import NoisyAnchorError, TooManyStreamsError
 
@@ -73,11 +74,15 @@ class CallerGate(grpc.ServerInterceptor):
         is not a participant of the federation.
     ca_pems : sequence of bytes
         The federation's CA certificates (:func:`analyst.edge.caller_id`).
+    connections : ConnectionFront, optional
+        Told whose each call's connection is, as by :class:`analyst.admission.AdmissionPool`
+        (again here for a gRPC whose calls the pool cannot read at arrival).
     """
 
     def __init__(self, limits: StreamLimits, admit: Callable[[str], None],
-                 ca_pems: Sequence[bytes]) -> None:
+                 ca_pems: Sequence[bytes], connections: ConnectionFront | None = None) -> None:
         self.limits = limits
+        self._connections = connections
         self._admit = admit
         self._ca_pems = tuple(ca_pems)
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
@@ -137,11 +142,23 @@ class CallerGate(grpc.ServerInterceptor):
         rule = self.limits.rule
 
         def guarded(request, context):
+            pid = None
+            serving(None)
             try:
                 pid, _ = caller_id(context, self._ca_pems)
                 self._admit(pid)
             except NoisyAnchorError as err:
-                abort(context, name, err)
+                if self._connections is not None:
+                    self._connections.reject(context.peer())
+                abort(context, name, err, pid)
+            serving(pid)
+            try:
+                if self._connections is not None:
+                    self._connections.claim(context.peer(), pid)
+                if not streams_in:  # streamed requests are raw bundle bytes (common.wire)
+                    bound_request(request)
+            except NoisyAnchorError as err:
+                abort(context, name, err, pid)
             if not (streams_in or streams_out):
                 return behavior(request, context)
             what = f"{name} stream of {pid!r}"

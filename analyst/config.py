@@ -18,7 +18,13 @@ from noisyanchor.common.gopp import check_method, check_precision, check_stoppin
 from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.schema import SCHEMA_DTYPES, RecordSchema
 from noisyanchor.common.tabular import TabularSchema
-from noisyanchor.common.tomlconfig import Table, TlsFiles, check_id, read_toml
+from noisyanchor.common.tomlconfig import (
+    Table,
+    TlsFiles,
+    check_distinct_ids,
+    check_id,
+    read_toml,
+)
 from noisyanchor.common.validation import (
     check_anchor_rows,
     check_nonnegative,
@@ -57,6 +63,12 @@ DEFAULT_MAX_QUEUED_CALLS_PER_CALLER = 16
 #: gRPC's global limit set to every participant's full share, one peer cannot take another's.
 DEFAULT_MAX_CALLS_PER_CALLER = 32
 DEFAULT_MAX_PENDING_CALLS = 1000
+#: Connections one source address may hold at once, connections one participant may have claimed
+#: (carried an admitted call on), and seconds a new connection has to carry its first admitted
+#: call (TLS handshake included) before it is closed (:mod:`analyst.connection_front`).
+DEFAULT_MAX_CONNECTIONS_PER_ADDRESS = 64
+DEFAULT_MAX_CONNECTIONS_PER_CALLER = 8
+DEFAULT_CONNECTION_CLAIM_TIMEOUT = 10.0
 
 #: File name of the privacy ledger under ``output_dir`` when ``[privacy] ledger`` is not set.
 DEFAULT_LEDGER_NAME = "privacy_ledger.json"
@@ -203,6 +215,14 @@ class AnalystConfig:
         streams the client reset count until the analyst has let go of them).
     max_connections : int
         TCP connections the port holds at once, TLS handshakes included.
+    max_connections_per_address : int
+        TCP connections one source address may hold at once.
+    max_connections_per_caller : int
+        Connections one participant may have claimed at once (a connection is claimed by its
+        first admitted call).
+    connection_claim_timeout : float
+        Seconds a new connection may take to carry its first admitted call (TLS handshake
+        included); then it is closed.
     handshake_timeout : float
         Seconds a connection may take to complete its TLS handshake before it is closed.
     connection_idle_timeout : float
@@ -283,6 +303,9 @@ class AnalystConfig:
     max_streams_per_caller: int = DEFAULT_MAX_STREAMS_PER_CALLER
     max_streams_per_connection: int = DEFAULT_MAX_STREAMS_PER_CONNECTION
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_address: int = DEFAULT_MAX_CONNECTIONS_PER_ADDRESS
+    max_connections_per_caller: int = DEFAULT_MAX_CONNECTIONS_PER_CALLER
+    connection_claim_timeout: float = DEFAULT_CONNECTION_CLAIM_TIMEOUT
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
     connection_idle_timeout: float = DEFAULT_CONNECTION_IDLE_TIMEOUT
     max_queued_calls_per_caller: int = DEFAULT_MAX_QUEUED_CALLS_PER_CALLER
@@ -354,6 +377,7 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         raise fed.error("participants", "needs at least 2 distinct participant ids")
     for pid in participants:
         check_id(pid, f"{path}: [federation] participants entry")
+    check_distinct_ids(participants, f"{path}: [federation] participants")
     method = fed.str("method", check=lambda m: Method.parse(m).value)
     reference = fed.str("reference", participants[0])
     if reference not in participants:
@@ -413,6 +437,12 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         max_streams_per_connection=server.int("max_streams_per_connection",
                                               DEFAULT_MAX_STREAMS_PER_CONNECTION, minimum=1),
         max_connections=server.int("max_connections", DEFAULT_MAX_CONNECTIONS, minimum=1),
+        max_connections_per_address=server.int("max_connections_per_address",
+                                               DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, minimum=1),
+        max_connections_per_caller=server.int("max_connections_per_caller",
+                                              DEFAULT_MAX_CONNECTIONS_PER_CALLER, minimum=1),
+        connection_claim_timeout=server.positive_float("connection_claim_timeout",
+                                                       DEFAULT_CONNECTION_CLAIM_TIMEOUT),
         handshake_timeout=server.positive_float("handshake_timeout", DEFAULT_HANDSHAKE_TIMEOUT),
         connection_idle_timeout=server.positive_float("connection_idle_timeout",
                                                       DEFAULT_CONNECTION_IDLE_TIMEOUT),

@@ -54,6 +54,7 @@ from noisyanchor.common.sealing import share_statement, verify_exchange_key, ver
 from noisyanchor.common.splits import SPLIT_NAMES
 from noisyanchor.common.text import MAX_PEER_TEXT, peer_text
 from noisyanchor.common.theory import phase_transition_v
+from noisyanchor.common.visibility import visible_json
 from noisyanchor.common.wire import BundleSpec, BundleStream, drain
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 
@@ -494,14 +495,17 @@ class Federation:
         """``collecting``, ``aligning``, ``done`` or ``failed``."""
         return self._state
 
-    def status(self) -> dict[str, Any]:
-        """Progress: state, expected, committed and disclosed ids, error, result summary."""
+    def status(self, site: str) -> dict[str, Any]:
+        """Progress as participant ``site`` may see it: state, expected, committed and
+        disclosed ids, error, the result summary with only the federation's and ``site``'s own
+        entries (:func:`common.visibility.visible_json`)."""
         return {"federation_id": self.config.federation_id, "state": self._state,
                 "expected": list(self.config.participants),
                 "committed": self.store.committed(self.store.uploads),
                 "disclosed": self.store.committed(self.store.disclosures),
                 "error": self._error,
-                "result_json": self.store.read_result("result.json").decode()
+                "result_json": visible_json(self.store.read_result("result.json").decode(),
+                                            site, self.config.participants)
                 if self._state == "done" else "",
                 "withdrawn": [pb.Withdrawal(participant_id=p, reason=r)
                               for p, r in self.withdrawals().items()],

@@ -619,13 +619,13 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
     # -- budgets --------------------------------------------------------------------------------
     @grpc_edge
     def Budget(self, request: pb.BudgetQuery, context) -> pb.BudgetReport:
-        """What is spent and left of the dataset's budget and of every participant's quota."""
-        _, ledger, _ = self._caller(context, request.federation_id, request.dataset)
+        """What is spent and left of the dataset's budget and of the caller's own quota (another
+        participant's spending is its own business: :mod:`common.visibility`)."""
+        pid, ledger, _ = self._caller(context, request.federation_id, request.dataset)
         return pb.BudgetReport(
             budget_delta=ledger.delta_budget,
             dataset=account_message(ledger.account(self.dataset)),
-            participants=[account_message(ledger.account(self.dataset, p))
-                          for p in self.fed.config.participants],
+            participants=[account_message(ledger.account(self.dataset, pid))],
             min_epsilon=self.limits.min_epsilon)
 
 

@@ -28,6 +28,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from noisyanchor.analyst.admission import AdmissionPool, global_limit
 from noisyanchor.analyst.caller_limits import CallerGate, StreamLimits, worker_count
 from noisyanchor.analyst.config import AnalystConfig
+from noisyanchor.analyst.connection_front import ConnectionFront, ConnectionLimits
 from noisyanchor.analyst.federation import Federation
 from noisyanchor.analyst.release_service import add_release_servicer
 from noisyanchor.analyst.service import AnalystServicer, add_analyst_servicer
@@ -63,6 +64,7 @@ class Running:
     health: health.HealthServicer
     port: int
     pool: AdmissionPool
+    front: ConnectionFront
 
     def stop(self, grace: float = SHUTDOWN_GRACE) -> None:
         """NOT_SERVING, refuse new RPCs, cancel what is still running after ``grace`` seconds."""
@@ -73,6 +75,7 @@ class Running:
             stopped.append(self.health_server.stop(0))
         for event in stopped:
             event.wait(grace + 1.0)
+        self.front.stop()
 
 
 def server_credentials(config: AnalystConfig) -> grpc.ServerCredentials:
@@ -94,7 +97,7 @@ def transport_options(config: AnalystConfig) -> list[tuple[str, int]]:
     ``max_streams_per_connection``: a stream-reset flood cannot queue more than that many calls
     per connection (HTTP/2 "rapid reset", CVE-2023-44487).
     """
-    pending = config.max_pending_calls
+    pending = pending_calls(config)
     return [
         ("grpc.so_reuseport", 0),
         ("grpc.max_concurrent_streams", config.max_streams_per_connection),
@@ -105,6 +108,18 @@ def transport_options(config: AnalystConfig) -> list[tuple[str, int]]:
         ("grpc.server.max_pending_requests", max(1, pending // 2)),
         ("grpc.server.max_pending_requests_hard_limit", pending),
     ]
+
+
+def pending_calls(config: AnalystConfig) -> int:
+    """Calls the transport may hold before the analyst takes them: ``[server]
+    max_pending_calls``, raised to what every participant's connections and one source
+    address's could send at once (``(P * max_connections_per_caller +
+    max_connections_per_address) * max_streams_per_connection``), so that one identity or one
+    address filling its connections with unread calls cannot push another participant's call
+    past gRPC's limit (which cancels it)."""
+    connections = (len(config.participants) * config.max_connections_per_caller
+                   + config.max_connections_per_address)
+    return max(config.max_pending_calls, connections * config.max_streams_per_connection)
 
 
 def max_concurrent_rpcs(config: AnalystConfig, workers: int) -> int:
@@ -128,24 +143,29 @@ def start_server(config: AnalystConfig) -> Running:
     # Calls are admitted at arrival (caller, per-caller queue, turns: analyst.admission), then
     # pass the caller gate (identity again, per-caller stream limits) on a worker; the pool
     # fits every participant's full share of streams plus room for short calls.
+    # gRPC listens on loopback only; the public port is the connection front's, which counts
+    # connections per source address and per participant (analyst.connection_front).
+    front = ConnectionFront(ConnectionLimits.of(config))
     limits = StreamLimits.of(config)
     workers = worker_count(len(config.participants), limits)
     pool = AdmissionPool(workers, fed.check_member, lambda: fed.ca_pems,
-                         config.max_queued_calls_per_caller, config.max_calls_per_caller)
-    server = grpc.server(pool, interceptors=[CallerGate(limits, fed.check_member, fed.ca_pems)],
+                         config.max_queued_calls_per_caller, config.max_calls_per_caller,
+                         connections=front)
+    server = grpc.server(pool, interceptors=[CallerGate(limits, fed.check_member, fed.ca_pems,
+                                                        front)],
                          options=transport_options(config),
                          maximum_concurrent_rpcs=max_concurrent_rpcs(config, workers))
     add_analyst_servicer(AnalystServicer(fed), server)  # bundle streams read raw (issue 14)
     add_release_servicer(server, fed)  # DP similarity release on the same mTLS port
     checks = _health_servicer(server)
     try:
-        port = server.add_secure_port(f"{config.host}:{config.port}", server_credentials(config))
+        backend_port = server.add_secure_port("127.0.0.1:0", server_credentials(config))
     except RuntimeError:  # grpcio raises where it used to return 0
-        port = 0
-    if port == 0:
-        raise InvalidInputError(f"cannot listen on {config.host}:{config.port}: the port is in "
-                                "use by another program, or the address is not one of this "
-                                "host's; stop that program or set another [server] port")
+        backend_port = 0
+    if backend_port == 0:
+        raise InvalidInputError("cannot listen on 127.0.0.1 (the analyst's loopback port "
+                                "behind its public one): is the loopback interface up?")
+    _listen(front, config, backend_port)
     health_server = None
     if config.health_port is not None:
         # Plaintext, health only, on loopback: for container and load-balancer probes, which
@@ -157,6 +177,7 @@ def start_server(config: AnalystConfig) -> Running:
                                     f"127.0.0.1:{config.health_port}")
         health_server.start()
     server.start()
+    port = front.port
     for name in ("", *SERVICE_NAMES):
         checks.set(name, health_pb2.HealthCheckResponse.SERVING)
     fed.maybe_align()
@@ -168,7 +189,19 @@ def start_server(config: AnalystConfig) -> Running:
     # Nothing before listening imports scipy (a second of the start under load, issue 22): its
     # BLAS is loaded and given the process's thread count now, beside the first calls.
     threading.Thread(target=load_scipy_blas, name="load-scipy", daemon=True).start()
-    return Running(server, health_server, fed, checks, port, pool)
+    return Running(server, health_server, fed, checks, port, pool, front)
+
+
+def _listen(front: ConnectionFront, config: AnalystConfig, backend_port: int) -> None:
+    """Start the connection front on the configured public address."""
+    try:
+        front.start(config.host, config.port, backend_port)
+    except OSError as err:
+        front.stop()
+        raise InvalidInputError(f"cannot listen on {config.host}:{config.port}: the port is in "
+                                "use by another program, or the address is not one of this "
+                                f"host's ({err.strerror}); stop that program or set another "
+                                "[server] port") from err
 
 
 def _exit(running: Running, started: float) -> NoReturn:

@@ -23,10 +23,6 @@ log = logging.getLogger(__name__)
 #: in the analyst's transport buffers (as release_service.FETCH_CHUNK).
 SITE_MODEL_CHUNK = 64 << 10
 
-#: Connections remembered for the "connected" log line (then forgotten, bounding memory).
-MAX_PEERS_REMEMBERED = 4096
-
-
 #: Methods whose request streams reach the servicer as serialized bytes (parsed by
 #: :func:`common.wire.parse_request`, which takes a chunk's payload without copying it).
 RAW_STREAMS = ("Upload", "Disclose")
@@ -58,22 +54,12 @@ class AnalystServicer(pb_grpc.AnalystServicer):
 
     def __init__(self, federation: Federation) -> None:
         self.fed = federation
-        self._peers: set[tuple[str, str]] = set()  # (participant, address) pairs seen
-
-    def _connected(self, pid: str, context) -> None:
-        """Log a participant's first call from each address (a connection, as an operator
-        sees it; gRPC keeps the transport itself out of the servicer's view)."""
-        peer = (pid, context.peer())
-        if peer not in self._peers:
-            if len(self._peers) >= MAX_PEERS_REMEMBERED:
-                self._peers.clear()
-            self._peers.add(peer)
-            log.info("%s connected from %s", pid, peer[1])
 
     def _caller(self, context, federation_id: str) -> tuple[str, bytes]:
+        # Each connection's participant and address are logged once, by the connection front
+        # (analyst.connection_front), which sees the client's address.
         pid, pem = caller_id(context, self.fed.ca_pems)
         self.fed.check_caller(pid, federation_id)
-        self._connected(pid, context)
         return pid, pem
 
     def _receipt(self, pid: str, committed: Committed) -> pb.Receipt:
@@ -86,7 +72,6 @@ class AnalystServicer(pb_grpc.AnalystServicer):
         (:mod:`analyst.caller_limits`) admitted the caller before a message was read and paces
         ``request_iterator`` (idle window, minimum rate, deadline)."""
         pid, _ = caller_id(context, self.fed.ca_pems)
-        self._connected(pid, context)
         stream = BundleStream.from_messages(request_iterator)
         log.info("%s stream of %s started (%d bytes declared)", kind, pid, stream.spec.nbytes)
         return self._receipt(pid, commit(pid, stream))
@@ -101,8 +86,8 @@ class AnalystServicer(pb_grpc.AnalystServicer):
 
     @grpc_edge
     def Status(self, request, context):
-        self._caller(context, request.federation_id)
-        return pb.StatusReply(**self.fed.status())
+        pid, _ = self._caller(context, request.federation_id)
+        return pb.StatusReply(**self.fed.status(pid))
 
     @grpc_edge
     def PublishKey(self, request, context):

@@ -36,6 +36,7 @@ from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.methods import Method
 from noisyanchor.common.models import Classifier, SiteModel, export_estimator
 from noisyanchor.common.splits import TEST
+from noisyanchor.common.visibility import visible_to
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,8 @@ def downstream_result(*, federation_id: str, method: Method, participants: list[
                          np.asarray(alignment.rotations[i], dtype=np.float64),
                          np.asarray(alignment.means[i], dtype=np.float64),
                          np.asarray(alignment.shift, dtype=np.float64),
-                         None if withheld else model, withheld, federation_metrics,
+                         None if withheld else model, withheld,
+                         visible_to(federation_metrics, pid, participants),
                          per_site.get(pid, {}) | {"contribution": site_view(contributions, pid)})
         name = site_model_file(pid)
         files[name] = part.to_bytes()

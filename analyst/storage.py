@@ -39,7 +39,9 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
+import stat
 import struct
 import tempfile
 from collections import deque
@@ -78,6 +80,9 @@ IDENTITY_FILE, LOCK_FILE = "store.json", "analyst.lock"
 
 #: The result folder's list of files with their SHA-256.
 MANIFEST = "manifest.json"
+#: Largest manifest read (bytes): a few hundred files' names and digests.
+_MAX_MANIFEST_BYTES = 1 << 20
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 #: Bytes hashed per read when a stored file is verified.
 _VERIFY_CHUNK = 8 << 20
@@ -526,8 +531,23 @@ class Store:
             for pid in self.committed(folder):
                 verify_bundle(folder / f"{pid}.bundle")
         if self.result.is_dir():
-            for name, expected in self._manifest().items():
-                self._checked(name, expected)
+            manifest = self._manifest()
+            held = {p.name for p in self.result.iterdir()} - {MANIFEST}
+            if not manifest or held != set(manifest):
+                raise IntegrityError(
+                    f"{self.result / MANIFEST} lists {len(manifest)} file(s) where the result "
+                    f"holds {len(held)} (missing from it: {sorted(held - set(manifest))[:5]}, "
+                    f"absent: {sorted(set(manifest) - held)[:5]}); the result is not used")
+            for name, expected in manifest.items():
+                try:
+                    with self._open_result(name) as fh:  # streamed: bounded memory
+                        actual = _sha256_of(fh, os.fstat(fh.fileno()).st_size).hex()
+                except OSError as err:
+                    raise self._unreadable(name, err) from None
+                if actual != expected:
+                    raise IntegrityError(f"{self.result / name} does not match the SHA-256 "
+                                         "recorded when the result was written; the store is "
+                                         "altered or corrupt")
 
     def scratch_file(self, name: str) -> Path:
         """A new empty file (0600) in the store, for a result file too large to hold in memory
@@ -569,10 +589,29 @@ class Store:
     def _manifest(self) -> dict[str, str]:
         path = self.result / MANIFEST
         try:
-            return dict(json.loads(path.read_text())["sha256"])
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise IntegrityError(f"{path} is missing or unreadable ({err}); the result's files "
-                                 "cannot be verified, so they are not used") from None
+            with self._open_result(MANIFEST) as fh:
+                manifest = dict(json.loads(fh.read(_MAX_MANIFEST_BYTES + 1))["sha256"])
+            if not all(isinstance(v, str) and _HEX64.fullmatch(v) for v in manifest.values()):
+                raise ValueError("a digest is not 64 hexadecimal digits")
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
+            raise IntegrityError(f"{path} is missing or unreadable ({type(err).__name__}: "
+                                 f"{str(err)[:200]}); the result's files cannot be verified, "
+                                 "so they are not used") from None
+        return manifest
+
+    def _unreadable(self, name: str, err: OSError) -> IntegrityError:
+        return IntegrityError(f"{self.result / name} is listed in the result but cannot be "
+                              "read, or is a symlink or not a regular file "
+                              f"({err.strerror or err})")
+
+    def _open_result(self, name: str):
+        """Result file ``name`` opened for reading, refused (OSError) when it is a symlink or
+        not a regular file: nothing outside the store is ever read through it."""
+        fd = os.open(self.result / name, os.O_RDONLY | os.O_NOFOLLOW)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(f"{name} is not a regular file")
+        return os.fdopen(fd, "rb")
 
     def read_result(self, name: str) -> bytes:
         """The bytes of result file ``name`` once they match the manifest's SHA-256."""
@@ -585,10 +624,10 @@ class Store:
         if expected is None:
             raise IntegrityError(f"{path} is not in the result's manifest; it is not used")
         try:
-            raw = path.read_bytes()
+            with self._open_result(name) as fh:
+                raw = fh.read()
         except OSError as err:
-            raise IntegrityError(f"{path} is listed in the result but cannot be read "
-                                 f"({err})") from None
+            raise self._unreadable(name, err) from None
         if hashlib.sha256(raw).hexdigest() != expected:
             raise IntegrityError(f"{path} does not match the SHA-256 recorded when the result "
                                  "was written; the store is altered or corrupt")

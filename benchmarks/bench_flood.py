@@ -16,6 +16,17 @@ p50, p99 and max during the flood and for 2 s after it, honest errors, the flood
 (streams sent, refused by the transport), the analyst's resident memory, load average. Floor
 (the issue's): honest Status p99 under 2 s at the defaults, no honest error; exit status 1 when
 missed. Writes ``benchmarks/results/flood.json`` and a PNG beside it.
+
+Idle connections (issue 30), ``--runs idle_outsider idle_participant idle_port_count_only --out
+benchmarks/results/idle_flood.json``: the federation is completed first (three random uploads,
+so FetchSiteModel answers), then an attacker from another loopback address (127.0.0.2) opens
+``--idle-connections`` (1,000) TLS connections with the HTTP/2 preface and no call, and reopens
+every one the analyst closes, for ``--idle-seconds`` (20); meanwhile the honest sites call
+Status on a kept connection, Status on a new connection each time (what a locked port refuses)
+and FetchSiteModel. ``idle_outsider``: a CA-signed non-participant; ``idle_participant``:
+org-c; ``idle_port_count_only``: the outsider against the port as it was before (one
+``max_connections`` for everyone; per-address, per-caller and claim limits lifted), the
+control. Floor: honest p99 of each of the three under 2 s with no error, in the first two.
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from pathlib import Path
 import grpc
 
 from benchmarks.hostile_scenario import memory_mib
-from benchmarks.stream_flood import StatusProbe, percentile, rapid_reset
+from benchmarks.stream_flood import StatusProbe, handshake_flood, percentile, rapid_reset
 from noisyanchor.analyst import config as analyst_config
 from noisyanchor.common.blas import available_cpus, blas_settings
 from noisyanchor.common.tomlconfig import TlsFiles
@@ -47,9 +58,16 @@ STATUS_P99_FLOOR = 2.0
 #: Seconds of honest probes after the flood that still count as "during" (its backlog).
 AFTER = 2.0
 RUNS = {"quiet": None, "flood": {}, "flood_participant": {},
-        "flood_unbounded_streams": {"max_streams_per_connection": 2**31 - 1}}
+        "flood_unbounded_streams": {"max_streams_per_connection": 2**31 - 1},
+        "idle_outsider": {}, "idle_participant": {},
+        # The port as it was before issue 30: one count of connections for the whole port.
+        "idle_port_count_only": {"max_connections_per_address": 10**6,
+                                 "max_connections_per_caller": 10**6,
+                                 "connection_claim_timeout": 10.0**6}}
 #: Who floods in each run (the certificate's name); the others: the non-participant.
-ATTACKERS = {"flood_participant": "org-c"}
+ATTACKERS = {"flood_participant": "org-c", "idle_participant": "org-c"}
+#: Runs whose attacker holds idle TLS connections (issue 30) instead of resetting streams.
+IDLE_RUNS = ("idle_outsider", "idle_participant", "idle_port_count_only")
 #: Thread settings the analyst inherits from this process's environment.
 THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
               "GRPC_POLL_STRATEGY", "GRPC_VERBOSITY")
@@ -74,6 +92,76 @@ def commit() -> str | None:
     return head + ("+dirty" if dirty else "")
 
 
+def _finish_federation(port: int, files) -> None:
+    """Every site uploads random arrays, and the analyst fits (FetchSiteModel then answers)."""
+    import numpy as np
+
+    from noisyanchor.common.wire import bundle_spec
+
+    rng = np.random.default_rng(0)
+    for pid in ("org-a", "org-b", "org-c"):
+        cert, key = files.pki.clients[pid]
+        arrays = {"data": rng.standard_normal((60, 8)), "anchor": rng.standard_normal((16, 8)),
+                  "labels": rng.integers(0, 3, 60).astype("<i8"),
+                  "tags": rng.integers(0, 3, 60).astype("|i1")}
+        with AnalystClient(f"127.0.0.1:{port}", TlsFiles(files.pki.ca, cert, key),
+                           "localhost", "bench", 60.0) as client:
+            client.send_bundle("upload", bundle_spec("bench", "aa-igdp", arrays), arrays)
+    cert, key = files.pki.clients["org-a"]
+    with AnalystClient(f"127.0.0.1:{port}", TlsFiles(files.pki.ca, cert, key), "localhost",
+                       "bench", 60.0) as client:
+        client.wait_for("the fit", client.status, lambda r: r.state in ("done", "failed"))
+
+
+def idle_run(port: int, files, name: str, args: argparse.Namespace) -> dict:
+    """Honest Status (its connection kept), Status on a new connection each time, and
+    FetchSiteModel, while an attacker from 127.0.0.2 holds ``--idle-connections`` idle TLS
+    connections and reopens every one the analyst closes (issue 30)."""
+    import threading
+
+    _finish_federation(port, files)
+    tls = {pid: TlsFiles(files.pki.ca, *files.pki.clients[pid]) for pid in ("org-a", "org-b")}
+    address = f"127.0.0.1:{port}"
+
+    def fresh_status() -> None:
+        with AnalystClient(address, tls["org-a"], "localhost", "bench", 30.0) as client:
+            client.status()
+
+    ocert, okey = files.pki.clients[ATTACKERS.get(name, "outsider")]
+    report: dict = {}
+    with AnalystClient(address, tls["org-a"], "localhost", "bench", 30.0) as a, \
+            AnalystClient(address, tls["org-b"], "localhost", "bench", 30.0) as b:
+        probes = {"status": StatusProbe(a, "bench", interval=0.05),
+                  "status_new_connection": StatusProbe(a, "bench", 0.1, call=fresh_status),
+                  "fetch_site_model": StatusProbe(b, "bench", 0.1,
+                                                  call=lambda: b.fetch_site_model(""))}
+        for probe in probes.values():
+            probe.__enter__()
+        time.sleep(1.0)
+        flood = threading.Thread(target=lambda: report.update(held=handshake_flood(
+            "127.0.0.1", port, args.idle_connections, hold=args.idle_seconds,
+            tls=(files.pki.ca, ocert, okey), source="127.0.0.2", reopen=True)))
+        begin = {k: p.now() for k, p in probes.items()}
+        flood.start()
+        flood.join()
+        end = {k: p.now() for k, p in probes.items()}
+        for probe in probes.values():
+            probe.__exit__(None, None, None)
+    out = {"idle_flood": report["held"].to_json()}
+    for k, probe in probes.items():
+        during = probe.between(begin[k], end[k])
+        out[k] = {"calls": len(during), "errors": probe.errors[:5],
+                  "error_count": len(probe.errors), "p50_s": percentile(during, 0.5),
+                  "p99_s": percentile(during, 0.99),
+                  "max_s": max(during) if during else float("nan")}
+        print(f"  {name} {k}: p50 {out[k]['p50_s'] * 1e3:.1f} ms, p99 "
+              f"{out[k]['p99_s'] * 1e3:.1f} ms, {len(probe.errors)} errors",
+              file=sys.stderr, flush=True)
+    out["samples"] = [(round(t - begin["status"], 4), round(x, 5))
+                      for t, x in probes["status_new_connection"].samples]
+    return out
+
+
 def one_run(root: Path, name: str, args: argparse.Namespace) -> dict:
     """A fresh analyst, the honest probe, and the flood of run ``name`` (or a quiet window)."""
     server = RUNS[name]
@@ -85,6 +173,9 @@ def one_run(root: Path, name: str, args: argparse.Namespace) -> dict:
     proc = start(["analyst", "serve", "--config", files.analyst_config], root / f"{name}.log")
     try:
         port = wait_for_port(files.port_file, proc)
+        if name in IDLE_RUNS:
+            return {"server": server, "attacker": ATTACKERS.get(name, "outsider"),
+                    **idle_run(port, files, name, args)}
         cert, key = files.pki.clients["org-a"]
         honest = AnalystClient(f"127.0.0.1:{port}", TlsFiles(files.pki.ca, cert, key),
                                "localhost", "bench", 30.0)
@@ -148,6 +239,26 @@ def plot(runs: dict[str, dict], path: Path) -> None:
     save_figure(plt, fig, path)
 
 
+def plot_idle(runs: dict[str, dict], path: Path) -> None:
+    """Honest Status on a new connection each time, over the idle-connection floods."""
+    from noisyanchor.experiments.figures import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for (name, run), colour in zip(runs.items(), ("C3", "C2", "C7"), strict=False):
+        probe = run["status_new_connection"]
+        ax.plot([t for t, _ in run["samples"]], [y for _, y in run["samples"]], ".", ms=3,
+                color=colour, label=f"{name}: p99 {probe['p99_s']:.3f} s, "
+                f"{probe['error_count']} errors")
+    ax.axhline(STATUS_P99_FLOOR, color="k", ls="--", lw=0.8, label="floor (p99)")
+    ax.set_yscale("log")
+    ax.set_xlabel("seconds since the flood started")
+    ax.set_ylabel("honest Status on a new connection, s (log)")
+    ax.legend(fontsize=8)
+    ax.set_title("idle TLS connections held and reopened from one address (issue 30)")
+    save_figure(plt, fig, path)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry; 1 when the floor is missed."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -157,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reset-after", type=float, default=0.002,
                         help="seconds between a batch's streams and their resets")
     parser.add_argument("--quiet-window", type=float, default=3.0)
+    parser.add_argument("--idle-connections", type=int, default=1000,
+                        help="idle TLS connections the idle_* runs' attacker holds")
+    parser.add_argument("--idle-seconds", type=float, default=20.0,
+                        help="seconds the idle_* runs' attacker holds and reopens them")
     parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/flood.json")
     args = parser.parse_args(argv)
@@ -173,28 +288,37 @@ def main(argv: list[str] | None = None) -> int:
     meta["loadavg_end"] = os.getloadavg()
     flood, quiet = runs.get("flood"), runs.get("quiet")
     floods = [runs[k] for k in ("flood", "flood_participant") if k in runs]
-    floors = {"status_p99_s": STATUS_P99_FLOOR,
-              "met": bool(floods) and all(r["status_p99_s"] < STATUS_P99_FLOOR
-                                         and not r["honest_errors"] for r in floods)}
+    idle = {k: {m: v[m] for m in ("status", "status_new_connection", "fetch_site_model",
+                                  "idle_flood")} for k, v in runs.items() if k in IDLE_RUNS}
+    met = [r["status_p99_s"] < STATUS_P99_FLOOR and not r["honest_errors"] for r in floods]
+    met += [probe["p99_s"] < STATUS_P99_FLOOR and not probe["error_count"]
+            for name, r in idle.items() if name != "idle_port_count_only"
+            for k, probe in r.items() if k != "idle_flood"]
+    floors = {"status_p99_s": STATUS_P99_FLOOR, "met": bool(met) and all(met)}
     ratios = {} if flood is None or quiet is None else {
         "status_p99_flood_over_quiet": flood["status_p99_s"] / quiet["status_p99_s"],
         "status_p50_flood_over_quiet": flood["status_p50_s"] / quiet["status_p50_s"]}
-    report = {"benchmark": "honest Status during an HTTP/2 stream-reset flood (issue 22)",
+    report = {"benchmark": "honest Status (and FetchSiteModel) during an HTTP/2 stream-reset "
+                           "flood (issue 22) or idle TLS connections (issue 30)",
               "attack": {"streams": args.streams, "connections": args.connections,
                          "batch": args.batch, "reset_after_s": args.reset_after,
                          "attacker": "CA-signed non-participant",
-                         "attacker_flood_participant": "participant org-c"},
+                         "attacker_flood_participant": "participant org-c",
+                         "idle_connections": args.idle_connections,
+                         "idle_seconds": args.idle_seconds},
               "floors": floors, "ratios": ratios,
               "summary": {k: {m: v[m] for m in ("status_p50_s", "status_p99_s", "status_max_s",
                                                   "honest_calls", "honest_errors", "flood",
                                                   "rss_before_mib", "hwm_mib")}
-                          for k, v in runs.items()},
-              "runs": runs, "meta": meta}
+                          for k, v in runs.items() if k not in IDLE_RUNS},
+              "idle": idle, "runs": runs, "meta": meta}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, separators=(",", ":")) + "\n")
     if flood is not None:
-        plot(runs, args.out.with_suffix(".png"))
-    print(json.dumps({k: report[k] for k in ("summary", "ratios", "floors")}, indent=1))
+        plot({k: v for k, v in runs.items() if k not in IDLE_RUNS}, args.out.with_suffix(".png"))
+    elif idle:
+        plot_idle({k: runs[k] for k in idle}, args.out.with_suffix(".png"))
+    print(json.dumps({k: report[k] for k in ("summary", "idle", "ratios", "floors")}, indent=1))
     return 0 if floors["met"] else 1
 
 

@@ -60,6 +60,10 @@ FEDERATION = "hostile"
 METHOD = "aa-igdp"
 #: Upload-phase kinds of the insiders' streams, in turn.
 UPLOAD_KINDS = ("silent", "zero", "slow")
+
+#: ``[server] max_connections_per_address`` of the scenario's analyst: every participant and
+#: attacker here shares 127.0.0.1.
+ONE_ADDRESS_CONNECTIONS = 4096
 #: Request id of each insider's paid Gram release (what its stopped readers fetch).
 HELD_RELEASE = "held"
 #: Seconds a hostile stream waits before it is opened again after a refusal.
@@ -396,11 +400,15 @@ def run_scenario(root: Path, mix: HostileMix, *, hostile: bool, seed: int = 0,
     is stopped before it returns. ``extra``: config keys beside the defaults (as
     :func:`deploy.demo.write_analyst` takes them)."""
     honest, insiders, outsiders = mix.ids()
+    extra = dict(extra or {})
+    # Every simulated host connects from 127.0.0.1, so the per-address limit (meant for one
+    # host) is raised to hold them all; the per-participant limits apply as they are.
+    server = {"max_connections_per_address": ONE_ADDRESS_CONNECTIONS} | extra.pop("server", {})
     files = write_analyst(root, honest + insiders, federation_id=FEDERATION, method=METHOD,
                           anchors=mix.anchors, dim=mix.dim, sigma=None, v=None,
                           accept_collusion=False, extra_certificates=outsiders, extra={
                               "privacy": {"epsilon_budget": 1000.0, "delta_budget": 1e-5},
-                              "model": {"name": "none"}, **(extra or {})})
+                              "model": {"name": "none"}, "server": server, **extra})
     cfg = load_analyst_config(files.analyst_config)
     limits = {"max_streams_per_caller": cfg.max_streams_per_caller,
               "stream_idle_timeout": cfg.stream_idle_timeout,

@@ -59,9 +59,10 @@ def _federate(root: Path, name: str, sites: tuple[str, ...], uploads: dict[str, 
         analyst.upload(pid, BundleStream(spec, iter_chunks(uploads[pid], chunk_size=1 << 20),
                                          None))
     analyst.wait(600)
-    status = analyst.status()
+    status = analyst.status(sites[0])  # progress as a site sees it; the result whole below
+    done = status["state"] == "done"
+    result = json.loads(analyst.store.read_result("result.json")) if done else None
     analyst.close()
-    result = json.loads(status["result_json"]) if status["state"] == "done" else None
     return {"state": status["state"], "withdrawn": {w.participant_id: w.reason
                                                    for w in status["withdrawn"]},
             "result": result}

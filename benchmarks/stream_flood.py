@@ -13,18 +13,22 @@ of ``batch``; the attacker reads what the server sends between writes (SETTINGS,
 GOAWAY) and, when the server closes the connection, opens a new one and goes on: the flood is a
 count of streams sent, whatever the server does about it.
 
-:func:`handshake_flood` opens TCP connections and sends nothing, holding them until the server
-closes them or the hold time ends; it reports how long the server kept each.
+:func:`handshake_flood` opens TCP connections and sends nothing (or completes TLS with a
+client certificate, then sends nothing), from any loopback source address, holding them until
+the server closes them or the hold time ends (reopening each one closed, if asked); it reports
+how long the server kept each.
 """
 
 from __future__ import annotations
 
+import contextlib
 import selectors
 import socket
 import ssl
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,13 +106,18 @@ class _StreamFrames:
         return bytes(out)
 
 
+#: The HTTP/2 client preface and an empty SETTINGS frame.
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+#: A SETTINGS frame with the ACK flag: the answer an idle client owes the server's SETTINGS.
+_SETTINGS_ACK = b"\x00\x00\x00\x04\x01\x00\x00\x00\x00"
+
+
 class _Connection:
     """One attacker connection: the HTTP/2 preface, then raw frames; the server's SETTINGS and
     PINGs are acknowledged, its RST_STREAM and GOAWAY frames counted."""
 
     def __init__(self, host: str, port: int, tls: tuple[Path, Path, Path], server_name: str,
                  report: FloodReport) -> None:
-        from hyperframe.frame import SettingsFrame
 
         self.sock = _tls_socket(host, port, *tls, server_name)
         self.sock.setblocking(False)
@@ -116,7 +125,7 @@ class _Connection:
         self.closed = False
         self.next_sid = 1
         self._inbox = bytearray()
-        self.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + SettingsFrame(0).serialize())
+        self.send(_PREFACE)
 
     def send(self, data: bytes) -> None:
         """Write ``data`` whole, reading the server's frames whenever the socket is full."""
@@ -251,56 +260,93 @@ def rapid_reset(host: str, port: int, tls: tuple[Path, Path, Path], server_name:
 
 @dataclass
 class HandshakeReport:
-    """How long the server held connections that never started TLS."""
+    """How long the server held connections that sent nothing (before or after TLS)."""
 
     connections: int
     opened: int
     held_seconds: list[float]
     still_open: int
+    refused: int = 0
 
     def to_json(self) -> dict:
         """The counts and hold times, for a result file."""
         held = sorted(self.held_seconds)
         return {"connections": self.connections, "opened": self.opened,
+                "refused_at_connect": self.refused,
                 "closed_by_server": len(held), "still_open_at_end": self.still_open,
                 "median_held_s": held[len(held) // 2] if held else None,
                 "max_held_s": held[-1] if held else None}
 
 
+def _idle_socket(host: str, port: int, tls: tuple[Path, Path, Path] | None, server_name: str,
+                 source: str | None) -> socket.socket:
+    """A connection from ``source`` (any loopback address: 127.0.0.2, ...) that has done
+    nothing, or, when ``tls`` is given, its TLS handshake and the HTTP/2 preface with empty
+    SETTINGS: an established gRPC connection that never calls (gRPC's handshake timeout
+    does not close it)."""
+    raw = socket.create_connection((host, port), timeout=5.0,
+                                   source_address=(source, 0) if source else None)
+    if tls is None:
+        return raw
+    ca, cert, key = tls
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca))
+    ctx.load_cert_chain(str(cert), str(key))
+    ctx.set_alpn_protocols(["h2"])
+    sock = ctx.wrap_socket(raw, server_hostname=server_name)
+    sock.sendall(_PREFACE)
+    return sock
+
+
 def handshake_flood(host: str, port: int, connections: int, *, hold: float,
-                    stop: threading.Event | None = None) -> HandshakeReport:
-    """Open ``connections`` TCP connections that send nothing, and wait up to ``hold`` seconds
-    for the server to close each one; every socket is closed on return."""
+                    stop: threading.Event | None = None,
+                    tls: tuple[Path, Path, Path] | None = None, server_name: str = "localhost",
+                    source: str | None = None, reopen: bool = False) -> HandshakeReport:
+    """Open ``connections`` connections that send nothing (not even a TLS handshake; with
+    ``tls``: a complete handshake with that client certificate, then nothing), from ``source``,
+    and wait up to ``hold`` seconds for the server to close each one, opening a new one for each
+    closed when ``reopen``; every socket is closed on return."""
     socks: list[socket.socket] = []
-    opened_at: dict[int, float] = {}
+    opened_at: dict[socket.socket, float] = {}
     held: list[float] = []
+    refused = 0
+    acked: set[socket.socket] = set()
     sel = selectors.DefaultSelector()
+
+    def open_one() -> None:
+        nonlocal refused
+        try:
+            s = _idle_socket(host, port, tls, server_name, source)
+        except OSError:  # ssl.SSLError included: closed at accept or in the handshake
+            refused += 1
+            return
+        s.setblocking(False)
+        socks.append(s)
+        opened_at[s] = time.monotonic()
+        sel.register(s, selectors.EVENT_READ)
+
     try:
         for _ in range(connections):
-            try:
-                s = socket.create_connection((host, port), timeout=5.0)
-            except OSError:
-                continue
-            s.setblocking(False)
-            socks.append(s)
-            opened_at[s.fileno()] = time.monotonic()
-            sel.register(s, selectors.EVENT_READ)
+            open_one()
         end = time.monotonic() + hold
-        open_now = len(socks)
-        while open_now and time.monotonic() < end and not (stop and stop.is_set()):
+        while opened_at and time.monotonic() < end and not (stop and stop.is_set()):
             for key, _ in sel.select(min(0.2, max(0.0, end - time.monotonic()))):
                 s = key.fileobj
                 try:
                     data = s.recv(4096)
-                except BlockingIOError:
+                except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                     continue
                 except OSError:
                     data = b""
                 if not data:
-                    held.append(time.monotonic() - opened_at[s.fileno()])
+                    held.append(time.monotonic() - opened_at.pop(s))
                     sel.unregister(s)
-                    open_now -= 1
-        return HandshakeReport(connections, len(socks), held, open_now)
+                    if reopen:
+                        open_one()
+                elif tls is not None and s not in acked:  # the server's SETTINGS, once
+                    acked.add(s)
+                    with contextlib.suppress(OSError):  # closing already: seen next round
+                        s.sendall(_SETTINGS_ACK)
+        return HandshakeReport(connections, len(socks), held, len(opened_at), refused)
     finally:
         sel.close()
         for s in socks:
@@ -308,8 +354,9 @@ def handshake_flood(host: str, port: int, connections: int, *, hold: float,
 
 
 class StatusProbe:
-    """An honest participant calling Status every ``interval`` seconds on its own connection
-    while something else runs (a context manager); latencies and errors as they came.
+    """An honest participant calling Status (or ``call``) every ``interval`` seconds on its own
+    connection while something else runs (a context manager); latencies and errors as they
+    came.
 
     Parameters
     ----------
@@ -318,30 +365,42 @@ class StatusProbe:
     federation_id : str
     interval : float
         Seconds between the end of one call and the start of the next.
+    call : callable, optional
+        What one probe does instead of Status (raising ``grpc.RpcError`` on a refusal), e.g.
+        a FetchSiteModel, or a Status on a new connection.
     """
 
-    def __init__(self, client, federation_id: str, interval: float = 0.05) -> None:
+    def __init__(self, client, federation_id: str, interval: float = 0.05,
+                 call: Callable[[], object] | None = None) -> None:
         self.client = client
         self.federation_id = federation_id
         self.interval = interval
+        self.call = call or self._status
         self.samples: list[tuple[float, float]] = []  # (start, seconds)
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="status-probe", daemon=True)
         self._t0 = time.monotonic()
 
+    def _status(self) -> object:
+        from noisyanchor.protos.v1 import analyst_pb2 as pb
+
+        return self.client.stub.Status(pb.StatusRequest(federation_id=self.federation_id),
+                                       timeout=10)
+
     def _run(self) -> None:
         import grpc
 
-        from noisyanchor.protos.v1 import analyst_pb2 as pb
+        from noisyanchor.common.errors import NoisyAnchorError
 
-        request = pb.StatusRequest(federation_id=self.federation_id)
         while not self._stop.is_set():
             start = time.monotonic()
             try:
-                self.client.stub.Status(request, timeout=10)
+                self.call()
             except grpc.RpcError as err:
                 self.errors.append(f"{err.code().name}: {err.details()}")
+            except NoisyAnchorError as err:  # the client's own retries gave up
+                self.errors.append(f"{type(err).__name__}: {err}")
             self.samples.append((start - self._t0, time.monotonic() - start))
             self._stop.wait(self.interval)
 

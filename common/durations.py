@@ -25,6 +25,11 @@ _UNIT_NAMES = {"w": "week", "weeks": "week", "d": "day", "days": "day", "h": "ho
                "secs": "second", "seconds": "second", **{u: u for u in UNIT_SECONDS}}
 _TERM = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*")
 
+#: Longest span a duration or a deadline may reach from now: a federation waits for days or
+#: weeks, and its certificates are issued for about a year (``[project] validity_days``), so a
+#: deadline further away is a typo ("in 99999999999 days", "9999-12-31").
+MAX_AHEAD = dt.timedelta(days=731)
+
 #: The units :func:`human_duration` writes, largest first.
 _SHOWN = (("day", 86400), ("h", 3600), ("min", 60), ("s", 1))
 
@@ -51,7 +56,10 @@ def human_duration(seconds: float) -> str:
 
 
 def parse_duration(text: str) -> dt.timedelta:
-    """A span such as ``"7 days"``, ``"1 week 2 days"``, ``"36 h"`` or ``"90 min"``."""
+    """A span such as ``"7 days"``, ``"1 week 2 days"``, ``"36 h"`` or ``"90 min"``, at most
+    :data:`MAX_AHEAD`."""
+    if len(text) > 200:
+        raise InvalidInputError(f"a duration of {len(text)} characters: write e.g. '7 days'")
     rest, total, terms = text.strip().lower(), 0.0, 0
     while rest:
         match = _TERM.match(rest)
@@ -64,6 +72,9 @@ def parse_duration(text: str) -> dt.timedelta:
         rest, terms = rest[match.end():].lstrip(", "), terms + 1
     if not terms:
         raise InvalidInputError("an empty duration: write e.g. '7 days'")
+    if not total <= MAX_AHEAD.total_seconds():  # inf and nan too
+        raise InvalidInputError(f"{text[:60]!r} is longer than {MAX_AHEAD.days} days, the "
+                                "longest a federation's deadline may be from now")
     return dt.timedelta(seconds=total)
 
 
@@ -81,7 +92,8 @@ def parse_deadline(value: object, now: dt.datetime | None = None) -> dt.datetime
 
     ``value`` is a timezone-aware :class:`datetime.datetime` (a TOML offset date-time), an ISO
     8601 date-time text with an offset (``"2027-01-31T18:00:00Z"``), or ``"in <duration>"``
-    (:func:`parse_duration`) counted from ``now`` (default: the current UTC time).
+    (:func:`parse_duration`) counted from ``now`` (default: the current UTC time); never more
+    than :data:`MAX_AHEAD` after ``now``.
     """
     now = now or dt.datetime.now(dt.UTC)
     if isinstance(value, str):
@@ -101,6 +113,10 @@ def parse_deadline(value: object, now: dt.datetime | None = None) -> dt.datetime
     if value.tzinfo is None:
         raise InvalidInputError(f"the deadline {value.isoformat()} has no UTC offset; write it "
                                 f"as {value.isoformat()}Z (UTC) or with +hh:mm")
+    if value - now > MAX_AHEAD:
+        raise InvalidInputError(f"the deadline {value.isoformat()} is more than "
+                                f"{MAX_AHEAD.days} days away, longer than a federation can use "
+                                "(its certificates expire first): write a nearer one")
     return value
 
 

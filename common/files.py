@@ -11,8 +11,11 @@ import glob
 import logging
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
+
+from noisyanchor.common.errors import InvalidInputError
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,42 @@ def private_dir(path: Path) -> Path:
     if path.stat().st_mode & 0o077:
         path.chmod(0o700)
     return path
+
+
+def check_private_key(path: Path, what: str = "private key") -> Path:
+    """``path`` if no one but its owner can read it; refused otherwise, as ssh refuses an
+    unprotected key: a key others could read may have been copied, which only its owner can
+    judge (chmod, or a new key and certificate), so it is not quietly repaired. Raises
+    InvalidInputError naming the file, its mode and the fix."""
+    path = Path(path)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise InvalidInputError(
+            f"{path}: {what} readable by others (mode {mode:04o}); refused, as ssh refuses an "
+            f"unprotected key: run `chmod 600 {path}` (and have a new key issued if someone "
+            "else may have read it)")
+    return path
+
+
+def narrow_private(folder: Path) -> None:
+    """Narrow a private folder (0700) and the files directly in it (0600 at most) that others
+    could read or write, with a warning for each: the project wrote them private, so a wider
+    mode is a mistake (a copy, an archive restored, a umask) and is repaired rather than refused,
+    which would leave the site unable to predict. Symlinks are left alone (never followed)."""
+    folder = Path(folder)
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    for path in (folder, *folder.iterdir()):
+        info = path.lstat()
+        if stat.S_ISLNK(info.st_mode) or not (stat.S_ISDIR(info.st_mode)
+                                              or stat.S_ISREG(info.st_mode)):
+            continue
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o077:
+            narrowed = 0o700 if stat.S_ISDIR(info.st_mode) else mode & 0o600
+            path.chmod(narrowed)
+            log.warning("%s was open to others (mode %04o): narrowed to %04o; check who could "
+                        "read it while it was", path, mode, narrowed)
 
 
 def stale_prefix(path: Path) -> str:

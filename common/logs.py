@@ -11,11 +11,32 @@ import logging
 import os
 from pathlib import Path
 
+from noisyanchor.common.text import cut_bytes
+
 #: Fields of every JSON log line (python-json-logger's format string).
 JSON_FIELDS = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 #: Text format of the console log.
 TEXT_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+#: Longest message of one log record (bytes of UTF-8), in every handler the project sets up:
+#: whatever a peer manages to get into a message, one record cannot fill the disk.
+MAX_RECORD_BYTES = 4096
+
+
+class BoundedRecords(logging.Filter):
+    """Cuts a record's message to :data:`MAX_RECORD_BYTES` (saying how much was cut) before
+    any formatter sees it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if len(message) > MAX_RECORD_BYTES // 4:  # only then can it be over the byte limit
+            size = len(message.encode("utf-8", "surrogatepass"))
+            if size > MAX_RECORD_BYTES:
+                record.msg = (f"{cut_bytes(message, MAX_RECORD_BYTES)} [... {size} bytes, cut "
+                              f"to {MAX_RECORD_BYTES}]")
+                record.args = None
+        return True
 
 
 def quiet_grpc_core() -> None:
@@ -41,6 +62,7 @@ def configure_logging(json_file: Path | None = None) -> None:
         logging.basicConfig(format=TEXT_FORMAT)
     for handler in root.handlers:  # the CLI's console handler lets project records through
         handler.setLevel(min(handler.level or level, level))
+        _bound(handler)
     if json_file is not None:
         from pythonjsonlogger.json import JsonFormatter
 
@@ -51,4 +73,11 @@ def configure_logging(json_file: Path | None = None) -> None:
         handler.setFormatter(JsonFormatter(JSON_FIELDS, rename_fields={
             "asctime": "time", "levelname": "level", "name": "logger"}))
         handler.setLevel(level)
+        _bound(handler)
         project.addHandler(handler)
+
+
+def _bound(handler: logging.Handler) -> None:
+    """Give ``handler`` the record length limit (once)."""
+    if not any(isinstance(f, BoundedRecords) for f in handler.filters):
+        handler.addFilter(BoundedRecords())

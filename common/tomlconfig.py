@@ -15,12 +15,14 @@ import builtins  # Table's readers are named str, int, float, bool: annotations 
 import datetime as dt
 import re
 import tomllib
-from collections.abc import Callable
+import unicodedata
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from noisyanchor.common.errors import ConfigError, InvalidInputError
+from noisyanchor.common.files import check_private_key
 
 _MISSING = object()
 
@@ -34,6 +36,24 @@ def check_id(value: str, what: str) -> str:
         raise ConfigError(f"{what} {value!r} must be 1-64 letters, digits, '.', '_' or '-', "
                           "starting with a letter or digit")
     return value
+
+
+def id_key(value: str) -> str:
+    """What makes two ids the same name: equal after Unicode NFKC and case folding, so that
+    ``Org-A`` and ``org-a`` (two folders on Linux, one on macOS and Windows, the same name to a
+    person) cannot both be sites."""
+    return unicodedata.normalize("NFKC", value).casefold()
+
+
+def check_distinct_ids(ids: Sequence[str], what: str) -> None:
+    """Refuse two of ``ids`` that are the same name by :func:`id_key`, naming both."""
+    seen: dict[str, str] = {}
+    for value in ids:
+        key = id_key(value)
+        if key in seen:
+            raise ConfigError(f"{what}: {seen[key]!r} and {value!r} are the same name (ids "
+                              "are compared ignoring case and Unicode compatibility forms)")
+        seen[key] = value
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -182,5 +202,6 @@ class TlsFiles:
         for key in ("ca", "cert", "key"):
             if not getattr(files, key).is_file():
                 raise table.error(key, f"file {getattr(files, key)} does not exist")
+        check_private_key(files.key, f"[{table.name}] key (a TLS private key)")
         table.done()
         return files

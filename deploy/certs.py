@@ -25,7 +25,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.identity import participant_san
-from noisyanchor.common.tomlconfig import ID_PATTERN
+from noisyanchor.common.tomlconfig import ID_PATTERN, check_distinct_ids
 
 #: Validity of demo certificates.
 VALIDITY = datetime.timedelta(days=30)
@@ -78,6 +78,7 @@ def check_names(participants: Sequence[str], server_names: Sequence[str] = ()) -
                                     "'.', '_' or '-', starting with a letter or digit")
     if "analyst" in participants:
         raise InvalidInputError("'analyst' is the server's certificate name, not a participant id")
+    check_distinct_ids([*participants, "analyst"], "participant ids")
     for name in server_names:
         if not _is_ip(name) and not _DNS_NAME.fullmatch(name):
             raise InvalidInputError(f"server name {name!r} must be a DNS name (letters, digits, "

@@ -43,6 +43,7 @@ from noisyanchor.common.errors import (
     NotFoundError,
     PreconditionError,
 )
+from noisyanchor.common.files import check_private_key
 from noisyanchor.common.identity import participant_id
 from noisyanchor.common.tabular import TabularSchema
 from noisyanchor.common.tomlconfig import Table, check_id, read_toml
@@ -341,7 +342,8 @@ class KeptCa:
         if not (folder / "ca.key").is_file():
             raise NotFoundError(f"no CA under {folder}: run 'noisyanchor provision' without "
                                 "--add-site/--renew/--sign first")
-        key = serialization.load_pem_private_key((folder / "ca.key").read_bytes(), None)
+        key = serialization.load_pem_private_key(
+            check_private_key(folder / "ca.key", "the CA's private key").read_bytes(), None)
         if not isinstance(key, ec.EllipticCurvePrivateKey):
             raise InvalidInputError(f"{folder / 'ca.key'} is not an ECDSA key")
         cert = x509.load_pem_x509_certificate((folder / "ca.pem").read_bytes())
@@ -434,8 +436,8 @@ def _check_configs(root: Path, names: list[str], project: Project, out: Path) ->
         # A CSR site has no key in its kit, and a renewal stages none (the kit keeps its own):
         # an empty stand-in lets the readers check that the config names the file.
         stand_in = not key.exists()
-        if stand_in:
-            key.write_bytes(b"")
+        if stand_in:  # private, as the readers require of a key
+            os.close(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         try:
             (load_analyst_config if name == "analyst" else load_participant_config)(config)
         except InvalidInputError as err:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from noisyanchor.common.errors import ConfigError, InvalidInputError
+from noisyanchor.common.files import narrow_private
 from noisyanchor.common.gdp import DEFAULT_TRANSLATION_SCALE
 from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.sealing import SEED_BYTES
@@ -170,6 +171,7 @@ def load_participant_config(path: Path) -> ParticipantConfig:
                       preprocessing_sha256=cfg.preprocessing_sha256 or schema.digest().hex())
     part.done()
     proto.done()
+    narrow_private(cfg.state_dir)  # every command reads its kit: the state is checked each time
     return cfg
 
 

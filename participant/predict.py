@@ -19,16 +19,18 @@ References: SPEC.md sections 1-2; issue 20 (item 3).
 from __future__ import annotations
 
 import csv
+import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from noisyanchor.common.errors import InvalidInputError, PreconditionError
+from noisyanchor.common.errors import IntegrityError, InvalidInputError, PreconditionError
 from noisyanchor.common.files import atomic_write, private_dir
 from noisyanchor.common.models import Classifier, SiteModel, load_site_model
 from noisyanchor.common.tabular.ranges import far_values
+from noisyanchor.common.text import inert_cell
 from noisyanchor.participant.config import ParticipantConfig, load_participant_config
 from noisyanchor.participant.data import LocalData, load_local_data
 from noisyanchor.participant.site_state import SiteKey, load_site_key
@@ -37,6 +39,10 @@ log = logging.getLogger(__name__)
 
 #: The site model as fetched from the analyst (verified bytes), in ``state_dir``.
 SITE_MODEL_FILE = "site-model.bin"
+
+#: The SHA-256 of the whole kept site model, written when it is fetched: an edit of the kept
+#: file (a digit of its JSON header, which its own per-array digests do not cover) is refused.
+SITE_MODEL_DIGEST_FILE = "site-model.sha256"
 
 #: Seconds a fetch retries an unavailable analyst (predict and status ask, they do not wait).
 FETCH_WAIT = 30.0
@@ -48,6 +54,18 @@ def _checked(cfg: ParticipantConfig, site: SiteModel, where: str) -> SiteModel:
                                 f"federation {site.federation_id!r}, not of {cfg.id!r} in "
                                 f"{cfg.federation_id!r}")
     return site
+
+
+def _check_kept(path: Path, raw: bytes) -> None:
+    """Refuse the kept site model's bytes ``raw`` unless they match the digest written when it
+    was fetched (a file kept before digests were written gets its digest now)."""
+    digest_path = path.with_name(SITE_MODEL_DIGEST_FILE)
+    actual = hashlib.sha256(raw).hexdigest()
+    if not digest_path.is_file():
+        atomic_write(digest_path, actual.encode())
+    elif digest_path.read_text().strip() != actual:
+        raise IntegrityError(f"{path} was changed since it was fetched (its SHA-256 is not the "
+                             f"one in {digest_path.name}); fetch it again with --refresh")
 
 
 def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
@@ -65,7 +83,10 @@ def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
     """
     path = cfg.state_dir / SITE_MODEL_FILE
     if path.is_file() and not refresh:
-        return _checked(cfg, load_site_model(path.read_bytes(), what=str(path)), str(path))
+        raw = path.read_bytes()
+        site = load_site_model(raw, what=str(path))  # what it is first: a pickle is named
+        _check_kept(path, raw)
+        return _checked(cfg, site, str(path))
     from noisyanchor.participant.anchor import exchange_key_path
     from noisyanchor.participant.run import analyst_client
 
@@ -75,6 +96,7 @@ def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
                     "the analyst's answer")
     private_dir(cfg.state_dir)
     atomic_write(path, raw)
+    atomic_write(path.with_name(SITE_MODEL_DIGEST_FILE), hashlib.sha256(raw).hexdigest().encode())
     # The federation is done: no screening can send this site back to the agreement.
     exchange_key_path(cfg.state_dir, cfg.federation_id).unlink(missing_ok=True)
     log.info("%s: site model fetched from the analyst (%d bytes) and kept in %s", cfg.id,
@@ -230,7 +252,9 @@ class Predictions:
             out.writerow(["row", "line", "label", *(f"p_{c}" for c in names)])
             for row, line, label, p in zip(self.rows, self.lines, self.names,
                                            self.probabilities, strict=True):
-                out.writerow([int(row), int(line), label, *(repr(float(v)) for v in p)])
+                # A label text (the schema's, from a site's data) is never a formula here.
+                out.writerow([int(row), int(line), inert_cell(label),
+                              *(repr(float(v)) for v in p)])
         return path
 
 

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from noisyanchor.common.durations import human_duration, human_time
 from noisyanchor.common.errors import (
     AlreadyExistsError,
+    IntegrityError,
     InvalidInputError,
     NoisyAnchorError,
     NotFoundError,
@@ -31,6 +33,7 @@ from noisyanchor.common.tabular import TableError
 from noisyanchor.common.tabular.ranges import far_values
 from noisyanchor.common.text import MAX_PEER_TEXT, peer_text
 from noisyanchor.common.validation import check_projection_dim
+from noisyanchor.common.visibility import visible_json
 from noisyanchor.common.wire import bundle_spec
 from noisyanchor.participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
 from noisyanchor.participant.client import AnalystClient
@@ -107,8 +110,21 @@ def kept_schema(cfg: ParticipantConfig) -> RecordSchema | None:
     if not path.is_file():
         return None
     msg = pb.RecordSchema()
-    msg.ParseFromString(path.read_bytes())
-    return RecordSchema.from_proto(msg)
+    try:
+        msg.ParseFromString(path.read_bytes())
+    except DecodeError as err:
+        raise InvalidInputError(f"{path} is not a kept schema ({err}); remove it and run "
+                                "upload again to fetch the federation's") from None
+    schema = RecordSchema.from_proto(msg)
+    # Checked as the analyst's copy is (served_schema): an edit of the kept file that keeps
+    # it consistent with itself still differs from the digest the kit pins.
+    digest = schema.preprocessing_sha256.hex()
+    if cfg.preprocessing_sha256 is not None and digest != cfg.preprocessing_sha256:
+        raise IntegrityError(f"{path} has preprocessing digest {digest[:16]}..., not the "
+                             f"kit's [protocol] preprocessing_sha256 = "
+                             f"{cfg.preprocessing_sha256[:16]}...: it was changed after it was "
+                             "kept; it is not used")
+    return schema
 
 
 def served_schema(cfg: ParticipantConfig, info: pb.FederationInfo) -> RecordSchema | None:
@@ -415,6 +431,9 @@ def federation_progress(cfg: ParticipantConfig) -> tuple[pb.StatusReply, Progres
     federation's :class:`~common.progress.Progress` (who is missing for which step)."""
     with analyst_client(cfg, min(cfg.wait_seconds, STATUS_WAIT)) as client:
         reply = client.status()
+        # What this site shows (text and --json) is its own and the federation's only, even
+        # from an analyst that sent more (common.visibility).
+        reply.result_json = visible_json(reply.result_json, cfg.id, reply.expected)
         fid = client.federation_id
         keys = commitments = None
         if cfg.needs_shared_seed:

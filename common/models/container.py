@@ -176,6 +176,9 @@ def load_arrays(raw: bytes, fmt: str, *, what: str = "the file",
                             parse_constant=_refuse_constant)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise InvalidInputError(f"{what}: the header is not JSON: {err}") from None
+    except RecursionError:  # nesting no header of ours has: a clear refusal, not a traceback
+        raise InvalidInputError(f"{what}: the header nests deeper than Python's parser "
+                                "allows; not a file this project wrote") from None
     except InvalidInputError as err:
         raise InvalidInputError(f"{what}: {err}") from None
     if not isinstance(header, dict) or set(header) != _HEADER_KEYS:

@@ -57,7 +57,10 @@ def test_every_transport_limit_is_a_key_and_reaches_grpc_with_port_sharing_off(w
     assert options["grpc.http.overload_protection"] == 1
     assert options["grpc.server_handshake_timeout_ms"] == 1500
     assert options["grpc.max_allowed_incoming_connections"] == defaults.DEFAULT_MAX_CONNECTIONS
-    assert options["grpc.server.max_pending_requests_hard_limit"] == a.max_pending_calls
+    # Raised to what every participant's connections and one address's can send at once.
+    assert options["grpc.server.max_pending_requests_hard_limit"] == max(
+        a.max_pending_calls, 7 * (3 * a.max_connections_per_caller
+                                  + a.max_connections_per_address))
     assert a.max_calls_per_caller == defaults.DEFAULT_MAX_CALLS_PER_CALLER
     assert max_concurrent_rpcs(a, 30) == 30 + 3 * a.max_calls_per_caller
 
@@ -72,6 +75,7 @@ def test_every_transport_limit_is_a_key_and_reaches_grpc_with_port_sharing_off(w
     ('key = "pki/analyst.key"', 'key = "pki/missing.key"', r"\[tls\] key: file"),
     ('id = "pilot-2026"', 'id = "pilot/2026"', "must be 1-64 letters"),
     ('["org-a", "org-b", "org-c"]', '["org-a"]', "at least 2 distinct"),
+    ('["org-a", "org-b", "org-c"]', '["org-a", "org-b", "Org-B"]', "are the same name"),
     ('precision = "auto"', 'precision = "half"', r"\[solver\] precision: precision must be one of"),
     ("blas_threads = 0", "blas_threads = -1", r"\[server\] blas_threads must be >= 0"),
     ("blas_threads = 0", "blas_threads = 1.5", r"\[server\] blas_threads must be an integer"),

@@ -60,7 +60,7 @@ def _run(fed: Federation, tables, seed: bytes, sites=IDS, poisoned=True) -> dict
             _upload(fed, pid, bad if pid == "b" and poisoned else xs[pid], labels[pid],
                     tags[pid], seed, k)
     fed.wait(120)
-    return fed.status()
+    return fed.status("a")  # what another site sees
 
 
 def test_refuse_aligns_nothing_names_the_site_and_goes_on_once_it_uploads_again(tmp_path,
@@ -81,7 +81,7 @@ def test_refuse_aligns_nothing_names_the_site_and_goes_on_once_it_uploads_again(
     fed._rejoin("b")  # what publishing its exchange key again does
     _upload(fed, "b", xs["b"], labels["b"], tags["b"], seed, 1)
     fed.wait(120)
-    status = fed.status()
+    status = fed.status("a")
     assert status["state"] == "done" and not status["withdrawn"]
     result = json.loads(status["result_json"])
     assert result["participants"] == list(IDS) and result["screening"]["findings"] == []
@@ -90,14 +90,16 @@ def test_refuse_aligns_nothing_names_the_site_and_goes_on_once_it_uploads_again(
 def test_exclude_gives_the_others_exactly_the_federation_without_that_site(tmp_path, tables):
     seed = secrets.token_bytes(32)
     fed = Federation(_config(tmp_path, "with", screening="exclude"), Store(tmp_path / "with"))
-    result = json.loads(_run(fed, tables, seed)["result_json"])
+    _run(fed, tables, seed)
+    result = json.loads(fed.store.read_result("result.json"))  # the operator's whole result
     assert result["participants"] == ["a", "c", "e"]
     assert result["screening"]["excluded"] == ["b"] and result["screening"]["policy"] == \
         "exclude"
     others = ("a", "c", "e")
     alone = Federation(_config(tmp_path, "without", participants=others),
                        Store(tmp_path / "without"))
-    reference = json.loads(_run(alone, tables, seed, sites=others)["result_json"])
+    _run(alone, tables, seed, sites=others)
+    reference = json.loads(alone.store.read_result("result.json"))
     z, z_ref = (np.load(tmp_path / name / "result" / "z.npy") for name in ("with", "without"))
     np.testing.assert_allclose(z, z_ref, rtol=0, atol=1e-9)
     for pid in others:  # each remaining site's balanced accuracy, to 1e-9

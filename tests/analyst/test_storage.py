@@ -183,6 +183,32 @@ def test_result_files_are_private_and_verified_against_their_manifest(tmp_path):
         store.read_result("z.npy")
 
 
+def test_a_result_is_checked_as_strictly_as_the_wire(tmp_path):
+    """Issue 30, item 4: at start, a manifest that is empty or lists fewer files than the
+    result holds is refused, a symlink is never followed (files outside the store are not
+    served), and a manifest nested past the parser's depth is a refusal, not a traceback."""
+    store = Store(tmp_path / "s").open()
+    store.commit_result({"z.npy": b"0", "a.json": b"{}"})
+    store.verify()
+    (store.result / "extra.bin").write_bytes(b"x")
+    with pytest.raises(IntegrityError, match=r"lists 2 file\(s\) where the result holds 3"):
+        store.verify()
+    (store.result / "extra.bin").unlink()
+    outside = tmp_path / "secret.txt"
+    outside.write_bytes(b"0")
+    (store.result / "z.npy").unlink()
+    (store.result / "z.npy").symlink_to(outside)
+    with pytest.raises(IntegrityError, match="symlink or not a regular file"):
+        store.read_result("z.npy")
+    with pytest.raises(IntegrityError):
+        store.verify()
+    manifest = store.result / MANIFEST
+    for text in ('{"sha256": {}}', "[" * 100_000 + "]" * 100_000, ""):
+        manifest.write_text(text)
+        with pytest.raises(IntegrityError, match="manifest"):
+            store.verify()
+
+
 def test_a_flipped_byte_in_a_committed_bundle_is_named(tmp_path, rng):
     arrays = {"data": rng.standard_normal((5, 3)), "labels": np.arange(5, dtype="<i8")}
     spec = bundle_spec("f", "i-gdp", arrays, digests=True)

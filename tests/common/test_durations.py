@@ -7,6 +7,7 @@ import datetime as dt
 import pytest
 
 from noisyanchor.common.durations import (
+    MAX_AHEAD,
     human_duration,
     human_time,
     is_relative,
@@ -68,3 +69,15 @@ def test_human_time_says_when_and_how_far():
     assert human_time(NOW + dt.timedelta(days=60, hours=19), NOW) == \
         "2027-01-31 07:00:00 UTC (in 60 days 19 h)"
     assert human_time(NOW - dt.timedelta(minutes=3), NOW).endswith("(3 min ago)")
+
+
+@pytest.mark.parametrize("when, match", [
+    ("in 99999999999 days", "longer than 731 days"),
+    ("in 1" + "0" * 190 + " weeks", "longer than 731 days"),  # inf seconds
+    ("in 800 days", "longer than 731 days"), ("9999-12-31T00:00:00Z", "more than 731 days"),
+    ("in " + "1 day " * 100, "a duration of"),
+])
+def test_deadlines_are_bounded_to_what_a_federation_can_use(when, match):
+    with pytest.raises(InvalidInputError, match=match):
+        parse_deadline(when, NOW)
+    assert parse_deadline("in 730 days", NOW) - NOW < MAX_AHEAD

@@ -39,9 +39,11 @@ def test_honest_participants_complete_a_federation_under_hostile_streams(tmp_pat
     assert report.status_errors == {}
     assert min(len(report.status_latency[p]) for p in ("uploads", "releases")) >= 20
     uploads, releases = (report.hostile_outcomes[p] for p in ("uploads", "releases"))
-    # The outsiders were refused before their streams were read, in both phases.
-    assert uploads["silent:PERMISSION_DENIED"] >= MIX.outsider_streams
-    assert releases["silent:PERMISSION_DENIED"] >= MIX.outsider_streams
+    # The outsiders were refused before their streams were read, in both phases (how many
+    # refusals fit in a phase depends on their reconnects: the analyst closes a refused
+    # outsider's connection, issue 30).
+    assert uploads["silent:PERMISSION_DENIED"] >= MIX.outsiders
+    assert releases["silent:PERMISSION_DENIED"] >= MIX.outsiders
     # The fifth stream of each insider met the per-caller cap.
     assert MIX.hostile_streams == 200
     assert sum(v for k, v in uploads.items() if k.endswith("RESOURCE_EXHAUSTED")) >= MIX.insiders

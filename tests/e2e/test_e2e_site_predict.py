@@ -24,7 +24,7 @@ from noisyanchor.deploy.launch import start, stop, wait_for_port
 from noisyanchor.experiments.datasets import load_digits
 from noisyanchor.participant.config import load_participant_config
 from noisyanchor.participant.gain import GAIN_FILE
-from noisyanchor.participant.predict import SITE_MODEL_FILE, predict
+from noisyanchor.participant.predict import SITE_MODEL_DIGEST_FILE, SITE_MODEL_FILE, predict
 from noisyanchor.participant.site_state import SITE_KEY_FILE, load_site_key
 
 pytestmark = pytest.mark.e2e
@@ -195,11 +195,11 @@ def test_gain_is_reported_and_the_state_folder_is_private(federation):
         lo, hi = gain["gain_interval"]  # ~110 test rows a site: told, with its interval
         assert lo <= gain["gain"] <= hi and gain["gain_not_told"] is None
         assert stat.S_IMODE(cfg.state_dir.stat().st_mode) == 0o700
-        for name in (SITE_KEY_FILE, SITE_MODEL_FILE, GAIN_FILE):
+        kept = (SITE_KEY_FILE, SITE_MODEL_FILE, SITE_MODEL_DIGEST_FILE, GAIN_FILE)
+        for name in kept:
             assert stat.S_IMODE((cfg.state_dir / name).stat().st_mode) == 0o600, name
         # Only what prediction needs: no pending seeds, no exchange key, no colluder secrets.
-        assert sorted(p.name for p in cfg.state_dir.iterdir()) == sorted(
-            [SITE_KEY_FILE, SITE_MODEL_FILE, GAIN_FILE])
+        assert sorted(p.name for p in cfg.state_dir.iterdir()) == sorted(kept)
     root = federation["root"]
     code, text = _run(["participant", "status", "--config", federation["configs"]["p1"]],
                       root / "p1-status.log", federation["procs"])
@@ -253,6 +253,43 @@ def test_a_model_file_carrying_a_pickle_is_refused_without_running_it(federation
                       federation["procs"])
     assert code == 0, text  # fetched again: the verified copy replaces the altered one
     assert len(_read_predictions(root / "p2-again.csv")[1]) == 5
+
+
+def _keys(value) -> set:
+    """Every mapping key of a JSON-like object, at any depth."""
+    if isinstance(value, dict):
+        return set(value).union(*(_keys(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_keys(v) for v in value))
+    return set()
+
+
+def test_each_site_sees_its_own_results_and_the_federations_never_anothers(federation):
+    """Issue 30, item 3: ``participant status`` (JSON and text), the cached site model and
+    gain.json carry no other site's entry (common.visibility); the analyst's store keeps all."""
+    from noisyanchor.common.models.site_model import load_site_model
+
+    root = federation["root"]
+    for pid, cfg_path in federation["configs"].items():
+        others = set(IDS) - {pid}
+        code, text = _run(["participant", "status", "--json", "--config", cfg_path],
+                          root / f"{pid}-status.log", federation["procs"])
+        assert code == 0, text
+        status = json.loads(text[text.index("{"):])
+        assert status["result"]["row_ranges"].keys() == {pid}
+        assert status["result"]["model"]["sites"].keys() == {pid}
+        assert not _keys(status) & others, (pid, _keys(status) & others)
+        code, text = _run(["participant", "status", "--config", cfg_path],
+                          root / f"{pid}-status-text.log", federation["procs"])
+        assert code == 0 and f"on {pid}'s" in text
+        assert not any(f"on {other}'s" in text for other in others), text
+        cfg = load_participant_config(cfg_path)
+        cached = load_site_model((cfg.state_dir / SITE_MODEL_FILE).read_bytes())
+        assert not _keys(cached.federation_metrics) & others
+        assert not _keys(json.loads((cfg.state_dir / GAIN_FILE).read_text())) & others
+    stored = json.loads((federation["files"].store / "result" / "result.json").read_text())
+    assert stored["row_ranges"].keys() == set(IDS)
+
 
 
 def test_predict_needs_no_network_once_the_site_model_is_kept(federation):

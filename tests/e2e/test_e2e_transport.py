@@ -50,10 +50,12 @@ def test_an_honest_status_stays_fast_during_a_stream_reset_flood(analyst, attack
     latency = [s for _, s in probe.samples]
     assert probe.errors == [] and len(latency) >= 10
     assert percentile(latency, 0.99) < STATUS_P99_FLOOR, sorted(latency)[-5:]
-    # The per-connection stream limit refused most streams before any reached the analyst.
-    assert flood.refused_streams > 6000 // 2
     log = fed.log.read_text()
-    if attacker == "outsider":  # refused at arrival, a few lines only
+    if attacker == "p2":
+        # The per-connection stream limit refused most streams before any reached the analyst
+        # (an outsider's connection forwards nothing more after its first refusal).
+        assert flood.refused_streams > 6000 // 2
+    else:  # refused at arrival, a few lines only
         assert 0 < log.count("'outsider' is not a participant") <= 2 * REFUSALS_LOGGED
     # The analyst still serves everyone, the flooding participant too: every slot its calls
     # took was given back (a dropped call that kept its slot once locked everyone out).

@@ -72,6 +72,24 @@ def test_the_kept_schema_preprocesses_later_uses_as_the_upload_did(cfg):
     assert kept_schema(cfg) is None
 
 
+def test_a_kept_schema_edited_after_it_was_kept_is_refused(cfg):
+    """Issue 30, item 4: the kept schema is compared with the digest the kit pins, as the
+    analyst's copy is; an edit consistent with itself is still refused."""
+    from noisyanchor.common.errors import IntegrityError
+    from noisyanchor.participant.run import schema_path
+
+    pinned = dataclasses.replace(cfg, preprocessing_sha256=TABULAR.digest().hex())
+    keep_schema(pinned, _info(TABULAR))
+    assert kept_schema(pinned) == RecordSchema.typed(TABULAR)
+    other = TabularSchema((NumericColumn("area", min=0.0, max=2000.0), TABULAR.columns[1]))
+    schema_path(pinned).write_bytes(other.to_proto().SerializeToString())
+    with pytest.raises(IntegrityError, match="changed after it was kept"):
+        kept_schema(pinned)
+    schema_path(pinned).write_bytes(b"\xff\xff\xff")
+    with pytest.raises(InvalidInputError, match="is not a kept schema"):
+        kept_schema(pinned)
+
+
 def test_the_withdrawal_names_line_and_column_but_no_value_and_no_local_path(cfg):
     err = TableError(str(cfg.data), "{value} is not a number", line=7, column="area",
                      value="12O")

@@ -4,6 +4,7 @@ commits, the predictor is h(N_i(M_i(x F))), and new records must have the upload
 
 from __future__ import annotations
 
+import csv
 import json
 import stat
 from dataclasses import replace
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from noisyanchor.common.downstream import fit_downstream
-from noisyanchor.common.errors import InvalidInputError, PreconditionError
+from noisyanchor.common.errors import IntegrityError, InvalidInputError, PreconditionError
 from noisyanchor.common.files import atomic_write
 from noisyanchor.common.gdp import gaussian_projection, sample_key
 from noisyanchor.common.models import SiteModel, export_estimator
@@ -52,6 +53,7 @@ def site(tmp_path, rng):
                     for row, lab in zip(x, y, strict=True)) + "\n")
     for name in ("ca.pem", "c.pem", "k"):  # the config checks the TLS files exist
         (tmp_path / name).write_text("unused offline")
+    (tmp_path / "k").chmod(0o600)  # and that the key is private
     cfg_path = write_toml(tmp_path / "site.toml", {
         "participant": {"id": "org-a", "federation_id": "fed", "analyst": "127.0.0.1:1",
                         "data": tmp_path / "site.csv", "state_dir": tmp_path / "state"},
@@ -127,6 +129,18 @@ def test_a_withheld_model_is_said_when_predicting(site):
         SitePredictor(key, part)
 
 
+def test_an_edit_of_the_kept_site_model_is_refused(site):
+    """Issue 30, item 4: the kept file's whole SHA-256 is recorded (when fetched, or at its
+    first read), so an edited digit of its JSON header is refused, not used."""
+    path = site["cfg"].state_dir / SITE_MODEL_FILE
+    load_predictor(site["cfg"])  # the first read records the digest
+    raw = path.read_bytes()
+    at = raw.index(b"0.9")  # the federation's balanced accuracy, in the JSON header
+    atomic_write(path, raw[:at] + b"0.8" + raw[at + 3:])
+    with pytest.raises(IntegrityError, match=r"changed since it was fetched.*--refresh"):
+        load_predictor(site["cfg"])
+
+
 def test_pending_upload_seeds_are_reused_until_removed(site):
     cfg = site["cfg"]
     first = upload_seeds(cfg)
@@ -182,6 +196,12 @@ def test_predictions_speak_the_schemas_label_texts(site, monkeypatch):
     lines = out.write_csv(site["tmp"] / "named.csv").read_text().splitlines()
     assert lines[0] == "row,line,label,p_red,p_green,p_blue"
     assert lines[1].split(",")[2] == by_code[int(out.labels[0])]
+    # Label texts a spreadsheet would run are written inert (issue 30, item 6).
+    tabular.label_classes = ("=HYPERLINK(\"http://x\")", "+cmd", "-x")
+    path = predict(site["cfg"], site["x"][:4]).write_csv(site["tmp"] / "f.csv")
+    with path.open(newline="") as fh:
+        labels = {row[2] for row in list(csv.reader(fh))[1:]}
+    assert labels and labels <= {"'=HYPERLINK(\"http://x\")", "'+cmd", "'-x"}
     tabular.label_classes = ("red", "green")
     with pytest.raises(InvalidInputError, match="names 2 label classes"):
         class_names(site["cfg"], np.array([0, 1, 2]))

@@ -1,0 +1,112 @@
+"""Connections belong to someone (issue 30, item 1), against a real analyst process over mutual
+TLS on 127.0.0.1: one source address or one certificate holding idle connections cannot lock
+the other sites out of the port (:mod:`analyst.connection_front`).
+
+The attackers complete TLS with a certificate of the federation CA and then send nothing
+(:func:`benchmarks.stream_flood.handshake_flood` with ``tls``), each from its own loopback
+address (127.0.0.2, 127.0.0.3: Linux routes all of 127/8 to lo), and reopen every connection
+the analyst closes; the honest sites connect from 127.0.0.1 with fresh connections while they
+run. The sizes are CI's; ``benchmarks/bench_flood.py --runs idle_outsider idle_participant``
+measures the honest latencies at the issue's size.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import grpc
+import numpy as np
+import pytest
+from e2e_support import FEDERATION, random_upload, send
+
+from benchmarks.stream_flood import handshake_flood
+from noisyanchor.protos.v1 import analyst_pb2 as pb
+from noisyanchor.protos.v1 import analyst_pb2_grpc as pb_grpc
+
+pytestmark = pytest.mark.e2e
+
+#: Small limits, so that a CI-sized flood passes every one of them.
+SERVER = {"max_connections": 150, "max_connections_per_address": 40,
+          "max_connections_per_caller": 3, "connection_claim_timeout": 3.0}
+
+
+#: Seconds each flood holds (and reopens) its connections: several claim timeouts.
+HOLD = 15.0
+
+
+def _flood(fed, who: str, source: str, reports: dict) -> None:
+    cert, key = fed.files.pki.clients[who]
+    reports[who] = handshake_flood("127.0.0.1", fed.port, 120, hold=HOLD,
+                                   tls=(fed.files.pki.ca, cert, key), source=source,
+                                   reopen=True)
+
+
+def test_idle_connections_of_an_outsider_and_a_participant_do_not_lock_out_a_site(analyst):
+    fed = analyst(["p0", "p1", "p2"], extra_certificates=["outsider"], extra={"server": SERVER})
+    reports: dict = {}
+    attackers = [threading.Thread(target=_flood, args=(fed, who, source, reports))
+                 for who, source in (("outsider", "127.0.0.2"), ("p2", "127.0.0.3"))]
+    for t in attackers:
+        t.start()
+    try:
+        # Honest sites, each call on a new connection, while both floods hold and reopen theirs
+        # (together they try 240 at once, more than max_connections).
+        rng = np.random.default_rng(0)
+        for pid in ("p0", "p1"):
+            with fed.client(pid, timeout=30.0) as client:
+                assert client.status().state == "collecting"
+                send(client, "aa-igdp", random_upload(rng, 30, 8, 16))
+        for _ in range(3):
+            with fed.client("p0", timeout=30.0) as client:
+                assert list(client.status().committed) == ["p0", "p1"]
+    finally:
+        for t in attackers:
+            t.join(HOLD + 30)
+    limit = SERVER["max_connections_per_address"]
+    for who in ("outsider", "p2"):
+        flood = reports[who]
+        # Closed at accept past the per-address limit; the first ones let in were all closed
+        # by the analyst (no admitted call within the claim timeout), and their replacements
+        # after them.
+        assert flood.refused > 0, (who, flood.to_json())
+        assert len(flood.held_seconds) >= limit and flood.still_open <= limit, (
+            who, flood.to_json())
+
+
+def _channel(fed, pid: str) -> grpc.Channel:
+    """A channel with a connection of its own (no subchannel shared with another channel)."""
+    cert, key = fed.files.pki.clients[pid]
+    credentials = grpc.ssl_channel_credentials(fed.files.pki.ca.read_bytes(), key.read_bytes(),
+                                               cert.read_bytes())
+    return grpc.secure_channel(f"127.0.0.1:{fed.port}", credentials,
+                               options=[("grpc.ssl_target_name_override", "localhost"),
+                                        ("grpc.use_local_subchannel_pool", 1)])
+
+
+def test_a_participant_has_its_share_of_connections_and_an_outsider_none(analyst):
+    fed = analyst(["p0", "p1"], extra_certificates=["outsider"], extra={"server": SERVER})
+    request = pb.StatusRequest(federation_id=FEDERATION)
+    channels = [_channel(fed, "p1") for _ in range(SERVER["max_connections_per_caller"] + 1)]
+    try:
+        for channel in channels[:-1]:
+            pb_grpc.AnalystStub(channel).Status(request, timeout=30)
+        with pytest.raises(grpc.RpcError) as refused:
+            pb_grpc.AnalystStub(channels[-1]).Status(request, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "max_connections_per_caller = 3" in refused.value.details()
+        # Another participant keeps its own share.
+        with _channel(fed, "p0") as other:
+            pb_grpc.AnalystStub(other).Status(request, timeout=30)
+        # An outsider's connection is closed after its first refusal: the next call on the
+        # same channel finds it closing (UNAVAILABLE), or a new connection refused again.
+        with _channel(fed, "outsider") as outsider:
+            codes = []
+            for _ in range(2):
+                with pytest.raises(grpc.RpcError) as denied:
+                    pb_grpc.AnalystStub(outsider).Status(request, timeout=30)
+                codes.append(denied.value.code())
+        assert codes[0] == grpc.StatusCode.PERMISSION_DENIED
+        assert codes[1] in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.PERMISSION_DENIED)
+    finally:
+        for channel in channels:
+            channel.close()
