@@ -187,8 +187,12 @@ def aligned_uploads(rng: np.random.Generator, ids: tuple[str, ...], rows: int, d
                     anchors: int) -> dict[str, dict[str, np.ndarray]]:
     """Uploads as participants make them: one shared anchor ``A`` (``r x d``) and each
     participant's records ``X_i`` under its own rotation ``Q_i`` and translation ``t_i``
-    (``A Q_i + t_i``, ``X_i Q_i + t_i``), so the alignment converges at once."""
-    anchor = rng.standard_normal((anchors, dim))
+    (``A Q_i + t_i``, ``X_i Q_i + t_i``), so the alignment converges at once. ``A`` has the
+    protocol's form (centred, orthonormal columns: :func:`common.gdp.make_anchor`), so the
+    analyst's screening passes every upload."""
+    from noisyanchor.common.gdp import make_anchor
+
+    anchor = make_anchor(anchors, dim, rng)
     uploads = {}
     for pid in ids:
         q, _ = np.linalg.qr(rng.standard_normal((dim, dim)))

@@ -33,7 +33,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-import scipy.linalg
 
 from noisyanchor.common.chunks import centered_gram, column_mean, row_norms
 from noisyanchor.common.linalg import polar_factor
@@ -294,6 +293,8 @@ def direction_check(sites: Sequence[str], frames: Sequence[FrameMoments], *,
     covs = [f.covariance for f in frames]
     g = np.sqrt(np.minimum(h / np.array([f.n for f in frames]), 0.95))
     eye = floor * float(np.median([np.trace(cv) for cv in covs])) / h * np.eye(h)
+    import scipy.linalg  # here, not at the top: the analyst listens before importing scipy
+
     p = len(frames)
     dev, shrunk = np.zeros((p, p)), np.zeros((p, p), dtype=bool)
     peers = [np.array([(i + k) % p for k in range(1, min(p, MAX_PEERS + 1))]) for i in range(p)]
