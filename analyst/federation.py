@@ -316,10 +316,12 @@ class Federation:
             spec = drain(stream)
         if spec.has_digests and spec.receipt(pid) == committed.receipt(pid):
             return Committed(committed.receipt(pid), True)
+        when = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC)
+        done = "uploaded" if kind == "upload" else f"made its {kind}"
         raise AlreadyExistsError(
-            f"{pid!r} has already done its {kind} (committed earlier); each participant "
-            f"uploads exactly once and this {kind} differs, so it was refused and nothing "
-            "was stored")
+            f"{pid!r} already {done} at {when.isoformat(timespec='seconds')}, receipt "
+            f"{committed.receipt(pid).hex()[:16]}...; each participant uploads exactly once and "
+            f"this {kind} differs, so it was refused and nothing was stored")
 
     def upload(self, pid: str, stream: BundleStream) -> Committed:
         """Participant ``pid``'s one upload; starts the alignment once everyone has committed."""
