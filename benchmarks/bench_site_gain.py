@@ -1,7 +1,7 @@
 """What each site gains by joining: the model it could train alone against the federation's,
 both scored on records the site never uploaded, for every shipped project template.
 
-    python -m benchmarks.bench_site_gain [--seeds 10] [--sites 3 10] [--section templates]
+    python -m benchmarks.bench_site_gain [--seeds 10] [--sites 3 10] [--section templates poisoned]
 
 Section ``templates``: each template in ``deploy/templates/`` that has bundled data
 (:data:`TEMPLATES`: the one-host quick start on the digits, the breast cancer hospitals, the
@@ -20,11 +20,22 @@ the site wrote (``gain_json``: whatever fields it carries, e.g. an interval) and
 entry of the analyst's ``result.json`` (``analyst``: each dict of the result keyed by site id,
 e.g. the model's per-site metrics or contributions), copied as they are.
 
-More sections (a poisoned site, ...) are added to :data:`SECTIONS`: a name, the cases it runs
-and how one case runs. Writes ``benchmarks/results/site_gain.json`` (every site of every run,
-and a summary per configuration, by section), rewritten after every run so an interrupted
-benchmark keeps what it measured, and ``site_gain.png`` (per template and number of sites, each
-site's mean gain over seeds).
+Section ``poisoned``: each template's data at 3 and 10 sites, over seeds, with one site's
+column multiplied by 10,000 (a column in another scale) or by 0.001 (a unit slip), run in-process
+through the analyst's federation state machine under the screening policies ``refuse``,
+``exclude`` and ``accept`` (:func:`benchmarks.poisoned_sites.poisoned_run`): per run whether the
+site was named before alignment under each policy, that ``refuse`` aligned nothing, the largest
+difference of an other site's balanced accuracy under ``exclude`` against the same federation
+run without the site, and the others' mean balanced accuracy honest / accepted / excluded /
+without; summarised per data set, number of sites and factor.
+
+Sections are named in :data:`SECTIONS` (the cases it runs, how one case runs, its summary, its
+line of progress and its PNG). Writes ``benchmarks/results/site_gain.json`` (per section its
+meta data, a summary per configuration and every run, compact), rewritten after every run so an
+interrupted benchmark keeps what it measured; the sections not run this time are kept as they
+were. Beside it ``site_gain.png`` (per template and number of sites, each site's mean gain over
+seeds) and ``site_gain_poisoned.png`` (the others' balanced accuracy per policy, and how often
+the poisoned site was named).
 """
 
 from __future__ import annotations
@@ -315,7 +326,7 @@ def plot_poisoned(summary: list[dict[str, Any]], path: Path) -> None:
         ax.set_title(f"{rows[0]['template']}\n({dataset})", fontsize=9)
     axes[0][0].set_ylabel("other sites' balanced accuracy\n(mean over sites and seeds)",
                           fontsize=8)
-    axes[0][0].legend(fontsize=7, loc="lower right")
+    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.suptitle("One site's column scaled: the others' accuracy when it is accepted, excluded "
                  "or absent; named: share of runs it was named before alignment under every "
                  "policy", fontsize=9)
