@@ -24,7 +24,8 @@ def test_every_template_has_its_protocol_and_no_default_projection():
 @pytest.mark.slow
 def test_quick_run_records_every_site_and_the_summary(tmp_path):
     out = tmp_path / "site_gain.json"
-    assert bench_site_gain.main(["--sites", "2", "--seeds", "1", "--template",
+    assert bench_site_gain.main(["--section", "templates", "--sites", "2", "--seeds", "1",
+                                 "--template",
                                  "federation-local.toml", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
