@@ -1,7 +1,7 @@
 """What each site gains by joining: the model it could train alone against the federation's,
 both scored on records the site never uploaded, for every shipped project template.
 
-    python -m benchmarks.bench_site_gain [--seeds 10] [--sites 3 10] [--section templates]
+    python -m benchmarks.bench_site_gain [--seeds 10] [--sites 3 10] [--section templates poisoned]
 
 Section ``templates``: each template in ``deploy/templates/`` that has bundled data
 (:data:`TEMPLATES`: the one-host quick start on the digits, the breast cancer hospitals, the
@@ -20,16 +20,28 @@ the site wrote (``gain_json``: whatever fields it carries, e.g. an interval) and
 entry of the analyst's ``result.json`` (``analyst``: each dict of the result keyed by site id,
 e.g. the model's per-site metrics or contributions), copied as they are.
 
-More sections (a poisoned site, ...) are added to :data:`SECTIONS`: a name, the cases it runs
-and how one case runs. Writes ``benchmarks/results/site_gain.json`` (every site of every run,
-and a summary per configuration, by section), rewritten after every run so an interrupted
-benchmark keeps what it measured, and ``site_gain.png`` (per template and number of sites, each
-site's mean gain over seeds).
+Section ``poisoned``: each template's data at 3 and 10 sites, over seeds, with one site's
+column multiplied by 10,000 (a column in another scale) or by 0.001 (a unit slip), run in-process
+through the analyst's federation state machine under the screening policies ``refuse``,
+``exclude`` and ``accept`` (:func:`benchmarks.poisoned_sites.poisoned_run`): per run whether the
+site was named before alignment under each policy, that ``refuse`` aligned nothing, the largest
+difference of an other site's balanced accuracy under ``exclude`` against the same federation
+run without the site, and the others' mean balanced accuracy honest / accepted / excluded /
+without; summarised per data set, number of sites and factor.
+
+Sections are named in :data:`SECTIONS` (the cases it runs, how one case runs, its summary, its
+line of progress and its PNG). Writes ``benchmarks/results/site_gain.json`` (per section its
+meta data, a summary per configuration and every run, compact), rewritten after every run so an
+interrupted benchmark keeps what it measured; the sections not run this time are kept as they
+were. Beside it ``site_gain.png`` (per template and number of sites, each site's mean gain over
+seeds) and ``site_gain_poisoned.png`` (the others' balanced accuracy per policy, and how often
+the poisoned site was named).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -39,7 +51,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -127,12 +139,6 @@ def run_template_case(case: Case, held_back: float, root: Path) -> dict[str, Any
             "federation_balanced_accuracy": s["utility"]["balanced_accuracy"],
             "sites": {pid: site | per_site_files(root, pid, result)
                       for pid, site in s["sites"].items()}}
-
-
-#: Sections of the benchmark: name -> (its cases from --sites and --seeds, one case's run).
-SECTIONS: dict[str, tuple[Callable[[list[int], int], list[Case]],
-                          Callable[[Case, float, Path], dict[str, Any]]]] = {
-    "templates": (template_cases, run_template_case)}
 
 
 def held_back_gain(site: dict[str, Any]) -> float | None:
@@ -224,6 +230,143 @@ def plot(summary: list[dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
+#: A poisoned site's column scaled by each factor: a column x10,000 and a unit slip x0.001.
+FACTORS = (1e4, 1e-3)
+
+
+def poisoned_cases(sites: list[int], seeds: int) -> list[Case]:
+    """Every template's data at every number of sites with one site's column multiplied by
+    each of :data:`FACTORS`, seed by seed."""
+    return [dataclasses.replace(case, section="poisoned", variant={"factor": factor})
+            for case in template_cases(sites, seeds) for factor in FACTORS]
+
+
+def run_poisoned_case(case: Case, held_back: float, root: Path) -> dict[str, Any]:
+    """One :func:`benchmarks.poisoned_sites.poisoned_run` on ``case`` (the template's method
+    and anchor noise ``v``; ``held_back`` is not used: the others' balanced accuracy is on
+    their test rows), kept compact: per policy whether the site was named before alignment,
+    the screening's checks that named it, and the mean over the other sites of each balanced
+    accuracy (``others_mean``)."""
+    from benchmarks.poisoned_sites import poisoned_run
+
+    root.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    out = poisoned_run(case.dataset, case.participants, case.seed,
+                       factor=case.variant["factor"], method=case.protocol["method"],
+                       v=case.protocol.get("v"), workdir=root)
+    accuracy = out["others_balanced_accuracy"]
+    return {**{k: v for k, v in asdict(case).items() if k not in ("section", "protocol")},
+            "seconds": time.perf_counter() - started,
+            "poisoned_site": out["poisoned_site"], "column": out["column"],
+            "named_before_alignment": out["named_before_alignment"],
+            "checks": sorted({f["check"] for f in out["findings"]
+                              if f["site"] == out["poisoned_site"]}),
+            "refuse_aligned_nothing": out["refuse_aligned_nothing"],
+            "exclude_max_difference": out["exclude_max_difference"],
+            "others_mean": {k: mean_of(v.values()) for k, v in accuracy.items()}}
+
+
+def mean_of(values: Any) -> float | None:
+    """Mean of the values that are not None (None when there are none)."""
+    kept = [v for v in values if v is not None]
+    return float(np.mean(kept)) if kept else None
+
+
+def summarise_poisoned(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (data set, sites, factor): how many runs named the poisoned site before alignment
+    under each policy, in how many ``refuse`` aligned nothing, the largest ``exclude``
+    difference against the federation without the site (over the runs that named it: must be
+    at most 1e-9) and the mean over runs of the others' mean balanced accuracy ``honest``
+    (no site poisoned), ``accepted``, ``excluded`` and ``without`` (the site left out)."""
+    out = []
+    keys = sorted({(r["dataset"], r["participants"], r["variant"]["factor"]) for r in runs},
+                  key=lambda k: (list(TEMPLATES.values()).index(k[0])
+                                 if k[0] in TEMPLATES.values() else len(TEMPLATES), k[1], -k[2]))
+    for dataset, participants, factor in keys:
+        group = [r for r in runs if (r["dataset"], r["participants"],
+                                     r["variant"]["factor"]) == (dataset, participants, factor)]
+        diffs = [r["exclude_max_difference"] for r in group
+                 if r["exclude_max_difference"] is not None]
+        out.append({
+            "template": group[0]["template"], "dataset": dataset, "participants": participants,
+            "factor": factor, "runs": len(group),
+            "named_before_alignment": {p: sum(r["named_before_alignment"][p] for r in group)
+                                       for p in group[0]["named_before_alignment"]},
+            "checks": sorted({c for r in group for c in r["checks"]}),
+            "refuse_aligned_nothing": sum(r["refuse_aligned_nothing"] for r in group),
+            "exclude_max_difference": max(diffs) if diffs else None,
+            **{f"others_{k}_balanced_accuracy": mean_of(r["others_mean"][k] for r in group)
+               for k in ("honest", "accepted", "excluded", "without")}})
+    return out
+
+
+def plot_poisoned(summary: list[dict[str, Any]], path: Path) -> None:
+    """Per data set: the other sites' mean balanced accuracy with every site honest, with the
+    poisoned site accepted, excluded, and left out (bars), per number of sites and factor, and
+    the share of runs that named the poisoned site before alignment under every policy."""
+    from noisyanchor.experiments.figures import pyplot
+
+    plt = pyplot()
+    datasets = list(dict.fromkeys(row["dataset"] for row in summary))
+    kinds = ("honest", "accepted", "excluded", "without")
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.8),
+                             squeeze=False)
+    for ax, dataset in zip(axes[0], datasets, strict=True):
+        rows = [row for row in summary if row["dataset"] == dataset]
+        for x, row in enumerate(rows):
+            for i, kind in enumerate(kinds):
+                value = row[f"others_{kind}_balanced_accuracy"]
+                ax.bar(x + (i - 1.5) * 0.2, value or 0.0, 0.2, color=f"C{i}",
+                       label=kind if x == 0 else None)
+            named = min(row["named_before_alignment"].values()) / row["runs"]
+            ax.text(x, 0.02, f"named\n{named:.0%}", ha="center", fontsize=7, color="w")
+        ax.set_xticks(range(len(rows)), [f"{row['participants']} sites\nx{row['factor']:g}\n"
+                                         f"({row['runs']} seeds)" for row in rows], fontsize=7)
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{rows[0]['template']}\n({dataset})", fontsize=9)
+    axes[0][0].set_ylabel("other sites' balanced accuracy\n(mean over sites and seeds)",
+                          fontsize=8)
+    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.suptitle("One site's column scaled: the others' accuracy when it is accepted, excluded "
+                 "or absent; named: share of runs it was named before alignment under every "
+                 "policy", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def template_line(run: dict[str, Any]) -> str:
+    """A templates run in one line: each site's gain on its held-back records."""
+    gains = [held_back_gain(s) for s in run["sites"].values()]
+    return f"held-back gain per site {' '.join(f'{g:+.3f}' for g in gains)}"
+
+
+def poisoned_line(run: dict[str, Any]) -> str:
+    """A poisoned run in one line: the factor, who named the site, exclude's difference."""
+    named = ",".join(p for p, v in run["named_before_alignment"].items() if v) or "none"
+    return (f"x{run['variant']['factor']:g}: named under {named}, refuse aligned nothing "
+            f"{run['refuse_aligned_nothing']}, exclude difference "
+            f"{run['exclude_max_difference']}")
+
+
+class Section(NamedTuple):
+    """A section of the benchmark: its cases from --sites and --seeds, one case's run, the
+    summary of its runs, a run in one line, and its PNG beside the JSON (suffix, drawing)."""
+
+    cases: Callable[[list[int], int], list[Case]]
+    run: Callable[[Case, float, Path], dict[str, Any]]
+    summarise: Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+    line: Callable[[dict[str, Any]], str]
+    png: tuple[str, Callable[[list[dict[str, Any]], Path], None]]
+
+
+#: Sections of the benchmark by name.
+SECTIONS: dict[str, Section] = {
+    "templates": Section(template_cases, run_template_case, summarise, template_line,
+                         (".png", plot)),
+    "poisoned": Section(poisoned_cases, run_poisoned_case, summarise_poisoned, poisoned_line,
+                        ("_poisoned.png", plot_poisoned))}
+
 
 #: Decimals kept of a run's numbers in the JSON (balanced accuracies on tens of records).
 DECIMALS = 4
@@ -241,17 +384,32 @@ def compact(value: Any) -> Any:
     return round(value, DECIMALS) if isinstance(value, float) else value
 
 
-def write(out: Path, meta: dict[str, Any], runs: dict[str, list[dict[str, Any]]]) -> None:
-    """The JSON at ``out``: the meta data, and per section its summary (from the runs at full
-    precision) and every run, compacted (:func:`compact`) on one line each."""
-    sections = {name: {"summary": summarise(rs), "runs": f"@{name}@"}
-                for name, rs in runs.items() if rs}
-    text = json.dumps({"meta": meta, "sections": sections}, indent=1)
-    for name in sections:
-        lines = ",\n  ".join(json.dumps(compact(r), separators=(",", ":")) for r in runs[name])
+def write(out: Path, sections: dict[str, dict[str, Any]]) -> None:
+    """The JSON at ``out``: per section its ``meta``, ``summary`` and every run, compacted
+    (:func:`compact`) on one line each."""
+    text = json.dumps({"sections": {name: {**section, "runs": f"@{name}@"}
+                                    for name, section in sections.items()}}, indent=1)
+    for name, section in sections.items():
+        lines = ",\n  ".join(json.dumps(compact(r), separators=(",", ":"))
+                             for r in section["runs"])
         text = text.replace(json.dumps(f"@{name}@"), f"[\n  {lines}\n ]")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text + "\n")
+
+
+def kept_sections(out: Path, running: list[str]) -> dict[str, dict[str, Any]]:
+    """The sections already at ``out`` that this invocation does not run, as they are (a
+    section run before meta data was kept per section takes the file's)."""
+    if not out.is_file():
+        return {}
+    report = json.loads(out.read_text())
+    return {name: {"meta": report.get("meta", {})} | section
+            for name, section in report["sections"].items() if name not in running}
+
+
+def png_path(out: Path, name: str) -> Path:
+    """Section ``name``'s PNG beside the JSON at ``out``."""
+    return out.with_name(out.stem + SECTIONS[name].png[0])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,51 +423,58 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--held-back", type=float, default=HELD_BACK)
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--replot", action="store_true",
-                        help="only draw the PNG again from the JSON at --out")
+                        help="only draw the PNGs again from the JSON at --out")
     args = parser.parse_args(argv)
     if args.replot:
-        report = json.loads(args.out.read_text())
-        plot(report["sections"]["templates"]["summary"], args.out.with_suffix(".png"))
+        for name, section in json.loads(args.out.read_text())["sections"].items():
+            SECTIONS[name].png[1](section["summary"], png_path(args.out, name))
         return 0
-    meta = {"command": "python -m benchmarks.bench_site_gain", "held_back": args.held_back,
-            "seeds_asked": args.seeds, "loadavg_start": os.getloadavg(), "cpus": os.cpu_count(),
-            "python": platform.python_version(), "numpy": np.__version__,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "note": "held_back_*: balanced accuracy on each site's held-back records (never "
-                    "uploaded); test_*: on its test rows (gain.json); the machine is shared "
-                    "with other work: loadavg_start/end record it"}
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in args.section}
-    start = time.perf_counter()
+    kept = kept_sections(args.out, args.section)  # other sections stay as they were measured
+    sections: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-site-gain-") as tmp:
         for name in args.section:
-            make_cases, run_case = SECTIONS[name]
-            for case in make_cases(args.sites, args.seeds):
+            section = SECTIONS[name]
+            meta = {"command": f"python -m benchmarks.bench_site_gain --section {name}",
+                    "held_back": args.held_back, "seeds_asked": args.seeds,
+                    "sites": args.sites, "loadavg_start": os.getloadavg(),
+                    "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "numpy": np.__version__, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                    "note": NOTES[name]}
+            runs: list[dict[str, Any]] = []
+            start = time.perf_counter()
+            for case in section.cases(args.sites, args.seeds):
                 if args.template and case.template not in args.template:
                     continue
-                where = Path(tmp) / f"{name}-{case.dataset}-p{case.participants}-s{case.seed}"
-                run = run_case(case, args.held_back, where)
-                runs[name].append(run)
-                gains = [held_back_gain(s) for s in run["sites"].values()]
+                where = Path(tmp) / (f"{name}-{case.dataset}-p{case.participants}-s{case.seed}"
+                                     f"-{len(runs)}")
+                run = section.run(case, args.held_back, where)
+                runs.append(run)
                 print(f"{name}: {case.template}, {case.participants} sites, seed {case.seed}: "
-                      f"held-back gain per site {' '.join(f'{g:+.3f}' for g in gains)} "
-                      f"({run['seconds']:.0f} s)", flush=True)
-                meta |= {"loadavg_end": os.getloadavg(),
+                      f"{section.line(run)} ({run['seconds']:.0f} s)", flush=True)
+                meta |= {"loadavg_end": os.getloadavg(), "runs": len(runs),
                          "seconds": time.perf_counter() - start}
-                write(args.out, meta, runs)  # after every run: a stopped benchmark keeps it
-    report = json.loads(args.out.read_text())
-    if "templates" in report["sections"]:
-        plot(report["sections"]["templates"]["summary"], args.out.with_suffix(".png"))
-    for name, section in report["sections"].items():
+                sections[name] = {"meta": meta, "summary": section.summarise(runs),
+                                  "runs": runs}
+                write(args.out, kept | sections)  # after every run: a stopped one keeps it
+    for name, section in sections.items():
+        SECTIONS[name].png[1](section["summary"], png_path(args.out, name))
         for row in section["summary"]:
-            print(f"{name}: {row['template']}, {row['participants']} sites, {row['seeds']} "
-                  f"seeds: held-back balanced accuracy alone "
-                  f"{row['local_only_held_back_balanced_accuracy']:.3f}, federation "
-                  f"{row['federation_held_back_balanced_accuracy']:.3f}; gain "
-                  f"{row['held_back_gain_mean']:+.3f}, each site's mean gain from "
-                  f"{row['site_mean_gain_min']:+.3f}, {row['sites_gaining_on_average']} of "
-                  f"{row['participants']} sites gain on average")
-    print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+            print(f"{name}: {json.dumps(compact(row))}")
+        print(f"wrote {args.out} and {png_path(args.out, name)}")
     return 0
+
+
+#: What a section's numbers are, in its meta data.
+NOTES = {
+    "templates": "held_back_*: balanced accuracy on each site's held-back records (never "
+                 "uploaded); test_*: on its test rows (gain.json); the machine is shared "
+                 "with other work: loadavg_start/end record it",
+    "poisoned": "one site (org-1) has the column of upper-quartile variance multiplied by "
+                "factor, through the analyst's Federation in-process under refuse, exclude "
+                "and accept (benchmarks.poisoned_sites.poisoned_run; the template's method "
+                "and v, its anchors at their default); others_*: the other sites' balanced "
+                "accuracy on their test rows: honest (no site poisoned), accepted, excluded "
+                "and without (the federation run without the site, same seeds)"}
 
 
 if __name__ == "__main__":
