@@ -56,6 +56,7 @@ from noisyanchor.common.files import (
     TMP_PREFIX,
     atomic_write,
     fsync_dir,
+    fsync_path,
     stale_prefix,
     sweep_temporaries,
 )
@@ -328,14 +329,6 @@ def _file_sha256(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def verify_bundle(path: Path) -> BundleSpec:
     """The header of a committed bundle once every array matches the SHA-256 its header
     records, and the file holds nothing after them.
@@ -571,7 +564,7 @@ class Store:
             for name, data in {**files, MANIFEST: json.dumps(
                     {"sha256": manifest}, indent=1, sort_keys=True).encode()}.items():
                 if isinstance(data, Path):
-                    _fsync_file(data)
+                    fsync_path(data)
                     os.replace(data, tmp / name)
                     continue
                 fd = os.open(tmp / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -23,13 +23,18 @@ log = logging.getLogger(__name__)
 TMP_PREFIX = ".tmp-"
 
 
-def fsync_dir(path: Path) -> None:
-    """Flush a folder's entries (a rename is durable only once its folder is synced)."""
+def fsync_path(path: Path) -> None:
+    """Flush a file's bytes, or a folder's entries (a rename is durable only once its folder
+    is synced), to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+#: The name the folder callers use: a folder's entries are flushed the same way.
+fsync_dir = fsync_path
 
 
 def atomic_write(path: Path, data: bytes) -> None:
