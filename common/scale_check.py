@@ -321,17 +321,21 @@ def direction_check(sites: Sequence[str], frames: Sequence[FrameMoments], *,
     return findings
 
 
-def _majority(findings: list[Finding], judged: int, check: str, skipped: dict[str, str]
-              ) -> list[Finding]:
-    """``findings`` of a comparison with the other sites, unless they name half the sites
-    compared or more: then there is no majority to compare with (sites that differ among
-    themselves, as strongly non-iid ones do), nobody is named and ``skipped`` says why."""
-    if 2 * len(findings) < judged:
-        return findings
-    skipped[check] = (f"{len(findings)} of {judged} sites differ from the others: no majority "
-                      "to compare a site with (sites this different among themselves are not "
-                      "judged)")
-    return []
+def _majority(findings: list[Finding], judged: int, check: str, why: str,
+              ran: list[str], skipped: dict[str, str]) -> list[Finding]:
+    """``findings`` of a comparison with the other sites (recorded in ``ran``; ``why`` names
+    the sites not judged), unless they name half the sites compared or more: then there is
+    no majority to compare with (sites that differ among themselves, as strongly non-iid ones
+    do), nobody is named and ``skipped`` says why."""
+    ran.append(check)
+    majority = 2 * len(findings) < judged
+    if not majority:
+        skipped[check] = (f"{len(findings)} of {judged} sites differ from the others: no "
+                          "majority to compare a site with (sites this different among "
+                          "themselves are not judged)")
+    if why:
+        skipped[check] = why.removeprefix("; ")
+    return findings if majority else []
 
 
 def _judged(sites: Sequence[str], data: Sequence[np.ndarray], minimum: int
@@ -391,10 +395,7 @@ def screen(sites: Sequence[str], data: Sequence[np.ndarray],
         else:
             findings += _majority(spread_check([sites[i] for i in judged],
                                                [data[i] for i in judged]), len(judged),
-                                  "spread", skipped)
-            ran.append("spread")
-            if why:
-                skipped["spread"] = why.removeprefix("; ")
+                                  "spread", why, ran, skipped)
     anchor_noise = v if method.anchor_noise else 0.0
     if not method.uses_anchor:
         skipped["anchor"] = f"method {method.value} has no anchor"
@@ -415,8 +416,5 @@ def screen(sites: Sequence[str], data: Sequence[np.ndarray],
         frames = common_frame(data, anchors if method.uses_anchor else None, reference)
         findings += _majority(direction_check([sites[i] for i in judged],
                                               [frames[i] for i in judged]), len(judged),
-                              "direction", skipped)
-        ran.append("direction")
-        if why:
-            skipped["direction"] = why.removeprefix("; ")
+                              "direction", why, ran, skipped)
     return Screening(tuple(findings), tuple(ran), skipped)
