@@ -20,10 +20,14 @@ from noisyanchor.analyst.status_address import (
 )
 from noisyanchor.analyst.status_page import StatusSite, loopback_hosts, status_server
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
+from noisyanchor.common.progress import Progress
 
 HOSTILE = "<script>alert(1)</script>"
-DOCUMENT = {"federation_id": "f", "state": "collecting", "expected": [HOSTILE],
-            "withdrawn": {HOSTILE: "<img src=x onerror=alert(2)>"}}
+#: What analyst status --json says of a federation with a site whose id and withdrawal reason
+#: are markup (a site chooses both).
+DOCUMENT = Progress("f", "collecting", ("org-a", HOSTILE), ("org-a",), ("org-a",), ("org-a",),
+                    "org-a", {HOSTILE: "<img src=x onerror=window.__pwned=true>"}).as_dict() | {
+    "store": "/srv/store", "analyst": None, "privacy": None}
 
 
 @pytest.fixture
@@ -97,7 +101,7 @@ def test_every_answer_has_a_strict_csp_and_nosniff(server):
     status, headers, body = _ask(server, "GET", "/status.json")
     assert headers["Content-Type"] == "application/json" and json.loads(body) == DOCUMENT
     # the site id stays a JSON string, served as JSON (never sniffed as HTML)
-    assert json.loads(body)["expected"] == [HOSTILE]
+    assert json.loads(body)["expected"] == ["org-a", HOSTILE]
 
 
 def test_the_inline_script_and_style_are_allowed_by_their_hash_only(server):
@@ -163,3 +167,15 @@ def test_a_port_in_use_is_refused_with_the_address(server):
     with pytest.raises(PreconditionError, match=rf"cannot listen on 127.0.0.1:"
                        rf"{server.server_address[1]} for the status page"):
         status_server(parse_address(f"127.0.0.1:{server.server_address[1]}"), dict)
+
+
+@pytest.mark.browser
+def test_a_hostile_site_id_and_reason_show_as_text_in_a_real_browser(server, browser_page):
+    page, errors = browser_page
+    page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
+    page.wait_for_selector("#withdrawals table")
+    assert HOSTILE in page.inner_text("#steps") and HOSTILE in page.inner_text("#withdrawals")
+    assert "<img src=x onerror=window.__pwned=true>" in page.inner_text("#withdrawals")
+    assert page.locator("img").count() == 0 and page.locator("script").count() == 1
+    assert not page.evaluate("window.__pwned === true")
+    assert errors == []  # no CSP violation, no script error
