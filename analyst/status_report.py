@@ -12,13 +12,16 @@ document ``--json`` prints and the status page (:mod:`analyst.status_page`) serv
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from noisyanchor.analyst.config import AnalystConfig
 from noisyanchor.analyst.contributions import operator_lines
 from noisyanchor.analyst.kit import store_progress
 from noisyanchor.common.errors import LedgerError
 from noisyanchor.common.progress import Progress
+
+if TYPE_CHECKING:
+    from noisyanchor.analyst.privacy_budget import Account
 
 
 def operator_status(config: AnalystConfig, progress: Progress | None = None) -> dict[str, Any]:
@@ -85,7 +88,7 @@ def privacy_spent(config: AnalystConfig) -> dict[str, Any] | None:
                              for pid in config.participants}}
 
 
-def _quota(account) -> dict[str, Any]:
+def _quota(account: Account) -> dict[str, Any]:
     return {"epsilon_budget": account.budget_epsilon, "spent_epsilon": account.spent_epsilon,
             "left_epsilon": account.left_epsilon, "releases": account.releases,
             "max_releases": account.max_releases}

@@ -42,6 +42,12 @@ def test_status_json_is_the_operator_status_document(kit, capsys):
     assert printed["waiting_for"]["to"] == "publish their exchange keys"
 
 
+@pytest.mark.parametrize("other", ["--json", "--wait"])
+def test_serve_is_refused_beside_json_or_wait(kit, other, capsys):
+    assert main(["analyst", "status", "--config", str(kit), "--serve", other]) == 1
+    assert "--serve shows the status until it is stopped" in capsys.readouterr().err
+
+
 def test_the_privacy_budget_spent_is_read_without_touching_the_ledger(kit, capsys):
     cfg = load_analyst_config(_with_privacy(kit))
     assert privacy_spent(cfg)["releases"] == 0  # no ledger yet: nothing spent
