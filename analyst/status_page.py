@@ -59,6 +59,9 @@ MAX_REQUEST_LINE = 8192
 #: Seconds a connection may stay silent before it is closed.
 SOCKET_TIMEOUT = 10.0
 
+#: Connections served at once (one thread each); more are closed at once.
+MAX_CONNECTIONS = 32
+
 
 def _inline_hash(html: str, tag: str) -> str:
     """The CSP source of the one inline ``<tag>`` of ``html``: ``'sha256-...'`` of its text."""
@@ -224,7 +227,20 @@ class _Server(http.server.ThreadingHTTPServer):
     def __init__(self, address: Address, site: StatusSite) -> None:
         self.address_family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
         self.site = site
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         super().__init__((address.host, address.port), _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):  # threads stay bounded
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 def status_server(address: Address, read: Callable[[], dict[str, Any]]) -> _Server:

@@ -9,6 +9,7 @@ import http.client
 import json
 import socket
 import threading
+import time
 
 import pytest
 
@@ -18,7 +19,12 @@ from noisyanchor.analyst.status_address import (
     exposure_warning,
     parse_address,
 )
-from noisyanchor.analyst.status_page import StatusSite, loopback_hosts, status_server
+from noisyanchor.analyst.status_page import (
+    MAX_CONNECTIONS,
+    StatusSite,
+    loopback_hosts,
+    status_server,
+)
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.progress import Progress
 
@@ -121,9 +127,33 @@ def test_requests_are_bounded(server):
     status, headers, _ = _ask(server, "GET", "/?" + "a" * 9000)
     assert status == 414 and headers["X-Content-Type-Options"] == "nosniff"
     assert _ask(server, "GET", "/status.json", body=b"x" * 10)[0] == 413
-    # a connection that sends nothing is not kept forever: the server answers others meanwhile
-    with socket.create_connection(("127.0.0.1", server.server_address[1])):
-        assert _ask(server, "GET", "/status.json")[0] == 200
+    # connections that send nothing hold a thread each, at most MAX_CONNECTIONS of them; once
+    # they are gone the page answers again
+    idle = [socket.create_connection(("127.0.0.1", server.server_address[1]))
+            for _ in range(MAX_CONNECTIONS)]
+    try:
+        assert wait_until(lambda: _refused(server))
+    finally:
+        for conn in idle:
+            conn.close()
+    assert wait_until(lambda: _ask(server, "GET", "/status.json")[0] == 200)
+
+
+def _refused(srv) -> bool:
+    try:
+        _ask(srv, "GET", "/status.json")
+    except (ConnectionError, http.client.HTTPException):
+        return True
+    return False
+
+
+def wait_until(condition, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def test_on_loopback_only_its_own_address_is_answered(server):
