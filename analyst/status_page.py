@@ -14,11 +14,12 @@ as ``analyst status`` does), at most once a second whatever the number of reques
 
 Served by the standard library's ``http.server.ThreadingHTTPServer``: the page is read-only,
 for one operator and a handful of requests a minute, so a web framework would add a dependency
-(and its updates) to every analyst install for nothing this needs; what ``http.server`` leaves
-to its user is done here: only GET and HEAD (405 otherwise), unknown paths 404, a bounded request
-(line, headers, no body), a socket timeout, a strict Content-Security-Policy and ``nosniff`` on
-every answer, and a ``Host`` check on loopback against DNS rebinding (a web page the operator
-visits cannot make the browser read the status through a name that resolves to 127.0.0.1).
+(and its updates) to every analyst install for nothing this needs. What ``http.server`` leaves
+to its user is done here: only GET and HEAD (405 otherwise), unknown paths 404, a bounded
+request (line, headers, no body), a socket timeout, at most :data:`MAX_CONNECTIONS` at once, a
+strict Content-Security-Policy and ``nosniff`` on every answer, and a ``Host`` check on
+loopback against DNS rebinding (a web page the operator visits cannot make the browser read
+the status through a name that resolves to 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -184,8 +185,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         raise AttributeError(name)
 
     def _answer(self) -> None:
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
+        try:  # a body of unknown length (chunked, or a bad length) is refused as one
+            length = -1 if "Transfer-Encoding" in self.headers else \
+                int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
         self._send(self.server.site.respond(self.command, self.path, self.headers.get("Host"),

@@ -127,6 +127,7 @@ def test_requests_are_bounded(server):
     status, headers, _ = _ask(server, "GET", "/?" + "a" * 9000)
     assert status == 414 and headers["X-Content-Type-Options"] == "nosniff"
     assert _ask(server, "GET", "/status.json", body=b"x" * 10)[0] == 413
+    assert _ask(server, "GET", "/status.json", {"Transfer-Encoding": "chunked"}, b"x")[0] == 413
     # connections that send nothing hold a thread each, at most MAX_CONNECTIONS of them; once
     # they are gone the page answers again
     idle = [socket.create_connection(("127.0.0.1", server.server_address[1]))
