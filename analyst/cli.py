@@ -17,6 +17,7 @@ COMMANDS = {"analyst": "the analyst: collect uploads, align, relay",
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this role's subcommands to the top-level parser."""
+    from noisyanchor.analyst.status_address import DEFAULT_ADDRESS
     from noisyanchor.common.cliargs import int_at_least, nonnegative_float, positive_float
 
     group = sub.add_parser("analyst", help=COMMANDS["analyst"])
@@ -57,6 +58,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     status.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
                         help="with --wait: wait at most this long (exit 1 if not done)")
     status.add_argument("--json", action="store_true", help="print the progress as JSON")
+    status.add_argument("--serve", nargs="?", const=DEFAULT_ADDRESS, default=None,
+                        metavar="ADDRESS",
+                        help="serve it read-only as a web page refreshed every few seconds "
+                        "(and /status.json) until SIGINT/SIGTERM, on host:port (default "
+                        f"{DEFAULT_ADDRESS}; an address other than loopback lets whoever "
+                        "reaches it read every site's results)")
     status.set_defaults(handler=_status)
 
     deadline = inner.add_parser("deadline", help="show the federation's deadline, or move it "
@@ -126,13 +133,20 @@ def _health(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from noisyanchor.analyst.config import load_analyst_config
-    from noisyanchor.analyst.contributions import operator_lines
     from noisyanchor.analyst.kit import store_progress
+    from noisyanchor.analyst.status_report import operator_status, status_lines
     from noisyanchor.common.errors import InvalidInputError
 
     if args.timeout is not None and not args.wait:
         raise InvalidInputError("--timeout is a bound of --wait: give both")
+    if args.serve is not None and (args.wait or args.json):
+        raise InvalidInputError("--serve shows the status until it is stopped: not with "
+                                "--wait or --json")
     config = load_analyst_config(args.config)
+    if args.serve is not None:
+        from noisyanchor.analyst.status_page import serve_status_page
+
+        return serve_status_page(config, args.serve)
     if args.wait:
         from noisyanchor.analyst.kit import wait_for_outcome
         from noisyanchor.common.logs import configure_logging
@@ -141,32 +155,12 @@ def _status(args: argparse.Namespace) -> int:
         progress = wait_for_outcome(config, args.timeout)
     else:
         progress = store_progress(config)
-    running = _running(config)
+    document = operator_status(config, progress)
     if args.json:
-        print(json.dumps(progress.as_dict() | {"store": str(config.output_dir),
-                                               "analyst": running}, indent=2))
+        print(json.dumps(document, indent=2))
     else:
-        print("\n".join(progress.lines()
-                        + operator_lines((progress.result or {}).get("contributions"))))
-        print(f"store {config.output_dir}" + (f"; analyst {running}" if running else ""))
+        print("\n".join(status_lines(document, progress)))
     return 0 if not args.wait or progress.state == "done" else 1
-
-
-def _running(config) -> str | None:
-    """Whether the analyst serves, from its health port (None: no health port configured)."""
-    if config.health_port is None:
-        return None
-    from noisyanchor.common.logs import quiet_grpc_core
-
-    quiet_grpc_core()
-    from noisyanchor.analyst.health import check_health
-
-    answer = check_health(f"127.0.0.1:{config.health_port}", timeout=2.0)
-    if answer == "SERVING":
-        return "running (health SERVING)"
-    if answer.startswith("UNREACHABLE"):
-        return f"not running (nothing answers on its health port {config.health_port})"
-    return f"not serving (health port {config.health_port}: {answer})"
 
 
 def _deadline(args: argparse.Namespace) -> int:

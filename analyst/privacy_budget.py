@@ -51,7 +51,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from noisyanchor.common.errors import BudgetExceededError, InvalidInputError, LedgerError
+from noisyanchor.common.errors import (
+    BudgetExceededError,
+    InvalidInputError,
+    LedgerError,
+    PreconditionError,
+)
 from noisyanchor.common.files import atomic_write
 from noisyanchor.common.scoreshield.calibration import (
     Calibration,
@@ -215,6 +220,9 @@ class PrivacyLedger:
         Where the ledger's head (its row count and last chain value) is kept, apart from the
         rows: in the analyst's store (:data:`LEDGER_HEAD`). With it, a ledger that is missing,
         shorter than the head or not the one the head saw is refused.
+    read_only : bool
+        Only read the ledger and its head (``analyst status`` beside the running analyst, which
+        owns both files): the head is never brought up to date and :meth:`charge` is refused.
 
     Raises
     ------
@@ -228,8 +236,9 @@ class PrivacyLedger:
     def __init__(self, path: str | os.PathLike, epsilon_budget: float, delta_budget: float, *,
                  participants: Sequence[str], participant_epsilon_budget: float | None = None,
                  participant_max_releases: int = 1000,
-                 head_path: str | os.PathLike | None = None) -> None:
+                 head_path: str | os.PathLike | None = None, read_only: bool = False) -> None:
         self._path = Path(path)
+        self._read_only = read_only
         self._head_path = None if head_path is None else Path(head_path)
         try:
             self.epsilon_budget, self.delta_budget = check_epsilon_delta(epsilon_budget,
@@ -359,7 +368,11 @@ class PrivacyLedger:
             exceeded (the message names which and what is left); nothing is recorded.
         InvalidInputError
             A calibration that does not validate (:func:`charged_mu`); nothing is recorded.
+        PreconditionError
+            The ledger was opened ``read_only``.
         """
+        if self._read_only:
+            raise PreconditionError(f"privacy ledger {self._path} was opened read-only")
         dataset = _check_name(dataset, "dataset")
         label = _check_name(label, "label")
         request_id = _check_name(request_id, "request_id")
@@ -473,7 +486,7 @@ class PrivacyLedger:
         taken and the head brought up to date."""
         head = self._read_head()
         if head is None:
-            if links:
+            if links and not self._read_only:
                 log.warning("privacy ledger %s: no head yet (a ledger of an earlier version); "
                             "its %d rows are taken and the head written", self._path,
                             len(links))
@@ -490,7 +503,7 @@ class PrivacyLedger:
                 f"privacy ledger {self._path}: its first {count} rows are not the ones recorded "
                 f"before (the chain differs from head {self._head_path}): the ledger was "
                 "replaced or rewritten; refusing to start")
-        if len(links) > count:
+        if len(links) > count and not self._read_only:
             self._write_head(len(links), links[-1])
 
     def _check_missing(self) -> None:

@@ -5,6 +5,7 @@ process avoids OpenBLAS's busy-waiting threads slowing everything down under con
 """
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -71,3 +72,37 @@ def toy_plugins(tmp_path, monkeypatch):
 def write_plugin():
     """:func:`write_plugin_package`, for tests that register plug-ins of their own."""
     return write_plugin_package
+
+
+#: The distribution's Chromium (Debian's package ``chromium``), which the browser tests drive.
+CHROMIUM = Path("/usr/bin/chromium")
+
+#: Headless, and nothing that reaches beyond 127.0.0.1 (updates, sync, QUIC probes).
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+
+
+@pytest.fixture
+def browser_page():
+    """A page of a headless Chromium driven by Playwright, and the console errors and page
+    errors it reports (a CSP violation is one); skipped, with the reason, without Chromium.
+
+    Playwright drives the distribution's browser: never ``playwright install``, which downloads
+    a browser of its own.
+    """
+    if not CHROMIUM.is_file():
+        pytest.skip(f"no {CHROMIUM}: the browser tests need the distribution's Chromium "
+                    "(apt-get install chromium; .ci/run installs it when it runs as root)")
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="the browser tests need playwright (the dev extra)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda err: errors.append(str(err)))
+            yield page, errors
+        finally:
+            browser.close()

@@ -20,7 +20,12 @@ from noisyanchor.analyst.privacy_budget import (
     epsilon_of_mu,
     mu_of_epsilon,
 )
-from noisyanchor.common.errors import BudgetExceededError, InvalidInputError, LedgerError
+from noisyanchor.common.errors import (
+    BudgetExceededError,
+    InvalidInputError,
+    LedgerError,
+    PreconditionError,
+)
 from noisyanchor.common.scoreshield import (
     Calibration,
     Regime,
@@ -378,3 +383,17 @@ def test_a_ledger_one_write_ahead_of_its_head_is_taken(tmp_path: Path) -> None:
     head.write_text(before)
     assert _ledger(path, 10.0, head_path=head).account("d").releases == 3
     assert json.loads(head.read_text())["rows"] == 3
+
+
+def test_a_read_only_ledger_writes_nothing_and_charges_nothing(tmp_path: Path) -> None:
+    """``analyst status`` reads the ledger beside the running analyst: a ledger one write ahead
+    of its head (the analyst between its two writes) is read as it is, the head left alone."""
+    path, head = _chained(tmp_path, 2)
+    before = head.read_text()
+    _ledger(path, 10.0, head_path=head).charge("d", "a", _cal(0.5), request_id="r8", label="x")
+    head.write_text(before)
+    reader = _ledger(path, 10.0, head_path=head, read_only=True)
+    assert reader.account("d").releases == 3 and head.read_text() == before
+    with pytest.raises(PreconditionError, match="opened read-only"):
+        reader.charge("d", "a", _cal(0.5), request_id="r9", label="x")
+    assert _ledger(path, 10.0, head_path=head).account("d").releases == 3

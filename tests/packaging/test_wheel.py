@@ -56,6 +56,7 @@ def test_wheel_has_one_top_level_name(wheel):
     # What the code reads at run time ships with it: templates, configs, the proto sources.
     for needed in ("noisyanchor/deploy/templates/analyst.toml",
                    "noisyanchor/experiments/configs/digits.toml",
+                   "noisyanchor/analyst/status_page.html",
                    "noisyanchor/protos/v1/analyst.proto", "noisyanchor/protos/v1/release.proto",
                    "noisyanchor/protos/generate.py", "noisyanchor/protos/v1/analyst_pb2.pyi",
                    "noisyanchor/py.typed"):
