@@ -6,6 +6,7 @@ The analyst's address here is a closed port; the e2e test stops a real analyst."
 from __future__ import annotations
 
 import json
+import socket
 
 import numpy as np
 import pytest
@@ -160,3 +161,18 @@ def test_a_corrupt_receipt_stops_the_upload_naming_the_file(site, capsys):
     captured = capsys.readouterr()
     assert f"{receipt_path(cfg)} is not an upload receipt" in captured.err
     assert "Traceback" not in captured.err
+
+
+def test_status_returns_from_an_analyst_address_that_accepts_but_never_answers(site, capsys):
+    """A listener that never completes the TLS handshake (a stalled host, a wrong service):
+    the connect attempt and the look for its cause are each bounded, so status still answers
+    from the state folder."""
+    path, cfg = site
+    keep_receipt(cfg, _receipt())
+    with socket.create_server(("127.0.0.1", 0)) as stalled:  # listens, never accepts
+        address = f"127.0.0.1:{stalled.getsockname()[1]}"
+        assert main(["participant", "status", "--config", str(path), "--analyst",
+                     address]) == 0
+    text = capsys.readouterr().out
+    assert f"the analyst at {address} did not answer within 0.3 s; tried " in text
+    assert f"upload committed: receipt {'ab' * 32}" in text
