@@ -1,6 +1,9 @@
-"""Subcommands of the participant role: ``participant upload`` and ``participant collude``.
+"""Subcommands of the participant role: ``participant upload``, ``collude``, ``status``,
+``predict`` and ``keygen``.
 
-Exit status 0 when the analyst accepted the bundle, 1 with the analyst's reason on any refusal.
+Exit status 0 when the analyst accepted the bundle (or a rerun finds the upload committed, from
+the receipt the site keeps), 1 with the reason on any refusal; ``status`` exits 0 when it shows
+the federation's progress or, the analyst unreachable, what the site keeps, 1 when neither.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     up = inner.add_parser("upload", help="agree on the anchor, compute and stream the one upload")
     co = inner.add_parser("collude", help="disclose data, secrets and anchor to the analyst "
                           "(threat-model testing; needs keep_secrets at upload)")
-    st = inner.add_parser("status", help="ask the analyst for the federation's progress")
+    st = inner.add_parser("status", help="ask the analyst for the federation's progress; "
+                          "when it does not answer within 3 s, what this site keeps (receipt, "
+                          "site model, gain), said to be so")
     for p in (up, co, st):
         p.add_argument("--config", type=Path, required=True, help="participant TOML file")
         p.add_argument("--analyst", default=None, help="override [participant] analyst host:port")
@@ -79,17 +84,37 @@ def _config(args: argparse.Namespace):
         analyst=args.analyst, keep_secrets=getattr(args, "keep_secrets", None))
 
 
+#: Keys of ``participant status --json`` from the relay's keys and commitments.
+STEP_KEYS = ("keys", "commitments", "waiting_for")
+
+
 def _print(sent, as_json: bool) -> int:
     if as_json:
         print(json.dumps(asdict(sent), indent=2))
     else:
         what = (f"{sent.kind} of {sent.records} records ({sent.bytes} bytes)")
-        if sent.already_committed:
+        if sent.kept_receipt is not None:
+            print(_kept_answer(sent, what))
+        elif sent.already_committed:
             print(f"{sent.participant}: {what} was already done; this identical retry changed "
                   f"nothing; receipt {sent.receipt}")
         else:
             print(f"{sent.participant}: {what} committed; receipt {sent.receipt}")
     return 0
+
+
+def _kept_answer(sent, what: str) -> str:
+    """An upload committed before this run, from the receipt the site keeps."""
+    import datetime as dt
+
+    from noisyanchor.common.durations import human_time
+
+    when = human_time(dt.datetime.fromisoformat(sent.received_at))
+    asked = (f"the analyst could not be asked whether it still holds it: "
+             f"{sent.analyst_unreachable}" if sent.analyst_unreachable is not None
+             else "the analyst still holds it")
+    return (f"{sent.participant}: {what} already committed; receipt {sent.receipt}, received "
+            f"{when}, kept in {sent.kept_receipt}; {asked}; nothing was sent again")
 
 
 def _upload(args: argparse.Namespace) -> int:
@@ -144,27 +169,59 @@ def _site_contribution(cfg) -> dict | None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from noisyanchor.common.contribution_text import site_line
-    from noisyanchor.participant.gain import gain_line
+    from noisyanchor.common.errors import AnalystUnavailableError
+    from noisyanchor.participant.local_state import keep_last_status, now_iso
     from noisyanchor.participant.run import federation_progress
+    from noisyanchor.participant.site_status import reach, site_holdings
 
     cfg = _config(args)
-    reply, progress = federation_progress(cfg)
+    tried_at = now_iso()
+    try:
+        reply, progress = federation_progress(cfg)
+    except AnalystUnavailableError as err:
+        return _local_status(cfg, err, tried_at, args.json)
     # Once done, what joining gained this site (the site model is fetched once and kept).
     gain = _site_gain(cfg) if reply.state == "done" else None
     contribution = _site_contribution(cfg) if gain is not None else None
+    steps = {k: v for k, v in progress.as_dict().items() if k in STEP_KEYS}
+    answer = status_summary(reply) | steps
+    keep_last_status(cfg, answer)  # what status shows when the analyst is unreachable
     if args.json:
-        steps = {k: v for k, v in progress.as_dict().items()
-                 if k in ("keys", "commitments", "waiting_for")}
-        print(json.dumps(status_summary(reply) | steps | {"gain": gain,
-                                                          "contribution": contribution},
-                         indent=2))
+        print(json.dumps(answer | {"gain": gain, "contribution": contribution}
+                         | reach(cfg, as_of=tried_at) | site_holdings(cfg), indent=2))
     else:
         print("\n".join(progress.lines()))
-        if gain is not None:
-            print(f"gain: {gain['error']}" if "error" in gain else f"gain {gain_line(gain)}")
-        if (line := site_line(contribution)) is not None:
-            print(line)
+        _print_gain(gain, contribution)
+    return 0
+
+
+def _print_gain(gain: dict | None, contribution: dict | None) -> None:
+    from noisyanchor.common.contribution_text import site_line
+    from noisyanchor.participant.gain import gain_line
+
+    if gain is not None:
+        print(f"gain: {gain['error']}" if "error" in gain else f"gain {gain_line(gain)}")
+    if (line := site_line(contribution)) is not None:
+        print(line)
+
+
+def _local_status(cfg, err, tried_at: str, as_json: bool) -> int:
+    """``participant status`` when the analyst is unreachable: what the site keeps, said to
+    be so (exit 0; 1 when it keeps nothing of the federation)."""
+    from noisyanchor.participant.predict import SITE_MODEL_FILE
+    from noisyanchor.participant.run import CONNECT_WAIT
+    from noisyanchor.participant.site_status import local_lines, local_status
+
+    status = local_status(cfg, err, tried_at, CONNECT_WAIT)
+    # From the kept site model only: nothing is fetched.
+    kept = (cfg.state_dir / SITE_MODEL_FILE).is_file()
+    gain = _site_gain(cfg) if kept else None
+    contribution = _site_contribution(cfg) if kept else None
+    if as_json:
+        print(json.dumps(status | {"gain": gain, "contribution": contribution}, indent=2))
+    else:
+        print("\n".join(local_lines(cfg, status)))
+        _print_gain(gain, contribution)
     return 0
 
 

@@ -183,6 +183,19 @@ class AnalystClient:
         # The federation's deadline (Unix seconds) when the waits follow it (follow_deadline).
         self._followed: float | None = None
 
+    def connect(self, within: float) -> None:
+        """Connect (TCP and the TLS handshake) within ``within`` seconds, or raise
+        :class:`~common.errors.AnalystUnavailableError` with the likely cause
+        (:func:`participant.tls_check.explain`, itself bounded by ``within``): a question
+        that returns promptly when the analyst is down, where :meth:`call` would retry."""
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=within)
+        except grpc.FutureTimeoutError:
+            cause = tls_check.explain(self.address, self.tls, self.server_name, timeout=within)
+            raise AnalystUnavailableError(
+                f"the analyst at {self.address} did not answer within {within:g} s"
+                + (f": {cause}" if cause else "")) from None
+
     def __enter__(self) -> AnalystClient:
         return self
 

@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 from noisyanchor.common.durations import human_duration, human_time
 from noisyanchor.common.errors import (
     AlreadyExistsError,
+    AnalystUnavailableError,
     IntegrityError,
     InvalidInputError,
     NoisyAnchorError,
@@ -40,11 +41,20 @@ from noisyanchor.participant.client import AnalystClient
 from noisyanchor.participant.compute import compute_upload
 from noisyanchor.participant.config import ParticipantConfig
 from noisyanchor.participant.data import LocalData, load_local_data
+from noisyanchor.participant.local_state import (
+    UploadReceipt,
+    keep_receipt,
+    keep_withdrawal,
+    load_receipt,
+    now_iso,
+    receipt_path,
+)
 from noisyanchor.participant.projection_cost import projection_cost
 from noisyanchor.participant.site_state import (
     SiteKey,
     UploadSeeds,
     keep_site_key,
+    load_site_key,
     records_digest,
     upload_seed_path,
     upload_seeds,
@@ -59,7 +69,13 @@ SECRETS_FILE = "secrets.npz"
 
 @dataclass(frozen=True)
 class Sent:
-    """Outcome of a sent bundle (what the CLI prints)."""
+    """Outcome of a sent bundle (what the CLI prints).
+
+    ``received_at``: when this site received the receipt (ISO 8601, UTC). ``kept_receipt``:
+    the receipt file the answer was read from when the upload had committed before this run
+    (nothing was sent), else None. ``analyst_unreachable``: why the analyst could not be asked
+    whether it still holds that upload, else None.
+    """
 
     participant: str
     kind: str
@@ -67,6 +83,9 @@ class Sent:
     already_committed: bool
     records: int
     bytes: int
+    received_at: str = ""
+    kept_receipt: str | None = None
+    analyst_unreachable: str | None = None
 
 
 def public_projection(cfg: ParticipantConfig, d_in: int) -> np.ndarray | None:
@@ -188,6 +207,10 @@ def _tags(cfg: ParticipantConfig, data: LocalData, seeds: UploadSeeds | None) ->
 #: Seconds ``participant status`` retries an unavailable analyst (a question, not a wait).
 STATUS_WAIT = 10.0
 
+#: Seconds ``participant status``, and a rerun of an upload that committed, try to connect to
+#: the analyst (then as long again to find out why not) before answering from the state folder.
+CONNECT_WAIT = 3.0
+
 
 def analyst_client(cfg: ParticipantConfig, wait: float | None = None) -> AnalystClient:
     """A mutual-TLS client to this participant's analyst (use as a context manager) that
@@ -257,10 +280,13 @@ class Joined:
 def _withdraw(client: AnalystClient, cfg: ParticipantConfig, err: InvalidInputError) -> None:
     """Tell the analyst (and through it the other sites) that this site withdraws because of
     ``err`` (:func:`withdrawal_reason`); a failure to tell is logged, ``err`` matters more."""
+    reason = withdrawal_reason(cfg, err)
     try:
-        client.withdraw(withdrawal_reason(cfg, err))
+        client.withdraw(reason)
     except NoisyAnchorError as failed:
         log.warning("could not tell the analyst that %s withdraws: %s", cfg.id, failed)
+    else:
+        keep_withdrawal(cfg, reason)
 
 
 def read_before_connecting(cfg: ParticipantConfig) -> LocalData | None:
@@ -363,6 +389,9 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
     compute the upload with the engine, stream it once; keep the key
     (:mod:`participant.site_state`) once the analyst committed it."""
     private_dir(cfg.state_dir)  # 0700: schema, exchange key, seeds and the kept key go there
+    kept = load_receipt(cfg)
+    if kept is not None and (answer := already_committed(cfg, kept)) is not None:
+        return answer
     # An experiment's seed makes every run identical; otherwise the seeds are kept until the
     # upload commits, so an interrupted run repeats the same upload.
     seeds = None if cfg.seed is not None else upload_seeds(cfg)
@@ -408,6 +437,9 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
                                public_projection(cfg, data.x.shape[1]), data.x.shape[1], tags,
                                records_digest(data.x, data.labels), data.feature_names))
     upload_seed_path(cfg).unlink(missing_ok=True)
+    received = UploadReceipt(cfg.federation_id, cfg.id, receipt.receipt.hex(), now_iso(),
+                             receipt.already_committed, len(x), spec.nbytes, cfg.analyst)
+    keep_receipt(cfg, received)
     if cfg.keep_secrets:
         kept = {"rotation": state.key.rotation, "translation": state.key.translation}
         if cfg.method_enum.uses_anchor:
@@ -416,13 +448,60 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
             if getattr(state, name) is not None:
                 kept[name] = getattr(state, name)
         _write_secrets(cfg, kept)
-    return Sent(cfg.id, "upload", receipt.receipt.hex(), receipt.already_committed, len(x),
-                spec.nbytes)
+    return Sent(cfg.id, "upload", received.receipt, received.already_committed, len(x),
+                spec.nbytes, received.received_at)
+
+
+def already_committed(cfg: ParticipantConfig, kept: UploadReceipt) -> Sent | None:
+    """The answer to a rerun of an upload whose receipt this site keeps, given at once: the
+    kept receipt, once the analyst confirms it still holds that upload or cannot be reached
+    within :data:`CONNECT_WAIT` s. None when the analyst answers that it does not hold it (its
+    screening refused it, so this site uploads again).
+
+    Raises
+    ------
+    AlreadyExistsError
+        The records at ``[participant] data`` are not the ones uploaded: one upload per site,
+        so they are not sent (as the analyst would refuse them), and the receipt is named.
+    """
+    unreachable = None
+    try:
+        with analyst_client(cfg, min(cfg.wait_seconds, STATUS_WAIT)) as client:
+            client.connect(CONNECT_WAIT)
+            if cfg.id not in client.status().committed:
+                log.info("%s: the analyst does not hold the upload of receipt %s... any more "
+                         "(see participant status): uploading again", cfg.id, kept.receipt[:16])
+                return None
+    except AnalystUnavailableError as err:
+        unreachable = str(err)
+    same = _same_records(cfg)
+    if same is False:
+        raise AlreadyExistsError(
+            f"{cfg.id!r} already uploaded at {kept.received_at}, receipt {kept.receipt[:16]}..."
+            f" (kept in {receipt_path(cfg)}); the records in {cfg.data} differ from the ones "
+            "it uploaded, and each participant uploads exactly once, so nothing was sent"
+            + (f"; {unreachable}" if unreachable else ""))
+    return Sent(cfg.id, "upload", kept.receipt, True, kept.records, kept.bytes,
+                kept.received_at, str(receipt_path(cfg)), unreachable)
+
+
+def _same_records(cfg: ParticipantConfig) -> bool | None:
+    """Whether the records at ``[participant] data`` are the ones this site uploaded (their
+    digest is the one kept with its key); None, with a warning, when that cannot be told."""
+    try:
+        key = load_site_key(cfg)
+        data = local_data(cfg)
+    except (NoisyAnchorError, OSError) as err:
+        log.warning("%s: whether the records in %s are the ones uploaded cannot be told: %s",
+                    cfg.id, cfg.data, err)
+        return None
+    return data.labels is not None and records_digest(data.x, data.labels) == key.records_sha256
 
 
 def analyst_status(cfg: ParticipantConfig):
     """The analyst's ``StatusReply`` for this participant's federation."""
     with analyst_client(cfg, min(cfg.wait_seconds, STATUS_WAIT)) as client:
+        client.connect(CONNECT_WAIT)
         return client.status()
 
 
@@ -430,6 +509,7 @@ def federation_progress(cfg: ParticipantConfig) -> tuple[pb.StatusReply, Progres
     """The analyst's ``StatusReply`` and, from it and the relay's keys and commitments, the
     federation's :class:`~common.progress.Progress` (who is missing for which step)."""
     with analyst_client(cfg, min(cfg.wait_seconds, STATUS_WAIT)) as client:
+        client.connect(CONNECT_WAIT)
         reply = client.status()
         # What this site shows (text and --json) is its own and the federation's only, even
         # from an analyst that sent more (common.visibility).

@@ -163,9 +163,10 @@ def _refused(err: ssl.SSLError, tls: TlsFiles) -> str:
     return f"TLS handshake with the analyst failed: {reason}"
 
 
-def explain(address: str, tls: TlsFiles, server_name: str) -> str | None:
-    """Local problems first, then the probe; None when neither finds anything."""
+def explain(address: str, tls: TlsFiles, server_name: str, timeout: float = 5.0) -> str | None:
+    """Local problems first, then the probe (``timeout`` seconds at most); None when neither
+    finds anything."""
     problems = local_problems(tls)
     if problems:
         return "; ".join(problems)
-    return probe(address, tls, server_name)
+    return probe(address, tls, server_name, timeout)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import csv
 import json
 import pickle
+import re
 import stat
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,7 @@ from noisyanchor.deploy.launch import start, stop, wait_for_port
 from noisyanchor.experiments.datasets import load_digits
 from noisyanchor.participant.config import load_participant_config
 from noisyanchor.participant.gain import GAIN_FILE
+from noisyanchor.participant.local_state import receipt_path
 from noisyanchor.participant.predict import SITE_MODEL_DIGEST_FILE, SITE_MODEL_FILE, predict
 from noisyanchor.participant.site_state import SITE_KEY_FILE, load_site_key
 
@@ -195,10 +198,12 @@ def test_gain_is_reported_and_the_state_folder_is_private(federation):
         lo, hi = gain["gain_interval"]  # ~110 test rows a site: told, with its interval
         assert lo <= gain["gain"] <= hi and gain["gain_not_told"] is None
         assert stat.S_IMODE(cfg.state_dir.stat().st_mode) == 0o700
-        kept = (SITE_KEY_FILE, SITE_MODEL_FILE, SITE_MODEL_DIGEST_FILE, GAIN_FILE)
+        kept = (SITE_KEY_FILE, SITE_MODEL_FILE, SITE_MODEL_DIGEST_FILE, GAIN_FILE,
+                receipt_path(cfg).name)
         for name in kept:
             assert stat.S_IMODE((cfg.state_dir / name).stat().st_mode) == 0o600, name
-        # Only what prediction needs: no pending seeds, no exchange key, no colluder secrets.
+        # Only what prediction and status need: no pending seeds, no exchange key, no colluder
+        # secrets.
         assert sorted(p.name for p in cfg.state_dir.iterdir()) == sorted(kept)
     root = federation["root"]
     code, text = _run(["participant", "status", "--config", federation["configs"]["p1"]],
@@ -290,6 +295,54 @@ def test_each_site_sees_its_own_results_and_the_federations_never_anothers(feder
     stored = json.loads((federation["files"].store / "result" / "result.json").read_text())
     assert stored["row_ranges"].keys() == set(IDS)
 
+
+
+def _json(text: str) -> dict:
+    return json.loads(text[text.index("{"):])
+
+
+def test_a_site_sees_its_own_state_and_its_committed_upload_without_the_analyst(federation):
+    """Issue 34, item 3: a rerun of a committed upload says so at once with its receipt, with
+    the analyst running and once it is stopped (SIGTERM); ``participant status`` then shows
+    what the site keeps and says the analyst is unreachable, with the keys of its online
+    answer."""
+    root, procs = federation["root"], federation["procs"]
+    cfg_path = federation["configs"]["p1"]
+    cfg = load_participant_config(cfg_path)
+    receipt = json.loads(receipt_path(cfg).read_text())
+    code, text = _run(["participant", "status", "--json", "--config", cfg_path],
+                      root / "p1-online.json", procs)
+    assert code == 0, text
+    online = _json(text)
+    assert online["analyst_reachable"] is True and online["source"] == "analyst"
+    assert online["upload_receipt"] == receipt and online["site_model"]["kept"] is True
+    for analyst in ("running", "stopped"):
+        code, text = _run(["participant", "upload", "--config", cfg_path],
+                          root / f"p1-again-{analyst}.log", procs)
+        assert code == 0, text
+        assert re.search(r"p1: upload of \d+ records \(\d+ bytes\) already committed; receipt "
+                         rf"{receipt['receipt']}, received .+ UTC \(.+ ago\), kept in ", text), text
+        assert ("the analyst still holds it" in text) is (analyst == "running"), text
+        if analyst == "running":
+            stop(procs[0])  # the analyst, SIGTERM
+    started = time.monotonic()
+    code, text = _run(["participant", "status", "--config", cfg_path], root / "p1-offline.log",
+                      procs)
+    took = time.monotonic() - started
+    assert code == 0, text
+    assert f"the analyst at {cfg.analyst} did not answer within 3 s: nothing listens" in text
+    assert f"upload committed: receipt {receipt['receipt']}" in text
+    assert "site model kept in " in text and "gain on p1's" in text, text
+    assert re.search(r"the analyst's last answer, .+ ago\): federation \S+ done", text), text
+    code, text = _run(["participant", "status", "--json", "--config", cfg_path],
+                      root / "p1-offline.json", procs)
+    assert code == 0, text
+    offline = _json(text)
+    assert offline.keys() == online.keys()
+    assert offline["analyst_reachable"] is False and offline["source"] == "local"
+    assert offline["unreachable"]["address"] == cfg.analyst
+    assert offline["gain"] == online["gain"] and offline["state"] == "done"
+    print(f"participant status with the analyst stopped: {took:.1f} s")  # measured, not checked
 
 
 def test_predict_needs_no_network_once_the_site_model_is_kept(federation):

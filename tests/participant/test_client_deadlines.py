@@ -63,7 +63,7 @@ def test_calls_made_on_the_raw_stub_get_it_too(stalled):
 @pytest.mark.slow
 def test_status_is_a_question_not_a_wait(tmp_path):
     """Without a timeout a participant waits until the federation's deadline; ``status``
-    gives up after STATUS_WAIT seconds and says why."""
+    gives up after CONNECT_WAIT seconds without a connection and says why."""
     import numpy as np
 
     from noisyanchor.common.errors import AnalystUnavailableError
