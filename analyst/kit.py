@@ -26,9 +26,14 @@ from pathlib import Path
 
 from noisyanchor.analyst.config import AnalystConfig, load_analyst_config
 from noisyanchor.analyst.federation import FAILED_FILE, WITHDRAWN_DIR
-from noisyanchor.analyst.storage import Store
+from noisyanchor.analyst.storage import LOCK_FILE, Store, serving_pid
 from noisyanchor.common.durations import human_duration, human_time, parse_deadline
-from noisyanchor.common.errors import ConfigError, InvalidInputError, PreconditionError
+from noisyanchor.common.errors import (
+    AnalystUnavailableError,
+    ConfigError,
+    InvalidInputError,
+    PreconditionError,
+)
 from noisyanchor.common.files import fsync_dir, stale_prefix
 from noisyanchor.common.progress import Progress
 from noisyanchor.common.text import MAX_PEER_TEXT, peer_text
@@ -78,6 +83,11 @@ ALIGN_WAIT = 3600.0
 #: Seconds it waits for the uploads when the federation has no deadline (sites wait 1 h).
 NO_DEADLINE_WAIT = 3600.0
 
+#: Seconds :func:`wait_for_outcome` goes on while no analyst process serves the store: long
+#: enough for one being started beside it to take the store, short enough that an analyst that
+#: never started (or crashed) is said at once rather than after the deadline.
+NO_ANALYST_WAIT = 60.0
+
 
 def wait_for_outcome(cfg: AnalystConfig, timeout: float | None = None) -> Progress:
     """Watch the store until the federation is done or failed or a site withdrew, logging
@@ -95,12 +105,19 @@ def wait_for_outcome(cfg: AnalystConfig, timeout: float | None = None) -> Progre
         limit = started + max(0.0, cfg.deadline.timestamp() - time.time())
     else:
         limit = started + NO_DEADLINE_WAIT
-    last, reported, aligning_since = None, started, None
+    last, reported, aligning_since, served_at = None, started, None, started
     while True:
         progress = store_progress(cfg)
         if progress.state in ("done", "failed") or progress.withdrawn:
             return progress
         now = time.monotonic()
+        if serving_pid(cfg.output_dir) is not None:
+            served_at = now
+        elif now - served_at >= NO_ANALYST_WAIT:
+            raise AnalystUnavailableError(
+                f"no analyst serves the store {cfg.output_dir} (no live process has held its "
+                f"{LOCK_FILE} for {human_duration(now - served_at)}), so the federation cannot "
+                f"move on; start it with `noisyanchor analyst serve --config <this config>`")
         if progress.state == "aligning" and aligning_since is None:
             aligning_since = now
             if timeout is None:  # every upload is in: the alignment may outlast the deadline

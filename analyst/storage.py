@@ -397,6 +397,23 @@ def _lock_holder(path: Path) -> str:
     return pid if pid.isdigit() else "unknown"
 
 
+def serving_pid(root: Path) -> int | None:
+    """The PID in the store's ``analyst.lock`` if that process is alive, else None (no analyst
+    serves the store). Read, never locked: a probe taking the lock, even shared, would make an
+    analyst starting at that instant refuse the store as in use. A PID reused by another
+    process still counts as serving; the caller only waits longer."""
+    holder = _lock_holder(Path(root) / LOCK_FILE)
+    if not holder.isdigit():
+        return None
+    try:
+        os.kill(int(holder), 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, under another user
+        pass
+    return int(holder)
+
+
 class Store:
     """Folders of one analyst store (see the module docstring)."""
 

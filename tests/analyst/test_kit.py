@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,10 +17,12 @@ from pathlib import Path
 import pytest
 
 from noisyanchor import deploy
+from noisyanchor.analyst import kit as kit_module
 from noisyanchor.analyst.config import load_analyst_config
 from noisyanchor.analyst.kit import extend_deadline, store_progress, wait_for_outcome
+from noisyanchor.analyst.storage import LOCK_FILE, serving_pid
 from noisyanchor.cli import main
-from noisyanchor.common.errors import InvalidInputError, PreconditionError
+from noisyanchor.common.errors import AnalystUnavailableError, InvalidInputError, PreconditionError
 from noisyanchor.common.progress import Pending
 from noisyanchor.deploy.provision import provision
 
@@ -164,3 +169,20 @@ def test_status_wait_exits_0_only_once_done(kit, capsys):
     assert main(["analyst", "status", "--config", str(kit), "--wait"]) == 0
     assert main(["analyst", "status", "--config", str(kit), "--timeout", "1"]) == 1
     assert "--timeout is a bound of --wait" in capsys.readouterr().err
+
+
+def test_waiting_ends_with_the_reason_when_no_analyst_serves_the_store(kit, monkeypatch, capsys):
+    cfg = load_analyst_config(kit)
+    monkeypatch.setattr(kit_module, "NO_ANALYST_WAIT", 0.3)
+    with pytest.raises(AnalystUnavailableError, match="no analyst serves the store"):
+        wait_for_outcome(cfg, timeout=30)
+    assert main(["analyst", "status", "--config", str(kit), "--wait", "--timeout", "30"]) == 1
+    assert "analyst serve --config" in capsys.readouterr().err
+    # A live process holding the lock (this one stands in for the analyst) is waited for.
+    (cfg.output_dir / LOCK_FILE).write_text(f"{os.getpid()}\n")
+    assert wait_for_outcome(cfg, timeout=0.8).state == "collecting"
+    # A dead one is not.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (cfg.output_dir / LOCK_FILE).write_text(f"{dead.pid}\n")
+    assert serving_pid(cfg.output_dir) is None
