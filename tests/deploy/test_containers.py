@@ -1,14 +1,16 @@
 """The container image and compose file, checked without a container engine (none here): the
 compose file is valid YAML naming files that exist, every service runs a real noisyanchor
 command, and the image installs the wheel and runs as a non-root user. With an engine, the
-image is built and its entry point run."""
+image is built and its entry point run, and the compose pilot runs to every site's predictions."""
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import tomllib
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 import yaml
 
 from noisyanchor.cli import build_parser
+from noisyanchor.deploy.datasplit import read_source, split_table
 from noisyanchor.deploy.provision import provision
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,12 +57,16 @@ def _roles(compose: dict) -> dict:
     return {name: s for name, s in compose["services"].items() if name != "kit-owner"}
 
 
+def _sites() -> list[str]:
+    return [s["name"] for s in tomllib.loads((CONTAINER / "federation.toml").read_text())["site"]]
+
+
 def test_every_service_mounts_its_kit_and_runs_a_real_command(compose, kits):
     services = _roles(compose)
-    sites = tomllib.loads((CONTAINER / "federation.toml").read_text())["site"]
-    assert set(services) == {"analyst", *(s["name"] for s in sites)}
+    sites = _sites()
+    assert set(services) == {"analyst", *sites, *(f"{s}-predict" for s in sites)}
     for name, service in services.items():
-        mounts = [v.split(":") for v in service["volumes"]]
+        mounts = [_volume(v) for v in service["volumes"]]
         kit = [m for m in mounts if m[1] == "/kit"]
         assert len(kit) == 1 and kit[0][2] == "ro"
         source = (CONTAINER / kit[0][0]).relative_to(CONTAINER / "kits")
@@ -68,9 +75,32 @@ def test_every_service_mounts_its_kit_and_runs_a_real_command(compose, kits):
         config = Path(argv[argv.index("--config") + 1])
         assert config.parent == Path("/kit") and (kits / source / config.name).is_file()
         build_parser(argv).parse_args(argv)  # a real subcommand with valid options
-        for writable in (m for m in mounts if m[1] != "/kit"):  # volumes on folders the kit has
-            assert (kits / source / Path(writable[1]).relative_to("/kit")).is_dir()
-        assert writable[0] in compose["volumes"]
+        for host, point, _ in (m for m in mounts if m[1] != "/kit"):  # on folders the kit has
+            inside = Path(point).relative_to("/kit")
+            assert (kits / source / inside).is_dir()
+            # a volume of the file's, or that same folder of the kit on the host
+            assert host in compose["volumes"] or Path(host) == Path(kit[0][0]) / inside
+
+
+def test_each_site_predicts_the_records_data_split_held_back_into_its_own_kit(compose, tmp_path):
+    shutil.copy(CONTAINER / "federation.toml", tmp_path / "federation.toml")
+    kits = provision(tmp_path / "federation.toml").out
+    sites = _sites()
+    split_table(read_source("digits"), sites, str(kits / "{site}" / "data"), holdout=0.1)
+    for site in sites:
+        service = compose["services"][f"{site}-predict"]
+        assert service["profiles"] == ["predict"]  # not started by `up`: after the federation
+        argv = service["command"]
+        assert argv[:2] == ["participant", "predict"]
+        mounts = {point: (host, mode) for host, point, mode in map(_volume, service["volumes"])}
+        source = (CONTAINER / mounts["/kit"][0]).relative_to(CONTAINER / "kits")
+        new = Path(argv[argv.index("--input") + 1])
+        assert (kits / source / new.relative_to("/kit")).is_file(), new  # data split wrote it
+        out = Path(argv[argv.index("--out") + 1])
+        assert mounts[str(out.parent)][1] == "rw"  # lands on the host, in the site's kit
+        upload = compose["services"][site]  # the key the upload kept, in the same volume
+        assert [v for v in service["volumes"] if v.endswith(":/kit/state")] == \
+            [v for v in upload["volumes"] if v.endswith(":/kit/state")]
 
 
 def test_the_analyst_is_reachable_by_its_service_name_and_probed_for_health(compose, kits):
@@ -81,9 +111,21 @@ def test_the_analyst_is_reachable_by_its_service_name_and_probed_for_health(comp
     check = compose["services"]["analyst"]["healthcheck"]["test"]
     assert check[1:] == ["noisyanchor", "analyst", "health", "--port", str(analyst.health_port)]
     build_parser(check[2:]).parse_args(check[2:])
-    assert compose["services"]["analyst"]["ports"] == [f"{analyst.port}:{analyst.port}"]
+    # The host's port from the environment, by default the analyst's own.
+    assert compose["services"]["analyst"]["ports"] == [
+        f"${{NOISYANCHOR_PORT:-{analyst.port}}}:{analyst.port}"]
     site = load_participant_config(kits / "org-a" / "org-a.toml")
     assert site.analyst == f"analyst:{analyst.port}" and site.server_name == "analyst"
+
+
+def test_the_network_and_volumes_have_the_fixed_names_the_guide_uses(compose):
+    names = {key: volume["name"] for key, volume in compose["volumes"].items()}
+    names["default"] = compose["networks"]["default"]["name"]
+    # The names compose gives them under the project's name, kept whatever `-p` says.
+    assert names == {key: f"{compose['name']}_{key}" for key in names}
+    guide = (ROOT / "deploy" / "README.md").read_text()
+    used = set(re.findall(rf"{compose['name']}_[\w-]+", guide))
+    assert used and used <= set(names.values()), used - set(names.values())
 
 
 def test_the_image_installs_the_wheel_and_runs_as_a_non_root_user():
@@ -180,6 +222,15 @@ def test_a_site_on_its_own_host_reaches_the_analyst_by_name_with_its_shipped_kit
     assert site["image"] == doc["services"]["kit-owner"]["image"] == \
         "${NOISYANCHOR_IMAGE:-" + compose["services"]["analyst"]["image"] + "}"
     assert "state:/kit/state" in site["volumes"] and "state" in doc["volumes"]
+    predict = doc["services"]["predict"]  # with the state the upload kept, after `up`
+    assert predict["profiles"] == ["predict"] and predict["image"] == site["image"]
+    assert predict["extra_hosts"] == site["extra_hosts"]
+    assert "state:/kit/state" in predict["volumes"]
+    argv = [a.replace("${SITE:?set SITE to this site's id}", "org-a").replace("${SITE}", "org-a")
+            for a in predict["command"]]
+    assert argv == ["participant", "predict", "--config", "/kit/org-a.toml", "--input",
+                    "/kit/data/org-a-new.csv", "--out", "/kit/data/org-a-predictions.csv"]
+    build_parser(argv).parse_args(argv)
 
 
 def test_the_guide_says_how_the_image_and_names_reach_other_hosts():
@@ -190,18 +241,23 @@ def test_the_guide_says_how_the_image_and_names_reach_other_hosts():
 
 
 def _engine() -> str | None:
-    docker = shutil.which("docker")
-    if docker is None:
-        return None
-    ok = subprocess.run([docker, "info"], capture_output=True, timeout=60).returncode == 0
-    return docker if ok else None
+    """A container engine that answers (docker, else podman), or None."""
+    for name in ("docker", "podman"):
+        found = shutil.which(name)
+        if found and subprocess.run([found, "info"], capture_output=True,
+                                    timeout=60).returncode == 0:
+            return found
+    return None
+
+
+NO_ENGINE = "no container engine reachable (docker info and podman info fail or are missing)"
 
 
 @pytest.mark.slow
 def test_the_image_builds_and_its_entry_point_runs_where_an_engine_exists():
     docker = _engine()
     if docker is None:
-        pytest.skip("no container engine reachable (docker info fails)")
+        pytest.skip(NO_ENGINE)
     tag = "noisyanchor:test"
     subprocess.run([docker, "build", "-f", str(CONTAINER / "Dockerfile"), "-t", tag, str(ROOT)],
                    check=True, timeout=1800)
@@ -211,6 +267,80 @@ def test_the_image_builds_and_its_entry_point_runs_where_an_engine_exists():
     user = subprocess.run([docker, "run", "--rm", "--entrypoint", "id", tag, "-u"],
                           capture_output=True, text=True, timeout=300)
     assert user.stdout.strip() != "0"
+
+
+def _compose_command(engine: str) -> list[str] | None:
+    """The compose front end of ``engine``: ``docker compose``, or ``podman-compose`` (one with
+    profiles: 1.1 or later), or None."""
+    if Path(engine).name == "docker":
+        ok = subprocess.run([engine, "compose", "version"], capture_output=True,
+                            timeout=60).returncode == 0
+        return [engine, "compose"] if ok else None
+    found = shutil.which("podman-compose")
+    return [found] if found else None
+
+
+def _compose_for_test(project: str) -> dict:
+    """compose.yaml under its own project, image tag, network and volume names (an operator's
+    pilot on the same host keeps its own), building from this repository wherever it is written."""
+    doc = yaml.safe_load((CONTAINER / "compose.yaml").read_text())
+    doc["name"] = project
+    for service in doc["services"].values():
+        service["image"] = "noisyanchor:test"
+        service["build"]["context"] = str(ROOT)
+    for key, volume in doc["volumes"].items():
+        volume["name"] = f"{project}_{key}"
+    doc["networks"]["default"]["name"] = f"{project}_default"
+    return doc
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.container
+def test_the_compose_pilot_runs_to_every_sites_predictions_where_an_engine_exists(tmp_path):
+    engine = _engine()
+    if engine is None:
+        pytest.skip(NO_ENGINE)
+    front = _compose_command(engine)
+    if front is None:
+        pytest.skip(f"{engine} answers but has no compose front end (docker compose, "
+                    "podman-compose)")
+    shutil.copy(CONTAINER / "federation.toml", tmp_path / "federation.toml")
+    kits = provision(tmp_path / "federation.toml").out
+    sites = _sites()
+    split_table(read_source("digits"), sites, str(kits / "{site}" / "data"), holdout=0.1)
+    project = f"noisyanchor-test-{os.getpid()}"
+    (tmp_path / "compose.yaml").write_text(yaml.safe_dump(_compose_for_test(project)))
+    compose = [*front, "-f", str(tmp_path / "compose.yaml"), "-p", project]
+    with socket.socket() as s:  # the host's port from the environment: any free one
+        s.bind(("127.0.0.1", 0))
+        env = {**os.environ, "NOISYANCHOR_PORT": str(s.getsockname()[1])}
+
+    def run(*argv: str, timeout: float) -> subprocess.CompletedProcess:
+        return subprocess.run([*compose, *argv], capture_output=True, text=True, env=env,
+                              timeout=timeout, cwd=tmp_path)
+
+    try:
+        up = run("up", "-d", "--build", timeout=3600)
+        assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
+        status = run("exec", "-T", "analyst", "noisyanchor", "analyst", "status", "--config",
+                     "/kit/analyst.toml", "--wait", timeout=1800)
+        assert status.returncode == 0 and ": done" in status.stdout, \
+            (status.stdout + status.stderr)[-4000:]
+        for site in sites:
+            done = run("run", "--rm", f"{site}-predict", timeout=600)
+            assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+            data = kits / site / "data"
+            with (data / f"{site}-new-labels.csv").open(newline="") as fh:
+                truth = [row["label"] for row in csv.DictReader(fh)]
+            with (data / f"{site}-predictions.csv").open(newline="") as fh:
+                predicted = [row["label"] for row in csv.DictReader(fh)]
+            assert len(predicted) == len(truth) > 0  # one prediction per held-back record
+            # Digits, ten classes (chance 0.1); the federation's model scores ~0.9 held out.
+            right = sum(p == t for p, t in zip(predicted, truth, strict=True))
+            assert right / len(truth) > 0.7, (site, right / len(truth))
+    finally:
+        run("--profile", "predict", "down", "-v", timeout=600)
 
 
 def _guide_commands(text: str, inline: bool) -> list[str]:
