@@ -174,8 +174,10 @@ def _deadline(args: argparse.Namespace) -> int:
     from noisyanchor.common.durations import human_time
 
     if args.extend is None:
+        from noisyanchor.analyst.live_deadline import effective_deadline
+
         config = load_analyst_config(args.config)
-        deadline = config.deadline
+        deadline = effective_deadline(config.deadline, config.output_dir)
         if args.json:
             print(json.dumps({"federation_id": config.federation_id,
                               "deadline": deadline.isoformat() if deadline else None}))
@@ -193,9 +195,9 @@ def _deadline(args: argparse.Namespace) -> int:
         return 0
     before = human_time(moved.before) if moved.before else "none"
     print(f"federation {moved.federation_id}: deadline moved to {human_time(moved.after)} "
-          f"(was {before}) in {moved.config}. A running analyst applies it once restarted "
-          f"(stop it, then: noisyanchor analyst serve --config {moved.config}); sites still "
-          "waiting follow it, sites that gave up run their command again.")
+          f"(was {before}) in {moved.config} and its store. A running analyst applies it at "
+          "once, without a restart; sites still waiting follow it, sites that gave up run "
+          "their command again.")
     return 0
 
 

@@ -9,9 +9,11 @@ Every parser shows defaults in its help, accepts ``-v`` (more logging, repeatabl
 the subcommand, and refuses abbreviated options.
 
 Exit codes: 0 success; 1 a refused or failed operation (the message names the problem);
-2 a command-line usage error (argparse, including bad option values); 130 interrupted.
-With ``--json``, a refused command (1) or a usage error (2) also prints one JSON object on stdout
-(:func:`error_object`); the text stays on stderr.
+2 a command-line usage error (argparse, including bad option values); 130 interrupted; 141 the
+reader of stdout went away (:data:`common.json_vocabulary.EXIT_CODES`). With ``--json``, a
+refused command (1) or a usage error (2) also prints one JSON object on stdout
+(:func:`common.json_vocabulary.error_object`); the text stays on stderr. Every ``--json``
+output speaks one vocabulary (:mod:`common.json_vocabulary`, docs/json.md).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Sequence
 
 from noisyanchor import __version__
 from noisyanchor.common.errors import NoisyAnchorError
+from noisyanchor.common.json_vocabulary import error_object
 
 #: Role modules that contribute subcommands, in the order they appear in ``--help``.
 ROLE_MODULES = ("noisyanchor.experiments.cli", "noisyanchor.analyst.cli",
@@ -127,17 +130,6 @@ def _unknown(parser: argparse.ArgumentParser, extras: list[str]) -> str:
              for e in extras if e.startswith("-")}
     near = "; ".join(f"{e}: did you mean {m[0]}?" for e, m in hints.items() if m)
     return f"unrecognized arguments: {' '.join(extras)}" + (f" ({near})" if near else "")
-
-
-def error_object(command: str, message: str, code: str, exit_code: int) -> dict:
-    """What a refused command prints on stdout with ``--json``, the same for every command.
-
-    ``code`` is the error's kind: the gRPC status name of the project's error (``grpc_code``:
-    ``INVALID_ARGUMENT``, ``ALREADY_EXISTS``, ``FAILED_PRECONDITION``, ``UNAVAILABLE``, ...),
-    or ``USAGE`` for a command-line usage error; ``exit_code`` the command's exit status.
-    """
-    return {"error": {"command": command, "message": message, "code": code,
-                      "exit_code": exit_code}}
 
 
 def _print_error_object(command: str, message: str, code: str, exit_code: int) -> None:

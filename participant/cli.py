@@ -104,18 +104,6 @@ def _collude(args: argparse.Namespace) -> int:
     return _print(run_collude(_config(args)), args.json)
 
 
-def status_summary(reply) -> dict:
-    """A ``StatusReply`` as a plain dict; the solver diagnostics (``result_json`` on the wire)
-    become a nested ``result`` object (None until the federation is done)."""
-    from google.protobuf.json_format import MessageToDict
-
-    status = MessageToDict(reply, preserving_proto_field_name=True,
-                           always_print_fields_with_no_presence=True)
-    text = status.pop("result_json", "")
-    status["result"] = json.loads(text) if text else None
-    return status
-
-
 def _site_gain(cfg, refresh: bool = False) -> dict:
     """The site model (cached or fetched) and ``gain.json``; ``{"error": ...}`` instead when
     either cannot be had (status reports it rather than failing)."""
@@ -154,10 +142,9 @@ def _status(args: argparse.Namespace) -> int:
     gain = _site_gain(cfg) if reply.state == "done" else None
     contribution = _site_contribution(cfg) if gain is not None else None
     if args.json:
-        steps = {k: v for k, v in progress.as_dict().items()
-                 if k in ("keys", "commitments", "waiting_for")}
-        print(json.dumps(status_summary(reply) | steps | {"gain": gain,
-                                                          "contribution": contribution},
+        # the same keys as `analyst status --json` (common.json_vocabulary)
+        print(json.dumps(progress.as_dict() | {"disclosed": list(reply.disclosed),
+                                               "gain": gain, "contribution": contribution},
                          indent=2))
     else:
         print("\n".join(progress.lines()))

@@ -133,7 +133,7 @@ def test_the_deadline_command_shows_and_moves_it(kit, capsys):
     assert capsys.readouterr().out.startswith("federation local-pilot: deadline 20")
     assert main(["analyst", "deadline", "--config", str(kit), "--extend", "in 8 days"]) == 0
     out = capsys.readouterr().out
-    assert "(in 8 days)" in out and "noisyanchor analyst serve --config" in out
+    assert "(in 8 days)" in out and "applies it at once, without a restart" in out
     assert main(["analyst", "deadline", "--config", str(kit), "--extend", "in 9 days",
                  "--json"]) == 0
     moved = json.loads(capsys.readouterr().out)
@@ -164,3 +164,22 @@ def test_status_wait_exits_0_only_once_done(kit, capsys):
     assert main(["analyst", "status", "--config", str(kit), "--wait"]) == 0
     assert main(["analyst", "status", "--config", str(kit), "--timeout", "1"]) == 1
     assert "--timeout is a bound of --wait" in capsys.readouterr().err
+
+
+def test_an_extension_reaches_the_store_of_a_running_analyst_and_status_shows_it(kit):
+    """With a store (an analyst ran or runs), the new deadline is written there too: the
+    running analyst reads it (analyst.live_deadline) and status shows the one it enforces; a
+    broken deadline file is named."""
+    from noisyanchor.analyst.live_deadline import DEADLINE_FILE, stored_deadline
+    from noisyanchor.common.errors import ConfigError
+
+    cfg = load_analyst_config(kit)
+    assert cfg.output_dir.is_dir()  # provisioned with the kit
+    moved = extend_deadline(kit, "in 9 days")
+    assert stored_deadline(cfg.output_dir) == moved.after == store_progress(cfg).deadline
+    # a config moved back by hand does not shorten what the running analyst enforces
+    kit.write_text(kit.read_text().replace(moved.after.isoformat(), moved.before.isoformat()))
+    assert store_progress(load_analyst_config(kit)).deadline == moved.after
+    (cfg.output_dir / DEADLINE_FILE).write_text('{"deadline": "friday"}')
+    with pytest.raises(ConfigError, match=f"{DEADLINE_FILE}: key 'deadline'"):
+        store_progress(cfg)
