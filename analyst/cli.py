@@ -172,6 +172,7 @@ def _running(config) -> str | None:
 def _deadline(args: argparse.Namespace) -> int:
     from noisyanchor.analyst.config import load_analyst_config
     from noisyanchor.common.durations import human_time
+    from noisyanchor.common.json_vocabulary import deadline_fields
 
     if args.extend is None:
         from noisyanchor.analyst.live_deadline import effective_deadline
@@ -179,8 +180,8 @@ def _deadline(args: argparse.Namespace) -> int:
         config = load_analyst_config(args.config)
         deadline = effective_deadline(config.deadline, config.output_dir)
         if args.json:
-            print(json.dumps({"federation_id": config.federation_id,
-                              "deadline": deadline.isoformat() if deadline else None}))
+            print(json.dumps({"federation_id": config.federation_id}
+                             | deadline_fields(deadline)))
         else:
             print(f"federation {config.federation_id}: deadline "
                   + (human_time(deadline) if deadline else "none (sites wait 1 h)"))
@@ -190,8 +191,8 @@ def _deadline(args: argparse.Namespace) -> int:
     moved = extend_deadline(args.config, args.extend)
     if args.json:
         print(json.dumps({"federation_id": moved.federation_id, "config": str(moved.config),
-                          "before": moved.before.isoformat() if moved.before else None,
-                          "deadline": moved.after.isoformat()}))
+                          "before": moved.before.isoformat() if moved.before else None}
+                         | deadline_fields(moved.after)))
         return 0
     before = human_time(moved.before) if moved.before else "none"
     print(f"federation {moved.federation_id}: deadline moved to {human_time(moved.after)} "

@@ -152,13 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     level = logging.WARNING - 10 * min(verbosity(args), 2)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    command = _chosen_parser(parser, args).prog
     try:
         return int(args.handler(args) or 0)
     except NoisyAnchorError as err:
-        print(f"noisyanchor {args.command}: error: {err}", file=sys.stderr)
-        if as_json:
-            _print_error_object(_chosen_parser(parser, args).prog, str(err), err.grpc_code, 1)
-        return 1
+        return _refused(args, command, str(err), err.grpc_code, as_json)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -167,3 +165,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         # raising a second BrokenPipeError (the recipe of the signal module's documentation).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a command killed by it
+    except OSError as err:  # a file the command could not read or write: named, no traceback
+        logging.getLogger(__name__).debug("%s failed", command, exc_info=True)  # with -vv
+        return _refused(args, command, str(err), _OS_CODES.get(type(err), "UNKNOWN"), as_json)
+
+
+#: The error object's ``code`` of a failed file operation (gRPC status names, as the
+#: project's errors use).
+_OS_CODES = {FileNotFoundError: "NOT_FOUND", FileExistsError: "ALREADY_EXISTS",
+             PermissionError: "PERMISSION_DENIED", IsADirectoryError: "INVALID_ARGUMENT",
+             NotADirectoryError: "INVALID_ARGUMENT"}
+
+
+def _refused(args: argparse.Namespace, command: str, message: str, code: str,
+             as_json: bool) -> int:
+    """Exit status 1: the message on stderr (after the top-level command, as sites' logs are
+    read), and with ``--json`` the error object naming the whole ``command`` on stdout."""
+    print(f"noisyanchor {args.command}: error: {message}", file=sys.stderr)
+    if as_json:
+        _print_error_object(command, message, code, 1)
+    return 1
