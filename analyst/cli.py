@@ -175,16 +175,19 @@ def _deadline(args: argparse.Namespace) -> int:
     from noisyanchor.common.json_vocabulary import deadline_fields
 
     if args.extend is None:
-        from noisyanchor.analyst.live_deadline import effective_deadline
+        from noisyanchor.analyst.live_deadline import deadlines
 
         config = load_analyst_config(args.config)
-        deadline = effective_deadline(config.deadline, config.output_dir)
+        deadline, pending = deadlines(config.deadline, config.output_dir)
         if args.json:
             print(json.dumps({"federation_id": config.federation_id}
-                             | deadline_fields(deadline)))
+                             | deadline_fields(deadline)
+                             | deadline_fields(pending, "pending_deadline")))
         else:
             print(f"federation {config.federation_id}: deadline "
-                  + (human_time(deadline) if deadline else "none (sites wait 1 h)"))
+                  + (human_time(deadline) if deadline else "none (sites wait 1 h)")
+                  + (f"; {args.config} says {human_time(pending)}, from the analyst's next "
+                     "start" if pending else ""))
         return 0
     from noisyanchor.analyst.kit import extend_deadline
 

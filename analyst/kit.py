@@ -27,7 +27,7 @@ from pathlib import Path
 
 from noisyanchor.analyst.config import AnalystConfig, load_analyst_config
 from noisyanchor.analyst.federation import FAILED_FILE, WITHDRAWN_DIR
-from noisyanchor.analyst.live_deadline import effective_deadline, write_deadline
+from noisyanchor.analyst.live_deadline import deadlines, write_deadline
 from noisyanchor.analyst.storage import Store
 from noisyanchor.common.durations import human_duration, human_time, parse_deadline
 from noisyanchor.common.errors import ConfigError, InvalidInputError, PreconditionError
@@ -68,7 +68,7 @@ def store_progress(cfg: AnalystConfig) -> Progress:
         cfg.federation_id, state, cfg.participants, committed,
         _names(store.keys, ".pb") if agreement else None,
         _names(store.commitments, ".bin") if agreement else None,
-        cfg.dealer, withdrawn, error, result, effective_deadline(cfg.deadline, store.root))
+        cfg.dealer, withdrawn, error, result, *deadlines(cfg.deadline, store.root))
 
 
 #: Seconds between two looks at the store while waiting, and between two progress lines.

@@ -7,6 +7,10 @@ deadline check and every Status and FederationInfo answer, so the deadline ``ana
 shows is the one the analyst enforces and the one waiting sites follow (they read it from the
 Status replies). The later of the two counts: the config's may have been moved by hand and the
 file's only ever moves later.
+
+A config edited by hand while the analyst runs applies at its next start only:
+:func:`deadlines` tells the deadline in force (the one the analyst started with, or moved
+since) from the one pending in the config, so that ``analyst status`` shows both.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
+from noisyanchor.analyst.storage import FEDERATION_FILE
 from noisyanchor.common.durations import parse_deadline
 from noisyanchor.common.errors import ConfigError, InvalidInputError
 from noisyanchor.common.files import atomic_write
@@ -57,3 +62,27 @@ def effective_deadline(configured: dt.datetime | None, store_root: Path) -> dt.d
     if stored is None or configured is None:
         return stored or configured
     return max(stored, configured)
+
+
+def deadlines(configured: dt.datetime | None,
+              store_root: Path) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """The deadline in force and the one pending (None: nothing pending) for a config whose
+    ``[federation] deadline`` is now ``configured``.
+
+    In force: the deadline the analyst last started with (its store's
+    :data:`analyst.storage.FEDERATION_FILE`), or a later one extended since; before any
+    start, the config's.
+    Pending: the config's when it differs from the one in force (edited by hand since the
+    start): it applies at the next start.
+    """
+    path = Path(store_root) / FEDERATION_FILE
+    upcoming = effective_deadline(configured, store_root)
+    try:
+        started = json.loads(path.read_text()).get("deadline")
+    except FileNotFoundError:
+        return upcoming, None
+    except (ValueError, AttributeError) as err:
+        raise ConfigError(f"{path}: not the analyst's federation description ({err})") from err
+    running = effective_deadline(None if started is None else dt.datetime.fromisoformat(started),
+                                 store_root)
+    return running, (upcoming if upcoming != running else None)

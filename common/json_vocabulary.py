@@ -51,12 +51,12 @@ def error_object(command: str, message: str, code: str, exit_code: int) -> dict:
                       "exit_code": exit_code}}
 
 
-def deadline_fields(deadline: dt.datetime | None) -> dict[str, Any]:
-    """``deadline`` (ISO 8601 text with its offset) and ``deadline_unix`` (seconds since the
-    Unix epoch), both None without a deadline: every output names a deadline this way."""
+def deadline_fields(deadline: dt.datetime | None, name: str = "deadline") -> dict[str, Any]:
+    """``name`` (ISO 8601 text with its offset) and ``name_unix`` (seconds since the Unix
+    epoch), both None without a deadline: every output names a deadline this way."""
     if deadline is None:
-        return {"deadline": None, "deadline_unix": None}
-    return {"deadline": deadline.isoformat(), "deadline_unix": deadline.timestamp()}
+        return {name: None, f"{name}_unix": None}
+    return {name: deadline.isoformat(), f"{name}_unix": deadline.timestamp()}
 
 
 # -- type checks: each returns why a value does not fit, or "" -----------------------------------
@@ -159,6 +159,10 @@ TERMS: dict[str, Term] = {
                      "null: none (sites wait 1 h)"),
     "deadline_unix": Term(_or_none(_number), "the same instant as deadline, in seconds since "
                           "the Unix epoch; null: none"),
+    "pending_deadline": Term(_or_none(_time), "a deadline the analyst's config holds that "
+                             "applies only at its next start (edited by hand while it ran); "
+                             "null: none pending"),
+    "pending_deadline_unix": Term(_or_none(_number), "the same instant as pending_deadline"),
     "expected": Term(_names, "every site, in the collaboration matrix's order"),
     "committed": Term(_names, "the sites whose upload is committed"),
     "keys": Term(_or_none(_names), "the sites that published their exchange key (null: the "
@@ -184,22 +188,35 @@ TERMS: dict[str, Term] = {
                   "USAGE), exit_code"),
 }
 
+#: Time points named twice, as ``name`` (ISO 8601) and ``name_unix`` (seconds).
+TIME_POINTS = ("deadline", "pending_deadline")
+
+
+def _pair(output: dict, name: str) -> list[str]:
+    """Why ``name`` and ``name_unix`` in ``output`` do not name one instant ([] if they do)."""
+    unix = f"{name}_unix"
+    if (name in output) != (unix in output):
+        return [f"{name!r} and {unix!r} come together"]
+    if name not in output or TERMS[name].check(output[name]) or TERMS[unix].check(output[unix]):
+        return []  # absent, or already found wrong
+    when, seconds = output[name], output[unix]
+    if (when is None) != (seconds is None):
+        return [f"{name!r} and {unix!r} are both null or neither"]
+    if when is not None and abs(dt.datetime.fromisoformat(when).timestamp() - seconds) > 1:
+        return [f"{name!r} and {unix!r} name different instants"]  # ISO keeps microseconds
+    return []
+
+
 def problems(output: Any) -> list[str]:
     """Where ``output`` (a parsed ``--json`` output) departs from :data:`TERMS`; empty when it
-    fits. A refusal is the error object alone; ``deadline`` and ``deadline_unix`` come
-    together and name the same instant."""
+    fits. A refusal is the error object alone; each of :data:`TIME_POINTS` comes with its
+    ``_unix`` twin, naming the same instant."""
     if not isinstance(output, dict):
         return ["the output is not a JSON object"]
     found = [f"{key!r}: {why}" for key, value in output.items() if key in TERMS
              and (why := TERMS[key].check(value))]
     if "error" in output and len(output) > 1:
         found.append("a refusal holds the error object only")
-    if ("deadline" in output) != ("deadline_unix" in output):
-        found.append("'deadline' and 'deadline_unix' come together")
-    elif "deadline" in output and not found:
-        when, unix = output["deadline"], output["deadline_unix"]
-        if (when is None) != (unix is None):
-            found.append("'deadline' and 'deadline_unix' are both null or neither")
-        elif when is not None and abs(dt.datetime.fromisoformat(when).timestamp() - unix) > 1:
-            found.append("'deadline' and 'deadline_unix' name different instants")
+    for name in TIME_POINTS:
+        found += _pair(output, name)
     return found

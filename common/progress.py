@@ -62,7 +62,10 @@ class Progress:
     result : dict or None
         The analyst's ``result.json`` once done.
     deadline : datetime or None
-        When the federation closes.
+        When the federation closes: the deadline the analyst enforces.
+    pending_deadline : datetime or None
+        A deadline its config holds that applies only at the analyst's next start (edited by
+        hand while it ran); None when nothing is pending.
     """
 
     federation_id: str
@@ -76,6 +79,7 @@ class Progress:
     error: str = ""
     result: dict[str, Any] | None = None
     deadline: dt.datetime | None = None
+    pending_deadline: dt.datetime | None = None
 
     def _missing(self, done: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(p for p in self.expected if p not in done)
@@ -113,6 +117,7 @@ class Progress:
                 "commitments": None if self.commitments is None else list(self.commitments),
                 "dealer": self.dealer, "withdrawn": dict(self.withdrawn),
                 "failure": self.error or None, **deadline_fields(self.deadline),
+                **deadline_fields(self.pending_deadline, "pending_deadline"),
                 "steps": [{"step": name, "done": list(done),
                            "missing": list(self._missing(done))}
                           for name, done in self.steps()],
@@ -128,6 +133,9 @@ class Progress:
         if self.deadline is not None and self.state in ("collecting", "aligning"):
             closed = " (closed: sites are refused)" if self.deadline <= now else ""
             head += f"; deadline {human_time(self.deadline, now)}{closed}"
+            if self.pending_deadline is not None:
+                head += (f"; the config says {human_time(self.pending_deadline, now)}, "
+                         "from the analyst's next start")
         lines = [head]
         steps = self.steps()
         if self.state not in ("collecting", "failed"):

@@ -183,3 +183,25 @@ def test_an_extension_reaches_the_store_of_a_running_analyst_and_status_shows_it
     (cfg.output_dir / DEADLINE_FILE).write_text('{"deadline": "friday"}')
     with pytest.raises(ConfigError, match=f"{DEADLINE_FILE}: key 'deadline'"):
         store_progress(cfg)
+
+
+def test_a_config_edited_by_hand_while_the_analyst_runs_is_shown_as_pending(kit, capsys):
+    """The analyst started with one deadline (its federation.json); the config was edited by
+    hand since: status shows the deadline in force and the pending one, until an extension
+    applies at once."""
+    cfg = load_analyst_config(kit)
+    (cfg.output_dir / "federation.json").write_text(json.dumps(
+        {"federation_id": cfg.federation_id, "deadline": cfg.deadline.isoformat()}))
+    later = (cfg.deadline + dt.timedelta(days=2)).isoformat()
+    kit.write_text(kit.read_text().replace(cfg.deadline.isoformat(), later))
+    progress = store_progress(load_analyst_config(kit))
+    assert progress.deadline == cfg.deadline
+    assert progress.pending_deadline.isoformat() == later
+    assert "from the analyst's next start" in progress.lines()[0]
+    assert main(["analyst", "status", "--config", str(kit), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["deadline"], shown["pending_deadline"]) == (cfg.deadline.isoformat(), later)
+    moved = extend_deadline(kit, "in 10 days")
+    assert moved.before == cfg.deadline  # the one in force, not the hand-edited one
+    progress = store_progress(load_analyst_config(kit))
+    assert (progress.deadline, progress.pending_deadline) == (moved.after, None)

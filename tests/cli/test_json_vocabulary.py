@@ -231,6 +231,7 @@ def test_a_federation_closed_at_its_deadline_reopens_when_extended_without_a_res
         assert moved["before"] == first["deadline"]
         operator = _run(["analyst", "status", "--config", config], logs / "status.log")
         assert operator["analyst"] == "running (health SERVING)"
+        assert operator["pending_deadline"] is None  # nothing waits for a restart
         seen = _run(["participant", "status", "--config", site["org-b"]], logs / "site.log")
         for view in (operator, seen):  # the same names, the same new deadline, both sides
             assert (view["deadline"], view["deadline_unix"]) == (moved["deadline"],
