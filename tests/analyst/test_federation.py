@@ -25,6 +25,7 @@ from noisyanchor.common.errors import (
     PreconditionError,
 )
 from noisyanchor.common.gdp import anchor_from_seed
+from noisyanchor.common.json_vocabulary import problems
 from noisyanchor.common.tomlconfig import TlsFiles
 from noisyanchor.common.wire import BundleStream, bundle_spec, iter_chunks
 from noisyanchor.participant.compute import compute_upload
@@ -148,6 +149,7 @@ def test_attack_names_its_colluder_when_several_disclosed(tmp_path, uploads, toy
                           str(tmp_path / "out")], capture_output=True, text=True, env=env,
                          timeout=120, check=True)
     cli = json.loads(run.stdout)
+    assert not problems(cli)  # the --json vocabulary (tests/cli/test_json_vocabulary.py)
     assert cli["colluder"] == "a" and cli["noise_level"] == {
         "v": 0.0, "source": "given", "estimated_from_residuals": cli["noise_level"][
             "estimated_from_residuals"]}
