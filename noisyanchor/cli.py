@@ -137,7 +137,8 @@ def _print_error_object(command: str, message: str, code: str, exit_code: int) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv``, run the chosen handler, map project errors to exit status 1."""
+    """Parse ``argv``, run the chosen handler, map project errors and failed file operations
+    to exit status 1."""
     argv = sys.argv[1:] if argv is None else list(argv)
     as_json = "--json" in argv
     parser = build_parser(argv)
