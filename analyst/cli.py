@@ -166,30 +166,36 @@ def _status(args: argparse.Namespace) -> int:
 def _deadline(args: argparse.Namespace) -> int:
     from noisyanchor.analyst.config import load_analyst_config
     from noisyanchor.common.durations import human_time
+    from noisyanchor.common.json_vocabulary import deadline_fields
 
     if args.extend is None:
+        from noisyanchor.analyst.live_deadline import deadlines
+
         config = load_analyst_config(args.config)
-        deadline = config.deadline
+        deadline, pending = deadlines(config.deadline, config.output_dir)
         if args.json:
-            print(json.dumps({"federation_id": config.federation_id,
-                              "deadline": deadline.isoformat() if deadline else None}))
+            print(json.dumps({"federation_id": config.federation_id}
+                             | deadline_fields(deadline)
+                             | deadline_fields(pending, "pending_deadline")))
         else:
             print(f"federation {config.federation_id}: deadline "
-                  + (human_time(deadline) if deadline else "none (sites wait 1 h)"))
+                  + (human_time(deadline) if deadline else "none (sites wait 1 h)")
+                  + (f"; {args.config} says {human_time(pending)}, from the analyst's next "
+                     "start" if pending else ""))
         return 0
     from noisyanchor.analyst.kit import extend_deadline
 
     moved = extend_deadline(args.config, args.extend)
     if args.json:
         print(json.dumps({"federation_id": moved.federation_id, "config": str(moved.config),
-                          "before": moved.before.isoformat() if moved.before else None,
-                          "deadline": moved.after.isoformat()}))
+                          "before": moved.before.isoformat() if moved.before else None}
+                         | deadline_fields(moved.after)))
         return 0
     before = human_time(moved.before) if moved.before else "none"
     print(f"federation {moved.federation_id}: deadline moved to {human_time(moved.after)} "
-          f"(was {before}) in {moved.config}. A running analyst applies it once restarted "
-          f"(stop it, then: noisyanchor analyst serve --config {moved.config}); sites still "
-          "waiting follow it, sites that gave up run their command again.")
+          f"(was {before}) in {moved.config} and its store. A running analyst applies it at "
+          "once, without a restart; sites still waiting follow it, sites that gave up run "
+          "their command again.")
     return 0
 
 

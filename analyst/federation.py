@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from noisyanchor.analyst.config import AnalystConfig
+from noisyanchor.analyst.live_deadline import effective_deadline
 from noisyanchor.analyst.screening import Decision, decide, screen_uploads
 from noisyanchor.analyst.site_models import downstream_result
 from noisyanchor.analyst.storage import (
@@ -102,13 +103,14 @@ class Federation:
         self._error = ""
         self._align_thread: threading.Thread | None = None
         self._closed = False
+        deadline = effective_deadline(config.deadline, store.root)
         public = {"federation_id": config.federation_id, "participants": list(config.participants),
                   "method": config.method, "anchors": config.anchors, "dim": config.dim,
                   "sigma": config.sigma, "v": config.v, "reference": config.reference,
                   "dealer": config.dealer, "accept_collusion": config.accept_collusion,
                   "projection_seed": config.projection_seed,
                   "translation_scale": config.translation_scale,
-                  "deadline": config.deadline.isoformat() if config.deadline else None,
+                  "deadline": deadline.isoformat() if deadline else None,
                   "schema": None if config.schema is None else {
                       "features": config.schema.features, "dtype": config.schema.dtype,
                       "feature_names": list(config.schema.feature_names)} | (
@@ -145,15 +147,25 @@ class Federation:
             raise PermissionDeniedError(f"this analyst serves federation "
                                         f"{self.config.federation_id!r}, not {federation_id!r}")
 
+    @property
+    def deadline(self) -> datetime.datetime | None:
+        """The deadline in force, read again at every use: one the operator extended while
+        this analyst runs applies at once (:mod:`analyst.live_deadline`)."""
+        return effective_deadline(self.config.deadline, self.store.root)
+
+    def _deadline_unix(self) -> float:
+        deadline = self.deadline
+        return deadline.timestamp() if deadline else 0.0
+
     def check_deadline(self) -> None:
         """Refuse new work once the federation's deadline has passed."""
-        deadline = self.config.deadline
+        deadline = self.deadline
         if deadline is not None and time.time() > deadline.timestamp():
             raise FederationFailedError(
                 f"federation {self.config.federation_id!r} closed at its deadline "
                 f"{deadline.isoformat()}; the analyst's operator can move it later (noisyanchor "
-                "analyst deadline --config analyst.toml --extend 'in 3 days') and restart the "
-                "analyst, then run this command again")
+                "analyst deadline --config analyst.toml --extend 'in 3 days'; the running "
+                "analyst applies it at once), then run this command again")
 
     def describe(self) -> pb.FederationInfo:
         """The declaration participants check themselves against before the agreement."""
@@ -161,7 +173,7 @@ class Federation:
         info = pb.FederationInfo(
             federation_id=cfg.federation_id, participants=cfg.participants, method=cfg.method,
             reference=cfg.reference,
-            deadline_unix=cfg.deadline.timestamp() if cfg.deadline else 0.0)
+            deadline_unix=self._deadline_unix())
         for name in ("anchors", "dim", "sigma", "v", "dealer", "projection_seed",
                      "translation_scale", "model"):
             if getattr(cfg, name) is not None:
@@ -511,8 +523,7 @@ class Federation:
                 if self._state == "done" else "",
                 "withdrawn": [pb.Withdrawal(participant_id=p, reason=r)
                               for p, r in self.withdrawals().items()],
-                "deadline_unix": self.config.deadline.timestamp() if self.config.deadline
-                else 0.0}
+                "deadline_unix": self._deadline_unix()}
 
     def site_model(self, pid: str, asked: str = "") -> bytes:
         """The site model file of participant ``pid`` (its map ``N_i``, the model, the

@@ -6,9 +6,10 @@
   site's ``participant status``. Files of the store are only ever replaced atomically, so they
   are read as they are, without the running analyst's lock.
 * :func:`extend_deadline`: a later ``[federation] deadline`` written into the kit's config
-  (the rest of the file kept as it is), refused once the federation is done. The analyst reads
-  its config when it starts: it applies the new deadline once restarted, and sites that wait
-  follow it (they read the deadline the analyst declares while they wait).
+  (the rest of the file kept as it is) and into the store (:mod:`analyst.live_deadline`),
+  refused once the federation is done. A running analyst applies it at once, without a
+  restart, and sites that wait follow it (they read the deadline the analyst declares in its
+  Status replies).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from noisyanchor.analyst.config import AnalystConfig, load_analyst_config
 from noisyanchor.analyst.federation import FAILED_FILE, WITHDRAWN_DIR
+from noisyanchor.analyst.live_deadline import deadlines, write_deadline
 from noisyanchor.analyst.storage import LOCK_FILE, Store, serving_pid
 from noisyanchor.common.durations import human_duration, human_time, parse_deadline
 from noisyanchor.common.errors import (
@@ -71,7 +73,7 @@ def store_progress(cfg: AnalystConfig) -> Progress:
         cfg.federation_id, state, cfg.participants, committed,
         _names(store.keys, ".pb") if agreement else None,
         _names(store.commitments, ".bin") if agreement else None,
-        cfg.dealer, withdrawn, error, result, cfg.deadline)
+        cfg.dealer, withdrawn, error, result, *deadlines(cfg.deadline, store.root))
 
 
 #: Seconds between two looks at the store while waiting, and between two progress lines.
@@ -99,13 +101,8 @@ def wait_for_outcome(cfg: AnalystConfig, timeout: float | None = None) -> Progre
     whether the wait ended with the outcome).
     """
     started = time.monotonic()
-    if timeout is not None:
-        limit = started + timeout
-    elif cfg.deadline is not None:
-        limit = started + max(0.0, cfg.deadline.timestamp() - time.time())
-    else:
-        limit = started + NO_DEADLINE_WAIT
     last, reported, aligning_since, served_at = None, started, None, started
+    limit = started + (timeout if timeout is not None else NO_DEADLINE_WAIT)
     while True:
         progress = store_progress(cfg)
         if progress.state in ("done", "failed") or progress.withdrawn:
@@ -118,6 +115,9 @@ def wait_for_outcome(cfg: AnalystConfig, timeout: float | None = None) -> Progre
                 f"no analyst serves the store {cfg.output_dir} (no live process has held its "
                 f"{LOCK_FILE} for {human_duration(now - served_at)}), so the federation cannot "
                 f"move on; start it with `noisyanchor analyst serve --config <this config>`")
+        if timeout is None and aligning_since is None and progress.deadline is not None:
+            # read at every look: a deadline extended meanwhile is waited for
+            limit = now + max(0.0, progress.deadline.timestamp() - time.time())
         if progress.state == "aligning" and aligning_since is None:
             aligning_since = now
             if timeout is None:  # every upload is in: the alignment may outlast the deadline
@@ -185,12 +185,15 @@ def extend_deadline(config_path: Path, when: str, now: dt.datetime | None = None
     if after <= now:
         raise InvalidInputError(f"the new deadline {human_time(after, now)} is not in the "
                                 "future")
-    if cfg.deadline is not None and after <= cfg.deadline:
+    before = progress.deadline
+    if before is not None and after <= before:
         raise InvalidInputError(f"the new deadline {human_time(after, now)} is not after the "
-                                f"current one, {human_time(cfg.deadline, now)}: sites may be "
+                                f"current one, {human_time(before, now)}: sites may be "
                                 "waiting until then")
     _replace_checked(config_path, _with_deadline(config_path.read_text(), after), after)
-    return Extended(config_path, cfg.federation_id, cfg.deadline, after)
+    if cfg.output_dir.is_dir():  # an analyst ran on this store: it may be running now
+        write_deadline(cfg.output_dir, after)
+    return Extended(config_path, cfg.federation_id, before, after)
 
 
 def _replace_checked(path: Path, text: str, deadline: dt.datetime) -> None:

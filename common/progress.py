@@ -18,6 +18,7 @@ from typing import Any
 
 from noisyanchor.common.comparison import comparison_text
 from noisyanchor.common.durations import human_duration, human_time
+from noisyanchor.common.json_vocabulary import deadline_fields
 
 #: What the sites a wait is for still have to do, by step (the words of the waiting messages).
 PUBLISH_KEYS = "publish their exchange keys"
@@ -61,7 +62,10 @@ class Progress:
     result : dict or None
         The analyst's ``result.json`` once done.
     deadline : datetime or None
-        When the federation closes.
+        When the federation closes: the deadline the analyst enforces.
+    pending_deadline : datetime or None
+        A deadline its config holds that applies only at the analyst's next start (edited by
+        hand while it ran); None when nothing is pending.
     """
 
     federation_id: str
@@ -75,6 +79,7 @@ class Progress:
     error: str = ""
     result: dict[str, Any] | None = None
     deadline: dt.datetime | None = None
+    pending_deadline: dt.datetime | None = None
 
     def _missing(self, done: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(p for p in self.expected if p not in done)
@@ -95,16 +100,27 @@ class Progress:
             return Pending(late, UPLOAD)
         return None
 
+    def steps(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Each step (:data:`common.json_vocabulary.STEPS`) and the sites done with it."""
+        agreement = [("exchange keys", self.keys), ("commitments", self.commitments)] \
+            if self.keys is not None and self.commitments is not None else []
+        return [*agreement, ("uploads", self.committed)]
+
     def as_dict(self) -> dict[str, Any]:
-        """The progress as JSON values, with ``waiting_for`` (``{"participants": [...], "to":
-        what}`` or None)."""
+        """The progress in the ``--json`` vocabulary (:mod:`common.json_vocabulary`): the
+        deadline both ways, ``steps`` with who is done and missing, ``waiting_for``
+        (``{"participants": [...], "to": what}`` or None) and ``failure``."""
         pending = self.pending()
         return {"federation_id": self.federation_id, "state": self.state,
                 "expected": list(self.expected), "committed": list(self.committed),
                 "keys": None if self.keys is None else list(self.keys),
                 "commitments": None if self.commitments is None else list(self.commitments),
-                "dealer": self.dealer, "withdrawn": dict(self.withdrawn), "error": self.error,
-                "deadline": self.deadline.isoformat() if self.deadline else None,
+                "dealer": self.dealer, "withdrawn": dict(self.withdrawn),
+                "failure": self.error or None, **deadline_fields(self.deadline),
+                **deadline_fields(self.pending_deadline, "pending_deadline"),
+                "steps": [{"step": name, "done": list(done),
+                           "missing": list(self._missing(done))}
+                          for name, done in self.steps()],
                 "waiting_for": None if pending is None else {"participants": list(pending.who),
                                                              "to": pending.what},
                 "result": self.result}
@@ -117,11 +133,13 @@ class Progress:
         if self.deadline is not None and self.state in ("collecting", "aligning"):
             closed = " (closed: sites are refused)" if self.deadline <= now else ""
             head += f"; deadline {human_time(self.deadline, now)}{closed}"
+            if self.pending_deadline is not None:
+                head += (f"; the config says {human_time(self.pending_deadline, now)}, "
+                         "from the analyst's next start")
         lines = [head]
-        steps = [("uploads", self.committed)]
-        if self.keys is not None and self.commitments is not None and \
-                self.state in ("collecting", "failed"):
-            steps = [("exchange keys", self.keys), ("commitments", self.commitments), *steps]
+        steps = self.steps()
+        if self.state not in ("collecting", "failed"):
+            steps = steps[-1:]  # the agreement is over: only the uploads are worth a line
         for name, done in steps:
             late = self._missing(done)
             lines.append(f"  {name:<13} {len(self.expected) - len(late)} of "

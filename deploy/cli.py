@@ -81,6 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _provision(args: argparse.Namespace) -> int:
+    from noisyanchor.common.json_vocabulary import deadline_fields
     from noisyanchor.deploy.provision import provision, sign_request
 
     if args.expiry:
@@ -98,8 +99,7 @@ def _provision(args: argparse.Namespace) -> int:
         print(json.dumps({"out": str(done.out), "ca": str(done.out / "ca"), "kits": kits,
                           "port": project.port if project else None,
                           "health_port": project.health_port if project else None,
-                          "deadline": deadline.isoformat() if deadline else None,
-                          "ship": changed}, indent=2))
+                          "ship": changed} | deadline_fields(deadline), indent=2))
         return 0
     print(f"startup kits in {done.out}: {', '.join(kits)}; the CA key stays in "
           f"{done.out / 'ca'} (never ship it)")

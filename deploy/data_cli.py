@@ -177,11 +177,14 @@ def _split(args: argparse.Namespace) -> int:
                          args.out, alpha=args.alpha, holdout=args.holdout, seed=args.seed)
     summary = summary_path(args.out)
     if args.json:
-        print(json.dumps({"sites": [{"site": s.site, "table": str(s.path), "records": s.records,
-                                     "labels": s.labels, "held_back": s.held_back,
-                                     "new": str(s.new) if s.new else None,
-                                     "new_labels": str(s.new_labels) if s.new_labels else None}
-                                    for s in shares],
+        # keyed by site id, as every --json output's "sites" (common.json_vocabulary)
+        print(json.dumps({"sites": {s.site: {"site": s.site, "table": str(s.path),
+                                             "records": s.records, "labels": s.labels,
+                                             "held_back": s.held_back,
+                                             "new": str(s.new) if s.new else None,
+                                             "new_labels": str(s.new_labels) if s.new_labels
+                                             else None}
+                                    for s in shares},
                           "summary": str(summary)}, indent=2))
         return 0
     for s in shares:

@@ -1064,7 +1064,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     ps.add_argument("--out", default=None, help="report folder (default: --results)")
     ps.add_argument("--bootstrap", type=int_at_least(0), default=None,
                     help="bootstrap resamples (default: the config's)")
-    ps.add_argument("--command", default="", help="command line to quote in the summary")
+    # dest apart from the top-level parser's "command", which names the subcommand run
+    ps.add_argument("--command", default="", dest="quoted_command",
+                    help="command line to quote in the summary")
     ps.add_argument("--metric", choices=sorted(METRICS), default=None,
                     help="leakage metric (default: identity when the data has identity ids)")
     ps.add_argument("--claim-bootstrap", type=int_at_least(10), default=CLAIM_RESAMPLES,
@@ -1077,7 +1079,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     res = make_report(Path(args.results), None if args.out is None else Path(args.out),
-                      resamples=args.bootstrap, command=args.command, metric=args.metric,
+                      resamples=args.bootstrap, command=args.quoted_command, metric=args.metric,
                       claim_resamples=args.claim_bootstrap, threat_model=args.threat_model)
     if args.json:
         print(json.dumps(res, indent=2))

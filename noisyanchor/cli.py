@@ -9,9 +9,11 @@ Every parser shows defaults in its help, accepts ``-v`` (more logging, repeatabl
 the subcommand, and refuses abbreviated options.
 
 Exit codes: 0 success; 1 a refused or failed operation (the message names the problem);
-2 a command-line usage error (argparse, including bad option values); 130 interrupted.
-With ``--json``, a refused command (1) or a usage error (2) also prints one JSON object on stdout
-(:func:`error_object`); the text stays on stderr.
+2 a command-line usage error (argparse, including bad option values); 130 interrupted; 141 the
+reader of stdout went away (:data:`common.json_vocabulary.EXIT_CODES`). With ``--json``, a
+refused command (1) or a usage error (2) also prints one JSON object on stdout
+(:func:`common.json_vocabulary.error_object`); the text stays on stderr. Every ``--json``
+output speaks one vocabulary (:mod:`common.json_vocabulary`, docs/json.md).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Sequence
 
 from noisyanchor import __version__
 from noisyanchor.common.errors import NoisyAnchorError
+from noisyanchor.common.json_vocabulary import error_object
 
 #: Role modules that contribute subcommands, in the order they appear in ``--help``.
 ROLE_MODULES = ("noisyanchor.experiments.cli", "noisyanchor.analyst.cli",
@@ -129,23 +132,13 @@ def _unknown(parser: argparse.ArgumentParser, extras: list[str]) -> str:
     return f"unrecognized arguments: {' '.join(extras)}" + (f" ({near})" if near else "")
 
 
-def error_object(command: str, message: str, code: str, exit_code: int) -> dict:
-    """What a refused command prints on stdout with ``--json``, the same for every command.
-
-    ``code`` is the error's kind: the gRPC status name of the project's error (``grpc_code``:
-    ``INVALID_ARGUMENT``, ``ALREADY_EXISTS``, ``FAILED_PRECONDITION``, ``UNAVAILABLE``, ...),
-    or ``USAGE`` for a command-line usage error; ``exit_code`` the command's exit status.
-    """
-    return {"error": {"command": command, "message": message, "code": code,
-                      "exit_code": exit_code}}
-
-
 def _print_error_object(command: str, message: str, code: str, exit_code: int) -> None:
     print(json.dumps(error_object(command, message, code, exit_code)), flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv``, run the chosen handler, map project errors to exit status 1."""
+    """Parse ``argv``, run the chosen handler, map project errors and failed file operations
+    to exit status 1."""
     argv = sys.argv[1:] if argv is None else list(argv)
     as_json = "--json" in argv
     parser = build_parser(argv)
@@ -160,13 +153,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     level = logging.WARNING - 10 * min(verbosity(args), 2)
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    command = _chosen_parser(parser, args).prog
     try:
         return int(args.handler(args) or 0)
     except NoisyAnchorError as err:
-        print(f"noisyanchor {args.command}: error: {err}", file=sys.stderr)
-        if as_json:
-            _print_error_object(_chosen_parser(parser, args).prog, str(err), err.grpc_code, 1)
-        return 1
+        return _refused(args, command, str(err), err.grpc_code, as_json)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -175,3 +166,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         # raising a second BrokenPipeError (the recipe of the signal module's documentation).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a command killed by it
+    except OSError as err:  # a file the command could not read or write: named, no traceback
+        logging.getLogger(__name__).debug("%s failed", command, exc_info=True)  # with -vv
+        return _refused(args, command, str(err), _OS_CODES.get(type(err), "UNKNOWN"), as_json)
+
+
+#: The error object's ``code`` of a failed file operation (gRPC status names, as the
+#: project's errors use).
+_OS_CODES = {FileNotFoundError: "NOT_FOUND", FileExistsError: "ALREADY_EXISTS",
+             PermissionError: "PERMISSION_DENIED", IsADirectoryError: "INVALID_ARGUMENT",
+             NotADirectoryError: "INVALID_ARGUMENT"}
+
+
+def _refused(args: argparse.Namespace, command: str, message: str, code: str,
+             as_json: bool) -> int:
+    """Exit status 1: the message on stderr (after the top-level command, as sites' logs are
+    read), and with ``--json`` the error object naming the whole ``command`` on stdout."""
+    print(f"noisyanchor {args.command}: error: {message}", file=sys.stderr)
+    if as_json:
+        _print_error_object(command, message, code, 1)
+    return 1

@@ -84,8 +84,10 @@ def _config(args: argparse.Namespace):
         analyst=args.analyst, keep_secrets=getattr(args, "keep_secrets", None))
 
 
-#: Keys of ``participant status --json`` from the relay's keys and commitments.
-STEP_KEYS = ("keys", "commitments", "waiting_for")
+def analyst_answer(reply, progress) -> dict:
+    """The analyst's part of ``participant status --json``: the progress in the keys of
+    ``analyst status --json`` (:mod:`common.json_vocabulary`) and what was disclosed."""
+    return progress.as_dict() | {"disclosed": list(reply.disclosed)}
 
 
 def _print(sent, as_json: bool) -> int:
@@ -127,18 +129,6 @@ def _collude(args: argparse.Namespace) -> int:
     from noisyanchor.participant.run import run_collude
 
     return _print(run_collude(_config(args)), args.json)
-
-
-def status_summary(reply) -> dict:
-    """A ``StatusReply`` as a plain dict; the solver diagnostics (``result_json`` on the wire)
-    become a nested ``result`` object (None until the federation is done)."""
-    from google.protobuf.json_format import MessageToDict
-
-    status = MessageToDict(reply, preserving_proto_field_name=True,
-                           always_print_fields_with_no_presence=True)
-    text = status.pop("result_json", "")
-    status["result"] = json.loads(text) if text else None
-    return status
 
 
 def _site_gain(cfg, refresh: bool = False) -> dict:
@@ -183,8 +173,7 @@ def _status(args: argparse.Namespace) -> int:
     # Once done, what joining gained this site (the site model is fetched once and kept).
     gain = _site_gain(cfg) if reply.state == "done" else None
     contribution = _site_contribution(cfg) if gain is not None else None
-    steps = {k: v for k, v in progress.as_dict().items() if k in STEP_KEYS}
-    answer = status_summary(reply) | steps
+    answer = analyst_answer(reply, progress)
     keep_last_status(cfg, answer)  # what status shows when the analyst is unreachable
     if args.json:
         print(json.dumps(answer | {"gain": gain, "contribution": contribution}

@@ -58,10 +58,12 @@ def reach(cfg: ParticipantConfig, *, as_of: str | None,
 
 def analyst_keys() -> tuple[str, ...]:
     """The keys of the analyst's part of ``participant status --json``."""
-    from noisyanchor.participant.cli import STEP_KEYS, status_summary
+    from noisyanchor.common.progress import Progress
+    from noisyanchor.participant.cli import analyst_answer
     from noisyanchor.protos.v1 import analyst_pb2 as pb
 
-    return (*status_summary(pb.StatusReply()), *STEP_KEYS)
+    nothing = Progress("", "", (), (), None, None, None, {}, "", None, None)
+    return tuple(analyst_answer(pb.StatusReply(), nothing))
 
 
 def local_status(cfg: ParticipantConfig, err: AnalystUnavailableError, tried_at: str,

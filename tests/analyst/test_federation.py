@@ -25,6 +25,7 @@ from noisyanchor.common.errors import (
     PreconditionError,
 )
 from noisyanchor.common.gdp import anchor_from_seed
+from noisyanchor.common.json_vocabulary import problems
 from noisyanchor.common.tomlconfig import TlsFiles
 from noisyanchor.common.wire import BundleStream, bundle_spec, iter_chunks
 from noisyanchor.participant.compute import compute_upload
@@ -148,6 +149,7 @@ def test_attack_names_its_colluder_when_several_disclosed(tmp_path, uploads, toy
                           str(tmp_path / "out")], capture_output=True, text=True, env=env,
                          timeout=120, check=True)
     cli = json.loads(run.stdout)
+    assert not problems(cli)  # the --json vocabulary (tests/cli/test_json_vocabulary.py)
     assert cli["colluder"] == "a" and cli["noise_level"] == {
         "v": 0.0, "source": "given", "estimated_from_residuals": cli["noise_level"][
             "estimated_from_residuals"]}
@@ -226,3 +228,24 @@ def test_an_upload_with_another_preprocessing_digest_is_refused_before_anything_
     spec = bundle_spec("f", "aa-igdp", arrays, preprocessing_sha256=tabular.digest())
     fed.upload("a", BundleStream(spec, iter_chunks(arrays), None))
     assert fed.status("a")["committed"] == ["a"]
+
+
+def test_a_deadline_extended_in_the_store_applies_to_the_running_federation(tmp_path, uploads):
+    """Past its configured deadline the federation refuses uploads; once the store's
+    deadline file moves it later, the same (running) federation answers the new deadline in
+    Status and FederationInfo and takes the upload, with no restart."""
+    import datetime as dt
+
+    from noisyanchor.analyst.live_deadline import write_deadline
+
+    _, _, out = uploads
+    passed = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
+    fed = Federation(_config(tmp_path, deadline=passed), Store(tmp_path / "store"))
+    arrays = {"data": out[0][0].data, "anchor": out[0][0].anchor,
+              "labels": np.zeros(N, "<i8"), "tags": np.zeros(N, "|i1")}
+    with pytest.raises(PreconditionError, match="closed at its deadline"):
+        _send(fed, "a", "upload", arrays)
+    later = (dt.datetime.now(dt.UTC) + dt.timedelta(days=3)).replace(microsecond=0)
+    write_deadline(tmp_path / "store", later)
+    assert fed.status("a")["deadline_unix"] == fed.describe().deadline_unix == later.timestamp()
+    assert not _send(fed, "a", "upload", arrays).already_committed

@@ -138,7 +138,7 @@ def test_the_deadline_command_shows_and_moves_it(kit, capsys):
     assert capsys.readouterr().out.startswith("federation local-pilot: deadline 20")
     assert main(["analyst", "deadline", "--config", str(kit), "--extend", "in 8 days"]) == 0
     out = capsys.readouterr().out
-    assert "(in 8 days)" in out and "noisyanchor analyst serve --config" in out
+    assert "(in 8 days)" in out and "applies it at once, without a restart" in out
     assert main(["analyst", "deadline", "--config", str(kit), "--extend", "in 9 days",
                  "--json"]) == 0
     moved = json.loads(capsys.readouterr().out)
@@ -186,3 +186,44 @@ def test_waiting_ends_with_the_reason_when_no_analyst_serves_the_store(kit, monk
     dead.wait()
     (cfg.output_dir / LOCK_FILE).write_text(f"{dead.pid}\n")
     assert serving_pid(cfg.output_dir) is None
+
+
+def test_an_extension_reaches_the_store_of_a_running_analyst_and_status_shows_it(kit):
+    """With a store (an analyst ran or runs), the new deadline is written there too: the
+    running analyst reads it (analyst.live_deadline) and status shows the one it enforces; a
+    broken deadline file is named."""
+    from noisyanchor.analyst.live_deadline import DEADLINE_FILE, stored_deadline
+    from noisyanchor.common.errors import ConfigError
+
+    cfg = load_analyst_config(kit)
+    assert cfg.output_dir.is_dir()  # provisioned with the kit
+    moved = extend_deadline(kit, "in 9 days")
+    assert stored_deadline(cfg.output_dir) == moved.after == store_progress(cfg).deadline
+    # a config moved back by hand does not shorten what the running analyst enforces
+    kit.write_text(kit.read_text().replace(moved.after.isoformat(), moved.before.isoformat()))
+    assert store_progress(load_analyst_config(kit)).deadline == moved.after
+    (cfg.output_dir / DEADLINE_FILE).write_text('{"deadline": "friday"}')
+    with pytest.raises(ConfigError, match=f"{DEADLINE_FILE}: key 'deadline'"):
+        store_progress(cfg)
+
+
+def test_a_config_edited_by_hand_while_the_analyst_runs_is_shown_as_pending(kit, capsys):
+    """The analyst started with one deadline (its federation.json); the config was edited by
+    hand since: status shows the deadline in force and the pending one, until an extension
+    applies at once."""
+    cfg = load_analyst_config(kit)
+    (cfg.output_dir / "federation.json").write_text(json.dumps(
+        {"federation_id": cfg.federation_id, "deadline": cfg.deadline.isoformat()}))
+    later = (cfg.deadline + dt.timedelta(days=2)).isoformat()
+    kit.write_text(kit.read_text().replace(cfg.deadline.isoformat(), later))
+    progress = store_progress(load_analyst_config(kit))
+    assert progress.deadline == cfg.deadline
+    assert progress.pending_deadline.isoformat() == later
+    assert "from the analyst's next start" in progress.lines()[0]
+    assert main(["analyst", "status", "--config", str(kit), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["deadline"], shown["pending_deadline"]) == (cfg.deadline.isoformat(), later)
+    moved = extend_deadline(kit, "in 10 days")
+    assert moved.before == cfg.deadline  # the one in force, not the hand-edited one
+    progress = store_progress(load_analyst_config(kit))
+    assert (progress.deadline, progress.pending_deadline) == (moved.after, None)

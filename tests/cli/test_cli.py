@@ -12,8 +12,6 @@ import sys
 import pytest
 
 from noisyanchor.cli import ROLE_MODULES, build_parser, main, verbosity
-from noisyanchor.participant.cli import status_summary
-from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess:
@@ -123,15 +121,6 @@ def test_help_shows_defaults():
     assert out.returncode == 0
     assert "(default: 4)" in out.stdout and "(default: aa-igdp-an)" in out.stdout
     assert "(default: 0.0)" in out.stdout  # a zero default is still shown
-
-
-def test_status_json_nests_the_result_instead_of_a_json_string():
-    result = {"solver": {"name": "gopp", "certified": True}}
-    reply = pb.StatusReply(federation_id="f", state="done", expected=["a", "b"],
-                           committed=["a", "b"], result_json=json.dumps(result))
-    status = status_summary(reply)
-    assert status["result"] == result and "result_json" not in status
-    assert status_summary(pb.StatusReply(state="collecting"))["result"] is None
 
 
 def test_experiment_scores_never_overwrites_results_by_default(tmp_path):

@@ -14,6 +14,7 @@ pytest.importorskip("matplotlib")
 @pytest.mark.slow
 def test_scores_experiment_writes_json_figures_and_markdown(tmp_path: Path, capsys) -> None:
     from noisyanchor.cli import main
+    from noisyanchor.common.json_vocabulary import problems
 
     out = tmp_path / "scores"
     code = main(["experiment", "scores", "--n", "60", "--queries", "30", "--epsilons", "1,1000",
@@ -21,6 +22,7 @@ def test_scores_experiment_writes_json_figures_and_markdown(tmp_path: Path, caps
                  "--scaling-iter", "3", "--no-spectral", "--out", str(out), "--json"])
     assert code == 0
     summary = json.loads(capsys.readouterr().out)
+    assert not problems(summary)  # the --json vocabulary (tests/cli/test_json_vocabulary.py)
     for name in ("summary.json", "summary.md", "regime_i.png", "regime_ii.png", "scaling.png"):
         assert (out / name).exists(), name
     assert set(summary["regime_ii"]["calibrations"]) == {"record", "per_entry"}

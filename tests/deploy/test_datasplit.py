@@ -24,7 +24,8 @@ def test_a_bundled_table_is_split_into_site_tables_the_loader_reads(tmp_path, ca
     assert main(["data", "split", "--dataset", "breast-cancer", "--sites", SITES, "--out",
                  str(out), "--holdout", "0.1", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    shares = printed["sites"]
+    shares = printed["sites"].values()
+    assert list(printed["sites"]) == SITES.split(",")
     schema = RecordSchema.typed(table_schema("breast-cancer"))
     total = 0
     for share in shares:

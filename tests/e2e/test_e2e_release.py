@@ -28,6 +28,7 @@ from noisyanchor.common.errors import (
     NotFoundError,
     PreconditionError,
 )
+from noisyanchor.common.json_vocabulary import problems
 from noisyanchor.common.scoreshield import (
     calibrate_sigma,
     gram_identity_sensitivity,
@@ -176,6 +177,7 @@ def test_gram_release_streams_back_psd_with_unit_diagonal(fed, tmp_path, capsys,
                  "--delta", str(DELTA), "--projector", projector, "--max-iter", "30", "--out",
                  str(out), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
+    assert not problems(summary)  # the --json vocabulary (tests/cli/test_json_vocabulary.py)
     n = len(fed.records)
     g = np.load(out)
     assert g.shape == (n, n) and summary["n"] == n and summary["projector"] == projector
@@ -203,6 +205,7 @@ def test_scores_cli_prints_the_top_k_as_json(fed, capsys):
                  "--epsilon", str(EPS_LARGE), "--delta", str(DELTA), "--top-k", "3",
                  "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
+    assert not problems(summary)  # the --json vocabulary (tests/cli/test_json_vocabulary.py)
     assert len(summary["ids"]) == len(summary["scores"]) == 3
     assert summary["scores"] == sorted(summary["scores"], reverse=True)
 
@@ -289,6 +292,7 @@ def test_row_release_is_noised_for_its_own_sensitivity(fed, capsys):
     assert main(["release", "row", "--config", str(fed.configs["p1"]), "--row", "5",
                  "--epsilon", "50", "--delta", str(DELTA), "--top-k", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
+    assert not problems(out)
     assert len(out["ids"]) == 4 and 5 not in out["ids"] and out["noise_dominated"]
     with pytest.raises(InvalidInputError, match="outside the 120 records"):
         release_row(cfg, n, 50.0, DELTA)

@@ -29,6 +29,7 @@ from noisyanchor.common.errors import (
     InvalidInputError,
     NotFoundError,
 )
+from noisyanchor.common.json_vocabulary import problems
 from noisyanchor.deploy.launch import start
 from noisyanchor.participant.config import load_participant_config
 from noisyanchor.participant.release_client import release_budget, release_gram, release_scores
@@ -191,6 +192,7 @@ def test_budget_shows_the_callers_account_and_a_quota_refusal_says_what_is_left(
     assert "budget of dataset" not in msg and fed.charges() == charged  # only the quota
     assert main(["release", "budget", "--config", str(fed.configs["p2"]), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
+    assert not problems(report)  # the --json vocabulary (tests/cli/test_json_vocabulary.py)
     assert report["participants"][0]["left_epsilon"] == pytest.approx(left)
     assert report["dataset"]["spent_epsilon"] == pytest.approx(before.dataset.spent_epsilon)
     assert main(["release", "budget", "--config", str(fed.configs["p2"])]) == 0

@@ -15,6 +15,7 @@ import pytest
 
 from noisyanchor.analyst.storage import read_bundle
 from noisyanchor.common.gdp import anchor_from_seed
+from noisyanchor.common.json_vocabulary import problems
 from noisyanchor.common.methods import Method
 from noisyanchor.deploy.demo import run_demo
 from noisyanchor.deploy.launch import child_env
@@ -94,6 +95,7 @@ def test_demo_command_prints_the_pinned_summary_keys_and_names_its_folder(tmp_pa
                           "--dim", "8", "--seed", "3", "--json"], capture_output=True, text=True,
                          timeout=600, check=True, env=child_env(), cwd=tmp_path)
     s = json.loads(out.stdout)
+    assert not problems(s)  # the --json vocabulary (tests/cli/test_json_vocabulary.py)
     for key in ("participants", "tls", "pids", "z_matches_inprocess", "attacks", "utility",
                 "seconds"):
         assert key in s

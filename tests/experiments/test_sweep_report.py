@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from noisyanchor.common.json_vocabulary import problems
 from noisyanchor.common.methods import Method
 from noisyanchor.experiments.bench import BenchConfig, prepare_bench
 from noisyanchor.experiments.report import make_report
@@ -70,8 +71,11 @@ def tiny(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sweep")
     (tmp / "tiny.toml").write_text(TINY)
     out = tmp / "res"
-    _cli("sweep", "--config", str(tmp / "tiny.toml"), "--out", str(out), "--no-progress")
-    _cli("report", "--results", str(out), "--command", "tiny test", "--claim-bootstrap", "100")
+    for run in (_cli("sweep", "--config", str(tmp / "tiny.toml"), "--out", str(out),
+                     "--no-progress", "--json"),
+                _cli("report", "--results", str(out), "--command", "tiny test",
+                     "--claim-bootstrap", "100", "--json")):
+        assert not problems(json.loads(run.stdout))  # tests/cli/test_json_vocabulary.py
     return tmp / "tiny.toml", out
 
 
