@@ -32,7 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     prov.add_argument("--project", type=Path, required=True,
                       help="project file (deploy/templates/federation.toml)")
     prov.add_argument("--out", type=Path, default=None,
-                      help="kits folder (default: kits/ beside the project file)")
+                      help="kits folder (default: kits/ beside the project file); it may hold "
+                      "data split's tables for the sites already")
+    prov.add_argument("--schema", type=Path, default=None, metavar="FILE",
+                      help="use this file's [schema] (schema draft's output, reviewed) instead "
+                      "of the project's; first run only")
     action = prov.add_mutually_exclusive_group()
     action.add_argument("--add-site", nargs="+", default=None, metavar="SITE",
                         help="make kits for sites added to the project, with the kept CA")
@@ -89,7 +93,7 @@ def _provision(args: argparse.Namespace) -> int:
         done = sign_request(args.project, args.sign, args.out)
     else:
         done = provision(args.project, args.out, add_sites=tuple(args.add_site or ()),
-                         renew=tuple(args.renew or ()))
+                         renew=tuple(args.renew or ()), schema=args.schema)
     kits = {name: str(path) for name, path in sorted(done.kits.items())}
     project = done.project
     deadline = project.federation.get("deadline") if project else None

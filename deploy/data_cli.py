@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--schema", type=Path, required=True,
                        help="a file with the [schema] table: a site's kit config "
                        "(kits/<site>/<site>.toml, whose [participant] data, delimiter, "
-                       "label_column and tag_column are used too), the project file, the "
+                       "decimal, label_column and tag_column are used too), the project file, the "
                        "analyst config or a draft")
     check.add_argument("--data", type=Path, default=None,
                        help="the site's CSV table (default: the kit's [participant] data)")
@@ -54,6 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "kit's tag_column, else 'split')")
     check.add_argument("--delimiter", default=None,
                        help="between values (default: the kit's delimiter, else ',')")
+    check.add_argument("--decimal", default=None, choices=(".", ","),
+                       help="the decimal mark of numbers (default: the kit's decimal, else '.')")
     check.add_argument("--no-labels", action="store_true",
                        help="a table without labels (records to predict)")
     check.add_argument("--json", action="store_true", help="print the outcome as JSON")
@@ -122,7 +124,7 @@ def _check(args: argparse.Namespace) -> int:
     schema = TabularSchema.from_toml(doc["schema"], args.schema) if typed else None
     table = read_table(data, schema, label_column=reading["label_column"],
                        tag_column=reading["tag_column"], require_label=not args.no_labels,
-                       delimiter=reading["delimiter"])
+                       delimiter=reading["delimiter"], decimal=reading["decimal"])
     features = doc["schema"].get("features")
     if not typed and features is not None and table.x.shape[1] != features:
         raise ConfigError(f"{data} has {table.x.shape[1]} feature columns but "
@@ -161,6 +163,7 @@ def _kit_reading(doc: dict, args: argparse.Namespace) -> dict:
     kit = Table(doc, "participant", args.schema, required=False)
     reading = {"data": args.data if args.data is not None else kit.path("data", None),
                "delimiter": args.delimiter or kit.str("delimiter", ","),
+               "decimal": args.decimal or kit.str("decimal", "."),
                "label_column": args.label or kit.str("label_column", "label"),
                "tag_column": args.tag or kit.str("tag_column", "split")}
     if reading["data"] is None:

@@ -159,7 +159,8 @@ def read_records(cfg: ParticipantConfig, schema: RecordSchema | None, *,
     """This participant's records read with exactly ``schema`` (None: no schema declared)."""
     return load_local_data(cfg.data, schema=schema, label_column=cfg.label_column,
                            tag_column=cfg.tag_column, label_index=cfg.label_index,
-                           require_labels=require_labels, delimiter=cfg.delimiter)
+                           require_labels=require_labels, delimiter=cfg.delimiter,
+                           decimal=cfg.decimal)
 
 
 def withdrawal_reason(cfg: ParticipantConfig, err: Exception) -> str:

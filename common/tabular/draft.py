@@ -231,14 +231,15 @@ def draft_text(draft: Draft, *, scaling: str = "standard",
     out = [
         f"# DRAFT [schema] from {draft.source} ({draft.records} records), written by",
         f"# 'noisyanchor schema draft' on {day}. Review every column before the federation uses",
-        "# it, then paste it into the project file (federation.toml).",
+        "# it, then give it to 'noisyanchor provision --schema' (or paste it into the project",
+        "# file in place of its [schema]).",
         "#",
         "# The centres, scales, ranges and categories below are THIS SITE'S OWN STATISTICS, taken",
         "# from one site's data: other sites' data differ, and every party of the federation",
         "# reads the schema, so these numbers tell them about this site's records. Replace them",
         "# with public values wherever they exist (a published reference range, a standard, the",
         "# unit's natural bounds, values agreed before anyone looked at the data). Add the",
-        "# categories other sites hold, and say what a missing cell means.",
+        "# categories other sites hold, and the public fill of a missing cell.",
         "",
         "[schema]",
     ]
@@ -295,7 +296,22 @@ def _column_lines(s: ColumnStats, scaling: str, max_categories: int) -> list[str
         cats = sorted(s.texts)
         lines.append(f"categories = {_toml(cats)}  # seen at this site: add the others'")
         lines.append('unknown = "refuse"  # or the category unknown values are read as')
-    if s.missing:
-        lines.append(f'missing = "refuse"  # {s.missing} of {s.n} cells empty at this site: '
-                     'fill them in, or missing = "fill" with fill = <a public value>')
+    if s.missing:  # a draft that refused its own table's empty cells would fail its pilot
+        lines += ['missing = "fill"  # or "refuse": every site then fills its empty cells in',
+                  f"fill = {_toml(_fill(s))}  # this site's {_FILLS[kind]}, for its {s.missing} "
+                  f"of {s.n} empty cells: use a public value"]
     return lines
+
+
+#: What a drafted fill value is, by column kind (:func:`_fill`).
+_FILLS = {"numeric": "mean", "categorical": "most frequent category",
+          "boolean": "most frequent value"}
+
+
+def _fill(s: ColumnStats) -> float | str | bool:
+    """The draft's fill value of column ``s``'s empty cells: this site's mean, or its most
+    frequent category or true/false value."""
+    if s.kind == "numeric":
+        return _sig(s.mean)
+    common = max(sorted(s.texts), key=s.texts.__getitem__)
+    return common.casefold() in TRUE_TOKENS if s.kind == "boolean" else common

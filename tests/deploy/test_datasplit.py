@@ -82,21 +82,30 @@ def test_existing_tables_are_never_overwritten_and_bad_arguments_refused(tmp_pat
         read_source("mnist")
 
 
-def test_provision_into_kits_holding_the_sites_tables_says_the_order(tmp_path, capsys):
+def test_provision_makes_the_kits_around_the_sites_tables_in_either_order(tmp_path, capsys):
     """Regression (issue 34): provision refused a kits/ holding data split's output ("not empty
-    and holds no CA") with no hint of the order; in that order, the tables join the kits and
-    the summary stays the operator's."""
+    and holds no CA") with no hint of the order. Now the kits are made around the tables (and
+    the summary stays beside them, the operator's); a folder holding anything else is refused,
+    naming what it accepts; and split after provision still works."""
     project = tmp_path / "federation.toml"
     project.write_text((Path(deploy.__file__).parent / "templates"
                         / "federation-local.toml").read_text())
     kits, early = tmp_path / "kits", tmp_path / "early"
     assert main(["data", "split", "--dataset", "digits", "--sites", SITES, "--out",
                  str(early / "{site}" / "data")]) == 0
+    table = (early / "org-b" / "data" / "org-b.csv").read_bytes()
+    assert main(["provision", "--project", str(project), "--out", str(early)]) == 0
+    assert (early / "org-b" / "data" / "org-b.csv").read_bytes() == table
+    assert (early / "org-b" / "org-b.toml").is_file() and (early / "split.json").is_file()
+    other = tmp_path / "other"
+    (other / "org-z" / "data").mkdir(parents=True)  # a site the project does not name
     capsys.readouterr()
-    assert main(["provision", "--project", str(project), "--out", str(early)]) == 1
+    assert main(["provision", "--project", str(project), "--out", str(other)]) == 1
     err = " ".join(capsys.readouterr().err.split())
-    assert "holds sites' tables (data split's output?) but no CA" in err
-    assert "provision makes the kits first" in err and f"--out {early}/{{site}}/data" in err
+    assert f"{other} holds more than the project's sites' tables (data split's output) and " \
+        "no CA" in err
+    assert f"holding only 'noisyanchor data split ... --out {other}/{{site}}/data' for the " \
+        "project's [[site]] names" in err
     assert main(["provision", "--project", str(project), "--out", str(kits)]) == 0
     assert main(["data", "split", "--dataset", "digits", "--sites", SITES, "--out",
                  str(kits / "{site}" / "data")]) == 0

@@ -41,7 +41,11 @@ def test_the_draft_types_each_column_and_loads_as_a_schema(tmp_path, capsys):
     # The draft's centre/scale are the site's mean and sample deviation, to 6 digits.
     np.testing.assert_allclose([area.center, area.scale],
                                [np.mean(present), np.std(present, ddof=1)], rtol=1e-5)
-    assert "1 of 40 cells empty" in text
+    # Issue 34: the empty cell is filled with the site's mean (marked as such), so the draft
+    # reads the table it came from; it used to refuse it.
+    assert "this site's mean, for its 1 of 40 empty cells: use a public value" in text
+    assert area.missing == "fill" and area.fill == pytest.approx(np.mean(present), rel=1e-5)
+    assert read_table(tmp_path / "site.csv", schema).x.shape == (40, 5)
     assert schema.label == "diagnosis" and schema.label_classes == ("benign", "malignant")
     (tmp_path / "full.csv").write_text(TABLE)
     assert read_table(tmp_path / "full.csv", schema).x.shape == (40, 5)
@@ -105,6 +109,15 @@ def test_schema_check_reads_the_table_as_the_sites_kit_says(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["records"] == 40
     assert main(["schema", "check", "--schema", str(kit), "--delimiter", ","]) == 1  # overrides
     assert "seems semicolon-separated" in capsys.readouterr().err
+    # A decimal-comma export: the kit's [participant] decimal reads it (--decimal overrides).
+    (tmp_path / "data" / "org-b.csv").write_text(TABLE.replace(",", ";").replace(".0;", ",0;"))
+    kit_b = kit.with_name("org-b.toml")
+    kit_b.write_text(kit.read_text().replace('org-a', 'org-b').replace(
+        'delimiter = ";"', 'delimiter = ";"\ndecimal = ","'))
+    assert main(["schema", "check", "--schema", str(kit_b), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["records"] == 40
+    assert main(["schema", "check", "--schema", str(kit_b), "--decimal", "."]) == 1
+    assert "a decimal comma: set [participant] decimal = ','" in capsys.readouterr().err
     assert main(["schema", "check", "--schema", str(draft)]) == 1  # no kit: --data needed
     assert "no table to check: give --data" in capsys.readouterr().err
     with pytest.raises(SystemExit):
