@@ -31,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     draft.add_argument("--label", default="label", help="the label column")
     draft.add_argument("--tag", default="split", help="the optional split column (left out)")
     draft.add_argument("--delimiter", default=",", help="between values")
+    draft.add_argument("--decimal", default=".", choices=(".", ","),
+                       help="the decimal mark of numbers (',' with another delimiter)")
     draft.add_argument("--scaling", choices=SCALINGS, default="standard",
                        help="numeric columns: center/scale (standard) or min/max (range)")
     draft.add_argument("--max-categories", type=int, default=MAX_CATEGORIES,
@@ -77,7 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="fraction of each site's records held back for prediction "
                        "(<site>-new.csv without labels, <site>-new-labels.csv)")
     split.add_argument("--label", default="label", help="the label column of a FILE")
-    split.add_argument("--delimiter", default=",", help="between the values of a FILE")
+    split.add_argument("--delimiter", default=",", help="between the values of a FILE, and of "
+                       "the sites' tables made from it")
     split.add_argument("--seed", type=int, default=0, help="of the split")
     split.add_argument("--json", action="store_true", help="print what each site got, and "
                        "where the summary is, as JSON")
@@ -90,7 +93,8 @@ def _draft(args: argparse.Namespace) -> int:
     from noisyanchor.common.tabular.draft import draft_text, survey
 
     draft = survey(args.data, label_column=args.label, tag_column=args.tag,
-                   delimiter=args.delimiter, max_categories=args.max_categories)
+                   delimiter=args.delimiter, decimal=args.decimal,
+                   max_categories=args.max_categories)
     text = draft_text(draft, scaling=args.scaling)
     if draft.label is None:
         candidates = draft.label_candidates()
@@ -177,7 +181,8 @@ def _split(args: argparse.Namespace) -> int:
 
     table = read_source(args.dataset, label_column=args.label, delimiter=args.delimiter)
     shares = split_table(table, [s.strip() for s in args.sites.split(",") if s.strip()],
-                         args.out, alpha=args.alpha, holdout=args.holdout, seed=args.seed)
+                         args.out, alpha=args.alpha, holdout=args.holdout, seed=args.seed,
+                         delimiter=args.delimiter)
     summary = summary_path(args.out)
     if args.json:
         print(json.dumps({"sites": [{"site": s.site, "table": str(s.path), "records": s.records,

@@ -52,7 +52,7 @@ SNIFF_ROWS = 50
 
 #: A number written with a decimal comma (``3,5``, ``-0,25``), and one with thousands separators
 #: (``1.234,5``, ``1 234``, ``1'234.5``; ``1.234`` alone may be a decimal point, so it is not).
-_DECIMAL_COMMA = re.compile(r"[+-]?\d*,\d+")
+DECIMAL_COMMA = re.compile(r"[+-]?\d*,\d+")
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:(?:\.\d{3})+,\d+|(?:[ '\u00a0]\d{3})+(?:[.,]\d+)?)")
 
 #: The fix of a table whose numbers have a decimal comma.
@@ -61,7 +61,7 @@ DECIMAL_COMMA_FIX = ("set [participant] decimal = ',' in the site's config (sche
 
 #: Swaps a decimal comma and a point: ``3,5`` reads as 3.5, and a point (a thousands separator
 #: in such an export, ``1.234,5``) becomes a comma that no number holds, refused with its cell.
-_FROM_DECIMAL_COMMA = str.maketrans({",": ".", ".": ","})
+FROM_DECIMAL_COMMA = str.maketrans({",": ".", ".": ","})
 
 #: Byte-order marks of encodings other than UTF-8 (refused: export as UTF-8).
 _FOREIGN_BOMS = {codecs.BOM_UTF32_LE: "UTF-32", codecs.BOM_UTF32_BE: "UTF-32",
@@ -199,7 +199,7 @@ def _dialect(lines: Sequence[str], delimiter: str,
     for at, text in enumerate(lines[1:], 2):
         for j, cell in enumerate(c.strip() for c in next(csv.reader([text], delimiter=split), [])):
             where = f"line {at}, column {columns[j] if j < len(columns) else f'field {j + 1}'!r}"
-            if split != "," and decimal != "," and _DECIMAL_COMMA.fullmatch(cell):
+            if split != "," and decimal != "," and DECIMAL_COMMA.fullmatch(cell):
                 seen.setdefault("decimal", where)
             if _THOUSANDS.fullmatch(cell):
                 seen.setdefault("thousands", where)
@@ -397,7 +397,7 @@ class _ChunkEncoder:
         if self.decimal == "," and err.value is not None:
             return CellError(err.index, err.problem, cell, err.hint.replace(
                 "'.' as the decimal point", "',' as the decimal point ([participant] decimal)"))
-        if _DECIMAL_COMMA.fullmatch(cell):
+        if DECIMAL_COMMA.fullmatch(cell):
             return CellError(err.index, err.problem, cell, f"a decimal comma: {DECIMAL_COMMA_FIX}")
         return err
 
@@ -420,7 +420,7 @@ class _ChunkEncoder:
         for column, at in zip(self.columns, self.at, strict=True):
             cells = fields[at]
             if isinstance(column, NumericColumn) and self.decimal == ",":
-                cells = tuple(c.translate(_FROM_DECIMAL_COMMA) for c in cells)
+                cells = tuple(c.translate(FROM_DECIMAL_COMMA) for c in cells)
             try:
                 self.x[rows, j:j + column.width] = column.encode(cells, self.tokens)
             except CellError as err:

@@ -111,3 +111,20 @@ def test_provision_makes_the_kits_around_the_sites_tables_in_either_order(tmp_pa
                  str(kits / "{site}" / "data")]) == 0
     assert (kits / "org-a" / "data" / "org-a.csv").is_file() and (kits / "split.json").is_file()
     assert not list(kits.glob("org-*/**/split.json"))
+
+
+def test_a_file_is_split_into_tables_in_its_own_delimiter(tmp_path):
+    """Issue 34: a ';' export with decimal commas was written out comma-separated, its numbers
+    quoted ("48,8"): no setting could read the sites' tables back. Each site's table keeps the
+    source's delimiter, and reads with [participant] delimiter and decimal as the source does."""
+    from noisyanchor.common.tabular import read_table
+
+    rows = [f"{40 + i % 7},{i % 3};{i % 2}" for i in range(60)]
+    (tmp_path / "survey.csv").write_text("mass_kg;label\n" + "\n".join(rows) + "\n")
+    assert main(["data", "split", "--dataset", str(tmp_path / "survey.csv"), "--delimiter", ";",
+                 "--sites", SITES, "--holdout", "0.1", "--out", str(tmp_path / "out")]) == 0
+    table = (tmp_path / "out" / "org-a.csv").read_text()
+    assert table.startswith("mass_kg;label\n") and '"' not in table
+    read = read_table(tmp_path / "out" / "org-a.csv", None, delimiter=";", decimal=",")
+    assert read.x.shape[1] == 1 and set(np.round(read.x[:, 0] * 10) % 10) <= {0, 1, 2}
+    assert (tmp_path / "out" / "org-a-new.csv").read_text().startswith("mass_kg\n")

@@ -151,3 +151,20 @@ def test_measurements_in_whole_units_get_their_unit_and_no_identifier_hint(tmp_p
                                         ("temp_min", ""), ("mass", ""), ("_g", "")])
 def test_a_unit_is_read_from_the_names_last_part(name, unit):
     assert ColumnStats(name).unit == unit
+
+
+def test_a_decimal_comma_export_is_drafted_with_decimal_comma_and_named_without(tmp_path,
+                                                                               capsys):
+    """Issue 34: read with ';' alone, a decimal-comma column was drafted as free text (or as
+    categories), silently; the draft says what to run, and --decimal ',' drafts its numbers."""
+    (tmp_path / "site.csv").write_text(TABLE.replace(",", ";").replace(".0;", ",5;"))
+    args = ["schema", "draft", "--data", str(tmp_path / "site.csv"), "--label", "diagnosis",
+            "--delimiter", ";"]
+    assert main(args) == 0
+    assert "# column 'area' left out: numbers with a decimal comma: run the draft again with " \
+        "--decimal ','" in capsys.readouterr().out
+    assert main([*args, "--decimal", ","]) == 0
+    schema = TabularSchema.from_toml(tomllib.loads(capsys.readouterr().out)["schema"],
+                                     tmp_path / "x.toml")
+    area = next(c for c in schema.columns if c.name == "area")
+    assert area.center == pytest.approx(np.mean([100.5 + 10 * i for i in range(40)]))
