@@ -147,7 +147,8 @@ def split_table(table: Table, sites: Sequence[str], out: str, *, alpha: float | 
             "table": str(s.path), "records": s.records, "labels": s.labels,
             "held_back": s.held_back, "new": str(s.new) if s.new else None,
             "new_labels": str(s.new_labels) if s.new_labels else None} for s in shares},
-        "label": table.label, "alpha": alpha, "holdout": holdout, "seed": seed},
+        "label": table.label, "columns": list(table.header), "alpha": alpha,
+        "holdout": holdout, "seed": seed},
         indent=2).encode()
     existing = [str(p) for p in plan if p.exists()]
     if existing:

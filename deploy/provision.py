@@ -531,6 +531,8 @@ def provision(project_path: Path, out: Path | None = None, *, add_sites: tuple[s
                             f"{project.path}' first")
     if first and out.exists() and not _only_site_tables(out, project):
         raise AlreadyExistsError(_not_empty(out))
+    if first:
+        check_split_fits(out, project, schema or project.path)
     if not first and not (add_sites or renew):
         raise AlreadyExistsError(f"{out} is already provisioned (CA in {out / 'ca'}): use "
                                  "--add-site SITE, --renew SITE, or another --out")
@@ -641,6 +643,43 @@ def _only_site_tables(out: Path, project: Project) -> bool:
     return all((p.name == SUMMARY and p.is_file())
                or (p.name in sites and p.is_dir() and [q.name for q in p.iterdir()] == ["data"])
                for p in out.iterdir())
+
+
+def check_split_fits(out: Path, project: Project, source: Path) -> None:
+    """Refuse kits whose sites' tables, dealt into ``out`` by ``data split`` (its summary names
+    their columns and label), the project's ``[schema]`` (from ``source``) cannot read: every
+    site would be refused at its upload, and withdraw. Only the operator's summary is read,
+    never a site's table (a site's export dialect is its own, set in its kit)."""
+    from noisyanchor.deploy.datasplit import SUMMARY
+
+    try:
+        summary = json.loads((out / SUMMARY).read_text())
+    except (OSError, ValueError):  # no summary (or not data split's): nothing to compare
+        return
+    columns, label = summary.get("columns"), summary.get("label")
+    schema = project.schema or {}
+    if not columns or not label or not schema:
+        return
+    if "column" in schema:
+        absent = [c["name"] for c in schema["column"] if c.get("name") not in columns]
+        named = schema.get("label", "label")
+        problem = (f"declares column(s) {', '.join(map(repr, absent))}, which they lack"
+                   if absent else f"names the label {named!r}" if named != label else "")
+    else:  # plain: every column but 'label' (the kits' label_column) and 'split' a number
+        features, want = len([c for c in columns if c not in (label, "split")]), \
+            schema.get("features")
+        problem = ("is plain, whose sites read the label from a column 'label'"
+                   if label != "label" else f"is plain, with features = {want} numeric columns "
+                   f"besides the label, not {features}" if want not in (None, features) else "")
+    if problem:
+        first = summary.get("sites", {}).get(project.sites[0].name, {}).get("table", "SITE.csv")
+        raise ConfigError(
+            f"{out / SUMMARY}: the sites' tables have columns {', '.join(map(repr, columns))} "
+            f"and the label {label!r}, but the [schema] of {source} {problem}: every "
+            f"site would be refused at its upload. Draft one from a site's table, review it "
+            f"and give it: noisyanchor schema draft --data {first} --label {label} --out "
+            f"schema.toml, then provision --project {project.path} --schema schema.toml "
+            f"--out {out} (nothing was written)")
 
 
 def _not_empty(out: Path) -> str:

@@ -128,3 +128,35 @@ def test_a_file_is_split_into_tables_in_its_own_delimiter(tmp_path):
     read = read_table(tmp_path / "out" / "org-a.csv", None, delimiter=";", decimal=",")
     assert read.x.shape[1] == 1 and set(np.round(read.x[:, 0] * 10) % 10) <= {0, 1, 2}
     assert (tmp_path / "out" / "org-a-new.csv").read_text().startswith("mass_kg\n")
+
+
+def test_provision_refuses_a_schema_the_split_tables_do_not_fit_and_says_the_draft(tmp_path,
+                                                                                   capsys):
+    """Issue 34: provisioning one's own table with the one-host template's digits schema
+    made kits every site would be refused with at its upload (and withdraw); provision
+    compares the schema with data split's summary first and says the two commands that fit
+    it, writing nothing."""
+    rows = [f"{i},{'ab'[i % 2]},{40 + i % 7}.5" for i in range(60)]
+    (tmp_path / "survey.csv").write_text("record,species,mass_g\n" + "\n".join(rows) + "\n")
+    kits = tmp_path / "kits"
+    assert main(["data", "split", "--dataset", str(tmp_path / "survey.csv"), "--label",
+                 "species", "--sites", SITES, "--out", str(kits / "{site}" / "data")]) == 0
+    template = Path(deploy.__file__).parent / "templates" / "federation-local.toml"
+    capsys.readouterr()
+    assert main(["provision", "--project", str(template), "--out", str(kits)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{kits / 'split.json'}: the sites' tables have columns 'record', 'species', " \
+        "'mass_g' and the label 'species', but the [schema] of " in err
+    assert "is plain, whose sites read the label from a column 'label'" in err
+    assert f"noisyanchor schema draft --data {kits}/org-a/data/org-a.csv --label species " \
+        "--out schema.toml, then provision" in err and "--schema schema.toml" in err
+    assert not (kits / "ca").exists()
+    draft = tmp_path / "schema.toml"
+    draft.write_text('[schema]\nlabel = "species"\nlabel_classes = ["a", "b"]\n'
+                     '[[schema.column]]\nname = "mass_kg"\ncenter = 4.0\nscale = 1.0\n')
+    assert main(["provision", "--project", str(template), "--schema", str(draft), "--out",
+                 str(kits)]) == 1
+    assert "declares column(s) 'mass_kg', which they lack" in capsys.readouterr().err
+    draft.write_text(draft.read_text().replace("mass_kg", "mass_g"))
+    assert main(["provision", "--project", str(template), "--schema", str(draft), "--out",
+                 str(kits)]) == 0
