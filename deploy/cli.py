@@ -109,6 +109,8 @@ def _provision(args: argparse.Namespace) -> int:
           f"{done.out / 'ca'} (never ship it)")
     if project is not None:
         print(_federation_line(project))
+    if args.schema is not None and project is not None:
+        print(_schema_line(project, args.schema))
     if args.add_site or args.renew or args.sign:
         for name, files in changed.items():
             print(f"  ship again to {name}: {', '.join(files)} (from {done.out / name})")
@@ -153,6 +155,18 @@ def _federation_line(project) -> str:
     until = f"deadline {human_time(deadline)}" if deadline else "no deadline (sites wait 1 h)"
     return (f"federation {project.name}: the analyst listens on {project.bind}:{project.port}"
             f"{health}; {until}")
+
+
+def _schema_line(project, source: Path) -> str:
+    """What ``--schema`` gave every kit: the encoded width and the digest each pins."""
+    from noisyanchor.common.tabular import TabularSchema
+
+    if "column" not in project.schema:
+        return f"[schema] from {source} (plain) in every kit"
+    schema = TabularSchema.from_toml(project.schema, source)
+    n = len(schema.columns)
+    return (f"[schema] from {source}: {n} column{'s' * (n != 1)}, d_in = {schema.width} "
+            f"encoded; every site's kit pins its preprocessing {schema.digest().hex()[:16]}...")
 
 
 def _certs(args: argparse.Namespace) -> int:

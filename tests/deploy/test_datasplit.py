@@ -160,3 +160,5 @@ def test_provision_refuses_a_schema_the_split_tables_do_not_fit_and_says_the_dra
     draft.write_text(draft.read_text().replace("mass_kg", "mass_g"))
     assert main(["provision", "--project", str(template), "--schema", str(draft), "--out",
                  str(kits)]) == 0
+    assert f"[schema] from {draft}: 1 column, d_in = 1 encoded; every site's kit pins its " \
+        "preprocessing " in capsys.readouterr().out
