@@ -475,8 +475,8 @@ def _commit(staging: Path, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     for path in sorted(staging.rglob("*")):
         target = out / path.relative_to(staging)
-        if path.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():  # with the staged folder's mode: a site's state/ stays private
+            target.mkdir(mode=path.stat().st_mode & 0o777, parents=True, exist_ok=True)
         else:
             os.replace(path, target)
     return [out / item.name for item in sorted(staging.iterdir())]

@@ -101,6 +101,7 @@ def test_a_pilot_on_an_unbundled_table_runs_from_split_to_predictions_in_9_comma
     draft = (tmp_path / "schema.toml").read_text()
     assert 'unit = "mm"' in draft and 'unit = "g"' in draft and 'missing = "fill"' in draft
     assert "[schema] from schema.toml: 6 columns, d_in = 9 encoded" in run.output
+    assert "open to others" not in run.output  # the kits' state folders are made private
     # org-c's table, read with its kit's delimiter and decimal mark, as its upload reads it.
     assert re.search(r"org-c\.csv: \d+ records read, d_in = 9, columns left out: record",
                      run.output), run.output[-4000:]
