@@ -15,11 +15,14 @@ from __future__ import annotations
 import csv
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from noisyanchor.deploy.launch import child_env
 from noisyanchor.deploy.quickstart import OWN_TABLE_HEADING, quickstart_commands, run_quickstart
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -94,14 +97,27 @@ def test_a_pilot_on_an_unbundled_table_runs_from_split_to_predictions_in_9_comma
     exported = (org_c / "org-c.csv").read_text()
     assert exported.startswith("record;species;") and re.search(r";\d+,\d;", exported)
 
-    run = run_quickstart(tmp_path, README, commands=commands[1:], first=2, name="walk",
+    kits = run_quickstart(tmp_path, README, commands=commands[1:3], first=2, name="kits")
+    assert kits.returncode == 0, kits.output[-4000:]
+    # What org-c's data person saw first, before its kit named its export's habits (not
+    # counted: the walk's check runs after the setting): one message naming both settings
+    # the walk's next line writes.
+    refused = subprocess.run([sys.executable, "-m", "noisyanchor", "schema", "check",
+                              "--schema", "kits/org-c/org-c.toml"], cwd=tmp_path,
+                             capture_output=True, text=True, env=child_env(), timeout=120)
+    told = " ".join(refused.stderr.split())
+    assert refused.returncode == 1 and "set [participant] delimiter = ';'" in told \
+        and "set [participant] decimal = ','" in told, refused.stderr
+    assert 'delimiter = ";"' in commands[3] and 'decimal = ","' in commands[3]
+
+    run = run_quickstart(tmp_path, README, commands=commands[3:], first=4, name="walk",
                          timeout=900)
     assert run.returncode == 0, run.output[-4000:]
     # The draft read units from the names, and filled the empty cells (the pilot needs it).
     draft = (tmp_path / "schema.toml").read_text()
     assert 'unit = "mm"' in draft and 'unit = "g"' in draft and 'missing = "fill"' in draft
-    assert "[schema] from schema.toml: 6 columns, d_in = 9 encoded" in run.output
-    assert "open to others" not in run.output  # the kits' state folders are made private
+    assert "[schema] from schema.toml: 6 columns, d_in = 9 encoded" in kits.output
+    assert "open to others" not in kits.output + run.output  # the kits' state is private
     # org-c's table, read with its kit's delimiter and decimal mark, as its upload reads it.
     assert re.search(r"org-c\.csv: \d+ records read, d_in = 9, columns left out: record",
                      run.output), run.output[-4000:]
