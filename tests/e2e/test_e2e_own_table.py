@@ -76,9 +76,9 @@ def export_with_decimal_commas(path: Path) -> None:
                       for row in rows[1:])
 
 
-def _column(path: Path, name: str, delimiter: str = ",") -> list[str]:
+def _column(path: Path, name: str) -> list[str]:
     with path.open(newline="") as fh:
-        return [row[name] for row in csv.DictReader(fh, delimiter=delimiter)]
+        return [row[name] for row in csv.DictReader(fh)]
 
 
 def test_a_pilot_on_an_unbundled_table_runs_from_split_to_predictions_in_9_commands(tmp_path):

@@ -246,10 +246,17 @@ def _bad_site_stops_the_others(files, configs) -> None:
     # test_e2e_screening.py).
     files.data["p2"].write_text(_table(30))
     files.data["p1"].write_text(_table(30))
+    _back_then_the_others(configs, logs)
+
+
+def _back_then_the_others(configs, logs, while_waiting=lambda: None) -> None:
+    """p2 runs again: its withdrawal is cleared while it waits (``while_waiting`` then looks
+    at the federation); p0 and p1 run again, and the federation completes."""
     procs = {"p2": start(["participant", "upload", "--config", configs["p2"]], logs["p2"])}
     try:
         cfg = load_participant_config(configs["p2"])
         assert wait_until(lambda: not analyst_status(cfg).withdrawn, 60)
+        while_waiting()
         procs |= {pid: start(["participant", "upload", "--config", configs[pid]], logs[pid])
                   for pid in ("p0", "p1")}
         assert {p: procs[p].wait(120) for p in IDS} == dict.fromkeys(IDS, 0), \
@@ -277,19 +284,11 @@ def test_a_site_that_withdrew_before_the_dealer_began_clears_it_when_it_runs_aga
         assert first.wait(60) == 1
         assert "p2" in {w.participant_id for w in analyst_status(cfg).withdrawn}
         files.data["p2"].write_text(_table(30))
-        procs = {"p2": start(["participant", "upload", "--config", configs["p2"]], logs["p2"])}
-        try:
-            # Cleared while it waits for the dealer, who has not run yet.
-            assert wait_until(lambda: not analyst_status(cfg).withdrawn, 60)
+
+        def dealer_not_yet() -> None:  # cleared while p2 waits for the dealer, not yet run
             assert not (files.store / "relay" / "keys" / "p0.pb").exists()
-            procs |= {pid: start(["participant", "upload", "--config", configs[pid]],
-                                 logs[pid]) for pid in ("p0", "p1")}
-            assert {p: procs[p].wait(120) for p in IDS} == dict.fromkeys(IDS, 0), \
-                {p: logs[p].read_text()[-400:] for p in IDS}
-        finally:
-            for proc in procs.values():
-                stop(proc)
-        assert wait_until(lambda: analyst_status(cfg).state == "done", 60)
+
+        _back_then_the_others(configs, logs, dealer_not_yet)
         assert "p2 is back (its withdrawal is cleared)" in (files.root / "analyst.log") \
             .read_text()
 
