@@ -115,7 +115,7 @@ def _draft(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from noisyanchor.common.errors import ConfigError
-    from noisyanchor.common.tabular import TabularSchema, read_table
+    from noisyanchor.common.tabular import TableError, TabularSchema, read_table
     from noisyanchor.common.tabular.ranges import far_values
     from noisyanchor.common.tomlconfig import read_toml
 
@@ -126,9 +126,12 @@ def _check(args: argparse.Namespace) -> int:
     data = reading["data"]
     typed = "column" in doc["schema"]
     schema = TabularSchema.from_toml(doc["schema"], args.schema) if typed else None
-    table = read_table(data, schema, label_column=reading["label_column"],
-                       tag_column=reading["tag_column"], require_label=not args.no_labels,
-                       delimiter=reading["delimiter"], decimal=reading["decimal"])
+    try:
+        table = read_table(data, schema, label_column=reading["label_column"],
+                           tag_column=reading["tag_column"], require_label=not args.no_labels,
+                           delimiter=reading["delimiter"], decimal=reading["decimal"])
+    except TableError as err:
+        raise _naming_the_kit(err, args.schema) if "participant" in doc else err from None
     features = doc["schema"].get("features")
     if not typed and features is not None and table.x.shape[1] != features:
         raise ConfigError(f"{data} has {table.x.shape[1]} feature columns but "
@@ -155,6 +158,16 @@ def _check(args: argparse.Namespace) -> int:
     for warning in outcome["warnings"]:
         print(f"warning: {warning}")
     return 0
+
+
+def _naming_the_kit(err, kit: Path):
+    """``err`` with its fix naming the kit the site gave (``--schema``), where it says "the
+    site's config": the file to edit, not a description of it."""
+    from noisyanchor.common.tabular import TableError
+
+    return TableError(err.file, err.problem, line=err.line, column=err.column, value=err.value,
+                      hint=err.hint.replace("the site's config", str(kit)).replace(
+                          "<the kit's config>", str(kit)), detail=err.detail)
 
 
 def _kit_reading(doc: dict, args: argparse.Namespace) -> dict:

@@ -108,7 +108,9 @@ def test_schema_check_reads_the_table_as_the_sites_kit_says(tmp_path, capsys):
     assert main(["schema", "check", "--schema", str(kit), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["records"] == 40
     assert main(["schema", "check", "--schema", str(kit), "--delimiter", ","]) == 1  # overrides
-    assert "seems semicolon-separated" in capsys.readouterr().err
+    err = " ".join(capsys.readouterr().err.split())
+    assert "seems semicolon-separated" in err
+    assert f"set [participant] delimiter = ';' in {kit} (schema check --schema {kit}" in err
     # A decimal-comma export: the kit's [participant] decimal reads it (--decimal overrides).
     (tmp_path / "data" / "org-b.csv").write_text(TABLE.replace(",", ";").replace(".0;", ",0;"))
     kit_b = kit.with_name("org-b.toml")
@@ -117,7 +119,8 @@ def test_schema_check_reads_the_table_as_the_sites_kit_says(tmp_path, capsys):
     assert main(["schema", "check", "--schema", str(kit_b), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["records"] == 40
     assert main(["schema", "check", "--schema", str(kit_b), "--decimal", "."]) == 1
-    assert "a decimal comma: set [participant] decimal = ','" in capsys.readouterr().err
+    assert f"a decimal comma: set [participant] decimal = ',' in {kit_b}" in \
+        " ".join(capsys.readouterr().err.split())
     assert main(["schema", "check", "--schema", str(draft)]) == 1  # no kit: --data needed
     assert "no table to check: give --data" in capsys.readouterr().err
     with pytest.raises(SystemExit):
