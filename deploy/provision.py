@@ -657,20 +657,7 @@ def check_split_fits(out: Path, project: Project, source: Path) -> None:
     except (OSError, ValueError):  # no summary (or not data split's): nothing to compare
         return
     columns, label = summary.get("columns"), summary.get("label")
-    schema = project.schema or {}
-    if not columns or not label or not schema:
-        return
-    if "column" in schema:
-        absent = [c["name"] for c in schema["column"] if c.get("name") not in columns]
-        named = schema.get("label", "label")
-        problem = (f"declares column(s) {', '.join(map(repr, absent))}, which they lack"
-                   if absent else f"names the label {named!r}" if named != label else "")
-    else:  # plain: every column but 'label' (the kits' label_column) and 'split' a number
-        features, want = len([c for c in columns if c not in (label, "split")]), \
-            schema.get("features")
-        problem = ("is plain, whose sites read the label from a column 'label'"
-                   if label != "label" else f"is plain, with features = {want} numeric columns "
-                   f"besides the label, not {features}" if want not in (None, features) else "")
+    problem = _misfit(project.schema, columns, label) if columns and label else ""
     if problem:
         first = summary.get("sites", {}).get(project.sites[0].name, {}).get("table", "SITE.csv")
         raise ConfigError(
@@ -680,6 +667,27 @@ def check_split_fits(out: Path, project: Project, source: Path) -> None:
             f"and give it: noisyanchor schema draft --data {first} --label {label} --out "
             f"schema.toml, then provision --project {project.path} --schema schema.toml "
             f"--out {out} (nothing was written)")
+
+
+def _misfit(schema: dict[str, Any] | None, columns: list[str], label: str) -> str:
+    """What of ``schema`` a table with the header ``columns`` and the label column ``label``
+    does not fit (as a site reads it), else empty."""
+    if not schema:
+        return ""
+    if "column" in schema:
+        absent = [c.get("name") for c in schema["column"] if c.get("name") not in columns]
+        if absent:
+            return f"declares column(s) {', '.join(map(repr, absent))}, which they lack"
+        named = schema.get("label", "label")
+        return f"names the label {named!r}" if named != label else ""
+    # Plain: the sites read the label from 'label' (the kits' label_column), every other
+    # column but 'split' as a number.
+    if label != "label":
+        return "is plain, whose sites read the label from a column 'label'"
+    features = len([c for c in columns if c not in (label, "split")])
+    want = schema.get("features")
+    return (f"is plain, with features = {want} numeric columns besides the label, not "
+            f"{features}" if want not in (None, features) else "")
 
 
 def _not_empty(out: Path) -> str:
