@@ -186,7 +186,7 @@ class Federation:
 
     def withdraw(self, pid: str, reason: str) -> None:
         """Record that ``pid`` cannot take part (the others stop waiting for it); cleared when
-        it publishes its exchange key again."""
+        it takes part again (:meth:`rejoin`)."""
         if pid in self.store.committed(self.store.uploads):
             raise PreconditionError(f"{pid!r} already committed its upload; it cannot withdraw")
         text = peer_text(reason, MAX_PEER_TEXT, empty="no reason given")  # before stored/logged
@@ -200,7 +200,9 @@ class Federation:
                 for pid in self.config.participants
                 if (path := self._withdrawn_dir / f"{pid}.txt").is_file()}
 
-    def _rejoin(self, pid: str) -> None:
+    def rejoin(self, pid: str) -> None:
+        """Clear ``pid``'s standing withdrawal: it takes part again (it asked so, once its
+        records were read, or it published a key or an upload)."""
         path = self._withdrawn_dir / f"{pid}.txt"
         if path.is_file():
             path.unlink()
@@ -341,7 +343,7 @@ class Federation:
         self.check_deadline()
         self.check_upload_header(stream.spec)
         done = self._commit(pid, stream, "upload")
-        self._rejoin(pid)
+        self.rejoin(pid)
         self.maybe_align()
         return done
 
@@ -402,7 +404,7 @@ class Federation:
         self.check_deadline()
         verify_exchange_key(cert_pem, self.ca_pems[0], self.config.federation_id,
                             pid, public_key, signature, bound_to=bound_to)
-        self._rejoin(pid)
+        self.rejoin(pid)
         msg = pb.SignedKey(participant_id=pid, public_key=public_key, signature=signature,
                            certificate_pem=cert_pem, bound_to=bound_to)
         # Signatures may be randomized, so the public key decides whether it is the same.

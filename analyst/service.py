@@ -87,6 +87,8 @@ class AnalystServicer(pb_grpc.AnalystServicer):
     @grpc_edge
     def Status(self, request, context):
         pid, _ = self._caller(context, request.federation_id)
+        if request.rejoin:
+            self.fed.rejoin(pid)
         return pb.StatusReply(**self.fed.status(pid))
 
     @grpc_edge

@@ -185,8 +185,10 @@ def result_lines(result: dict[str, Any]) -> list[str]:
                      f"({model['n_train']} training rows)")
         alone = model.get("participant_only_balanced_accuracy")
         if alone is not None:
-            lines.append(f"    (the same model told only whose record each row is: "
-                         f"{alone:.4f})")
+            # Issue 34: "told only whose record each row is" left the operator guessing.
+            lines.append(f"    (baseline: the same model knowing only which site each record "
+                         f"comes from scores {alone:.4f}; near it, it learned nothing from the "
+                         "records)")
         for site, metrics in (model.get("sites") or {}).items():
             score = metrics.get("balanced_accuracy")
             # The gain against a local-only model on the site's own rows of Z, when told.

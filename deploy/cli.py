@@ -32,7 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     prov.add_argument("--project", type=Path, required=True,
                       help="project file (deploy/templates/federation.toml)")
     prov.add_argument("--out", type=Path, default=None,
-                      help="kits folder (default: kits/ beside the project file)")
+                      help="kits folder (default: kits/ beside the project file); it may hold "
+                      "data split's tables for the sites already")
+    prov.add_argument("--schema", type=Path, default=None, metavar="FILE",
+                      help="use this file's [schema] (schema draft's output, reviewed) instead "
+                      "of the project's; first run only")
     action = prov.add_mutually_exclusive_group()
     action.add_argument("--add-site", nargs="+", default=None, metavar="SITE",
                         help="make kits for sites added to the project, with the kept CA")
@@ -90,7 +94,7 @@ def _provision(args: argparse.Namespace) -> int:
         done = sign_request(args.project, args.sign, args.out)
     else:
         done = provision(args.project, args.out, add_sites=tuple(args.add_site or ()),
-                         renew=tuple(args.renew or ()))
+                         renew=tuple(args.renew or ()), schema=args.schema)
     kits = {name: str(path) for name, path in sorted(done.kits.items())}
     project = done.project
     deadline = project.federation.get("deadline") if project else None
@@ -105,6 +109,8 @@ def _provision(args: argparse.Namespace) -> int:
           f"{done.out / 'ca'} (never ship it)")
     if project is not None:
         print(_federation_line(project))
+    if args.schema is not None and project is not None:
+        print(_schema_line(project, args.schema))
     if args.add_site or args.renew or args.sign:
         for name, files in changed.items():
             print(f"  ship again to {name}: {', '.join(files)} (from {done.out / name})")
@@ -149,6 +155,18 @@ def _federation_line(project) -> str:
     until = f"deadline {human_time(deadline)}" if deadline else "no deadline (sites wait 1 h)"
     return (f"federation {project.name}: the analyst listens on {project.bind}:{project.port}"
             f"{health}; {until}")
+
+
+def _schema_line(project, source: Path) -> str:
+    """What ``--schema`` gave every kit: the encoded width and the digest each pins."""
+    from noisyanchor.common.tabular import TabularSchema
+
+    if "column" not in project.schema:
+        return f"[schema] from {source} (plain) in every kit"
+    schema = TabularSchema.from_toml(project.schema, source)
+    n = len(schema.columns)
+    return (f"[schema] from {source}: {n} column{'s' * (n != 1)}, d_in = {schema.width} "
+            f"encoded; every site's kit pins its preprocessing {schema.digest().hex()[:16]}...")
 
 
 def _certs(args: argparse.Namespace) -> int:

@@ -31,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     draft.add_argument("--label", default="label", help="the label column")
     draft.add_argument("--tag", default="split", help="the optional split column (left out)")
     draft.add_argument("--delimiter", default=",", help="between values")
+    draft.add_argument("--decimal", default=".", choices=(".", ","),
+                       help="the decimal mark of numbers (',' with another delimiter)")
     draft.add_argument("--scaling", choices=SCALINGS, default="standard",
                        help="numeric columns: center/scale (standard) or min/max (range)")
     draft.add_argument("--max-categories", type=int, default=MAX_CATEGORIES,
@@ -44,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--schema", type=Path, required=True,
                        help="a file with the [schema] table: a site's kit config "
                        "(kits/<site>/<site>.toml, whose [participant] data, delimiter, "
-                       "label_column and tag_column are used too), the project file, the "
+                       "decimal, label_column and tag_column are used too), the project file, the "
                        "analyst config or a draft")
     check.add_argument("--data", type=Path, default=None,
                        help="the site's CSV table (default: the kit's [participant] data)")
@@ -54,6 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "kit's tag_column, else 'split')")
     check.add_argument("--delimiter", default=None,
                        help="between values (default: the kit's delimiter, else ',')")
+    check.add_argument("--decimal", default=None, choices=(".", ","),
+                       help="the decimal mark of numbers (default: the kit's decimal, else '.')")
     check.add_argument("--no-labels", action="store_true",
                        help="a table without labels (records to predict)")
     check.add_argument("--json", action="store_true", help="print the outcome as JSON")
@@ -75,7 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="fraction of each site's records held back for prediction "
                        "(<site>-new.csv without labels, <site>-new-labels.csv)")
     split.add_argument("--label", default="label", help="the label column of a FILE")
-    split.add_argument("--delimiter", default=",", help="between the values of a FILE")
+    split.add_argument("--delimiter", default=",", help="between the values of a FILE, and of "
+                       "the sites' tables made from it")
     split.add_argument("--seed", type=int, default=0, help="of the split")
     split.add_argument("--json", action="store_true", help="print what each site got, and "
                        "where the summary is, as JSON")
@@ -88,7 +93,8 @@ def _draft(args: argparse.Namespace) -> int:
     from noisyanchor.common.tabular.draft import draft_text, survey
 
     draft = survey(args.data, label_column=args.label, tag_column=args.tag,
-                   delimiter=args.delimiter, max_categories=args.max_categories)
+                   delimiter=args.delimiter, decimal=args.decimal,
+                   max_categories=args.max_categories)
     text = draft_text(draft, scaling=args.scaling)
     if draft.label is None:
         candidates = draft.label_candidates()
@@ -109,7 +115,7 @@ def _draft(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from noisyanchor.common.errors import ConfigError
-    from noisyanchor.common.tabular import TabularSchema, read_table
+    from noisyanchor.common.tabular import TableError, TabularSchema, read_table
     from noisyanchor.common.tabular.ranges import far_values
     from noisyanchor.common.tomlconfig import read_toml
 
@@ -120,9 +126,12 @@ def _check(args: argparse.Namespace) -> int:
     data = reading["data"]
     typed = "column" in doc["schema"]
     schema = TabularSchema.from_toml(doc["schema"], args.schema) if typed else None
-    table = read_table(data, schema, label_column=reading["label_column"],
-                       tag_column=reading["tag_column"], require_label=not args.no_labels,
-                       delimiter=reading["delimiter"])
+    try:
+        table = read_table(data, schema, label_column=reading["label_column"],
+                           tag_column=reading["tag_column"], require_label=not args.no_labels,
+                           delimiter=reading["delimiter"], decimal=reading["decimal"])
+    except TableError as err:
+        raise _naming_the_kit(err, args.schema) if "participant" in doc else err from None
     features = doc["schema"].get("features")
     if not typed and features is not None and table.x.shape[1] != features:
         raise ConfigError(f"{data} has {table.x.shape[1]} feature columns but "
@@ -151,6 +160,16 @@ def _check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _naming_the_kit(err, kit: Path):
+    """``err`` with its fix naming the kit the site gave (``--schema``), where it says "the
+    site's config": the file to edit, not a description of it."""
+    from noisyanchor.common.tabular import TableError
+
+    return TableError(err.file, err.problem, line=err.line, column=err.column, value=err.value,
+                      hint=err.hint.replace("the site's config", str(kit)).replace(
+                          "<the kit's config>", str(kit)), detail=err.detail)
+
+
 def _kit_reading(doc: dict, args: argparse.Namespace) -> dict:
     """How ``schema check`` reads the table: the command line's options, else the site kit's
     ``[participant]`` settings (when ``--schema`` is a kit config), else the defaults: the same
@@ -161,6 +180,7 @@ def _kit_reading(doc: dict, args: argparse.Namespace) -> dict:
     kit = Table(doc, "participant", args.schema, required=False)
     reading = {"data": args.data if args.data is not None else kit.path("data", None),
                "delimiter": args.delimiter or kit.str("delimiter", ","),
+               "decimal": args.decimal or kit.str("decimal", "."),
                "label_column": args.label or kit.str("label_column", "label"),
                "tag_column": args.tag or kit.str("tag_column", "split")}
     if reading["data"] is None:
@@ -174,7 +194,8 @@ def _split(args: argparse.Namespace) -> int:
 
     table = read_source(args.dataset, label_column=args.label, delimiter=args.delimiter)
     shares = split_table(table, [s.strip() for s in args.sites.split(",") if s.strip()],
-                         args.out, alpha=args.alpha, holdout=args.holdout, seed=args.seed)
+                         args.out, alpha=args.alpha, holdout=args.holdout, seed=args.seed,
+                         delimiter=args.delimiter)
     summary = summary_path(args.out)
     if args.json:
         # keyed by site id, as every --json output's "sites" (common.json_vocabulary)

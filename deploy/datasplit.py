@@ -7,7 +7,8 @@ mostly a few classes; :func:`experiments.partition.label_skewed`). Optionally a 
 site's records is held back for prediction: ``<site>-new.csv`` holds them without the label
 column (next week's records, what ``participant predict`` reads), ``<site>-new-labels.csv``
 their labels in the same order, to score the predictions. A FILE keeps its cells as written
-(typed columns, categories, missing cells and all); rows stay in their original order.
+(typed columns, categories, missing cells and all) and its delimiter; rows stay in their
+original order.
 
 ``--out`` is a folder, or a pattern with ``{site}`` (``'kits/{site}/data'`` puts each table
 where the site's kit expects it). The summary ``split.json`` (every site's counts and paths: the
@@ -92,18 +93,20 @@ def summary_path(out: str) -> Path:
     return (Path(out) if at is None else Path(*parts[:at])) / SUMMARY
 
 
-def _csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> bytes:
+def _csv(header: Sequence[str], rows: Sequence[Sequence[str]], delimiter: str = ",") -> bytes:
     buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
+    writer = csv.writer(buf, delimiter=delimiter, lineterminator="\n")
     writer.writerow(header)
     writer.writerows(rows)
     return buf.getvalue().encode()
 
 
 def split_table(table: Table, sites: Sequence[str], out: str, *, alpha: float | None = None,
-                holdout: float = 0.0, seed: int = 0) -> list[SiteShare]:
+                holdout: float = 0.0, seed: int = 0, delimiter: str = ",") -> list[SiteShare]:
     """Deal ``table``'s records to ``sites`` and write one CSV per site (see the module
-    docstring); returns what each site got. ``seed`` makes the split reproducible."""
+    docstring); returns what each site got. ``seed`` makes the split reproducible;
+    ``delimiter`` is the source's, kept in every site's table (a ``;`` export's decimal commas
+    stay readable, as ``[participant] decimal = ','`` reads them)."""
     sites = [check_id(s, "site name") for s in sites]
     if len(sites) < 2 or len(set(sites)) != len(sites):
         raise InvalidInputError(f"--sites needs at least 2 distinct names, got {sites}")
@@ -126,15 +129,16 @@ def split_table(table: Table, sites: Sequence[str], out: str, *, alpha: float | 
             held[rng.permutation(len(part))[:round(holdout * len(part))]] = True
         kept = part[~held]
         path = folder / f"{site}.csv"
-        plan[path] = _csv(table.header, [table.rows[i] for i in kept])
+        plan[path] = _csv(table.header, [table.rows[i] for i in kept], delimiter)
         share = SiteShare(site, path, len(kept), {str(c): int(np.sum(y[kept] == k))
                                                   for k, c in enumerate(classes)})
         if held.any():
             features = [j for j in range(len(table.header)) if j != label_at]
             new, new_labels = folder / f"{site}-new.csv", folder / f"{site}-new-labels.csv"
             plan[new] = _csv([table.header[j] for j in features],
-                             [[table.rows[i][j] for j in features] for i in part[held]])
-            plan[new_labels] = _csv([table.label], [[texts[i]] for i in part[held]])
+                             [[table.rows[i][j] for j in features] for i in part[held]],
+                             delimiter)
+            plan[new_labels] = _csv([table.label], [[texts[i]] for i in part[held]], delimiter)
             share = SiteShare(site, path, len(kept), share.labels, new, new_labels,
                               int(held.sum()))
         shares.append(share)
@@ -143,7 +147,8 @@ def split_table(table: Table, sites: Sequence[str], out: str, *, alpha: float | 
             "table": str(s.path), "records": s.records, "labels": s.labels,
             "held_back": s.held_back, "new": str(s.new) if s.new else None,
             "new_labels": str(s.new_labels) if s.new_labels else None} for s in shares},
-        "label": table.label, "alpha": alpha, "holdout": holdout, "seed": seed},
+        "label": table.label, "columns": list(table.header), "alpha": alpha,
+        "holdout": holdout, "seed": seed},
         indent=2).encode()
     existing = [str(p) for p in plan if p.exists()]
     if existing:

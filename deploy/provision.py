@@ -243,7 +243,8 @@ def check_agreement_not_started(out: Path, sites: tuple[str, ...]) -> None:
 
 
 def _kit_settings(out: Path) -> dict[str, Any]:
-    """The port, health port and deadline the analyst's kit under ``out`` already names."""
+    """The port, health port, deadline and ``[schema]`` the analyst's kit under ``out``
+    already names."""
     config = out / "analyst" / "analyst.toml"
     if not config.is_file():
         raise NotFoundError(f"no analyst kit under {out} (its {config} names the federation's "
@@ -251,7 +252,7 @@ def _kit_settings(out: Path) -> dict[str, Any]:
     doc = read_toml(config)
     server, fed = doc.get("server", {}), doc.get("federation", {})
     return {"port": server.get("port"), "health_port": server.get("health_port"),
-            "deadline": fed.get("deadline")}
+            "deadline": fed.get("deadline"), "schema": doc.get("schema")}
 
 
 def settle(project: Project, out: Path, *, first: bool) -> Project:
@@ -262,7 +263,8 @@ def settle(project: Project, out: Path, *, first: bool) -> Project:
     (``--add-site``, ``--renew``, ``--sign``) every kit keeps naming what the analyst's kit
     names: its ports where the project says 0, and always its deadline, so a relative deadline
     ("in 7 days") is not moved by a later run and one extended with ``noisyanchor analyst
-    deadline`` is not put back.
+    deadline`` is not put back; and its ``[schema]`` (given with ``--schema`` at the first run,
+    perhaps), which every site's table must fit.
     """
     if first:
         check_deadline_ahead(project)
@@ -287,7 +289,10 @@ def settle(project: Project, out: Path, *, first: bool) -> Project:
         fed["deadline"] = kit["deadline"]
     ports = {name: kit[name] for name in ("port", "health_port")
              if getattr(project, name) == 0 and kit[name] is not None}
-    return replace(project, federation=fed, **ports)
+    if kit["schema"] != project.schema:
+        log.warning("the analyst's kit keeps its [schema]; the project's is used only when "
+                    "provisioning a new federation")
+    return replace(project, federation=fed, schema=kit["schema"], **ports)
 
 
 # -- configs ---------------------------------------------------------------------------------
@@ -391,7 +396,8 @@ def _write_kit(root: Path, name: str, tables: dict, ca: KeptCa, cert: x509.Certi
     # The folders a role writes, made now: a kit mounted read-only (containers) gets volumes
     # mounted on them.
     for folder in (("store", "logs") if name == "analyst" else ("state", "data")):
-        (kit / folder).mkdir(exist_ok=True)
+        # A site's state is private (as its key): made so, the reader has nothing to narrow.
+        (kit / folder).mkdir(mode=0o700 if folder == "state" else 0o777, exist_ok=True)
     pem = serialization.Encoding.PEM
     write_file(kit / "pki" / "ca.pem", ca.cert.public_bytes(pem))
     write_file(kit / "pki" / f"{name}.pem", cert.public_bytes(pem))
@@ -469,8 +475,8 @@ def _commit(staging: Path, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     for path in sorted(staging.rglob("*")):
         target = out / path.relative_to(staging)
-        if path.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():  # with the staged folder's mode: a site's state/ stays private
+            target.mkdir(mode=path.stat().st_mode & 0o777, parents=True, exist_ok=True)
         else:
             os.replace(path, target)
     return [out / item.name for item in sorted(staging.iterdir())]
@@ -489,7 +495,7 @@ class Provisioned:
 
 
 def provision(project_path: Path, out: Path | None = None, *, add_sites: tuple[str, ...] = (),
-              renew: tuple[str, ...] = ()) -> Provisioned:
+              renew: tuple[str, ...] = (), schema: Path | None = None) -> Provisioned:
     """Make (or extend, or renew) the startup kits of a project.
 
     Parameters
@@ -505,17 +511,28 @@ def provision(project_path: Path, out: Path | None = None, *, add_sites: tuple[s
         Sites (or ``analyst``) whose certificates are issued again for their existing key,
         valid for the project's ``validity_days`` from now; ``ca``: the CA's own certificate,
         for the same key and name (:func:`_renew_ca`).
+    schema : Path, optional
+        A file whose ``[schema]`` (``schema draft``'s output, reviewed) replaces the
+        project's, at the first run only: later runs keep the kits' (:func:`settle`).
     """
     project = load_project(project_path)
     out = Path(out) if out is not None else project.path.parent / "kits"
     first = not (out / "ca" / "ca.key").exists()
+    if schema is not None:
+        if not first:
+            raise PreconditionError(f"{out} is already provisioned: its kits keep the [schema] "
+                                    f"they were made with; --schema {schema} is for the first "
+                                    "run, into a new --out")
+        project = replace(project, schema=schema_table(schema))
     for name in (*add_sites, *(r for r in renew if r not in ("analyst", CA_FOLDER))):
         project.site(name)
     if first and (add_sites or renew):
         raise NotFoundError(f"no CA under {out / 'ca'}: run 'noisyanchor provision --project "
                             f"{project.path}' first")
-    if first and out.exists() and any(p for p in out.iterdir()):
+    if first and out.exists() and not _only_site_tables(out, project):
         raise AlreadyExistsError(_not_empty(out))
+    if first:
+        check_split_fits(out, project, schema or project.path)
     if not first and not (add_sites or renew):
         raise AlreadyExistsError(f"{out} is already provisioned (CA in {out / 'ca'}): use "
                                  "--add-site SITE, --renew SITE, or another --out")
@@ -603,17 +620,86 @@ def _renew_ca(staging: Path, out: Path, project: Project, ca: KeptCa) -> None:
             write_file(staging / kit.name / "pki" / "ca.pem", pem)
 
 
+def schema_table(path: Path) -> dict[str, Any]:
+    """The ``[schema]`` table of ``path`` (a reviewed ``schema draft``), its typed columns
+    checked here so that a refusal names this file rather than the project."""
+    doc = read_toml(path)
+    table = doc.get("schema")
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: no [schema] table (--schema takes schema draft's output, or "
+                          "any file with a [schema] table)")
+    if "column" in table:
+        TabularSchema.from_toml(table, path)
+    return table
+
+
+def _only_site_tables(out: Path, project: Project) -> bool:
+    """Whether ``out`` holds nothing but what ``data split --out 'kits/{site}/data'`` writes
+    for the project's sites (their ``data/`` folders and the summary): the kits are made
+    around them."""
+    from noisyanchor.deploy.datasplit import SUMMARY
+
+    sites = set(project.site_names)
+    return all((p.name == SUMMARY and p.is_file())
+               or (p.name in sites and p.is_dir() and [q.name for q in p.iterdir()] == ["data"])
+               for p in out.iterdir())
+
+
+def check_split_fits(out: Path, project: Project, source: Path) -> None:
+    """Refuse kits whose sites' tables, dealt into ``out`` by ``data split`` (its summary names
+    their columns and label), the project's ``[schema]`` (from ``source``) cannot read: every
+    site would be refused at its upload, and withdraw. Only the operator's summary is read,
+    never a site's table (a site's export dialect is its own, set in its kit)."""
+    from noisyanchor.deploy.datasplit import SUMMARY
+
+    try:
+        summary = json.loads((out / SUMMARY).read_text())
+    except (OSError, ValueError):  # no summary (or not data split's): nothing to compare
+        return
+    columns, label = summary.get("columns"), summary.get("label")
+    problem = _misfit(project.schema, columns, label) if columns and label else ""
+    if problem:
+        first = summary.get("sites", {}).get(project.sites[0].name, {}).get("table", "SITE.csv")
+        raise ConfigError(
+            f"{out / SUMMARY}: the sites' tables have columns {', '.join(map(repr, columns))} "
+            f"and the label {label!r}, but the [schema] of {source} {problem}: every "
+            f"site would be refused at its upload. Draft one from a site's table, review it "
+            f"and give it: noisyanchor schema draft --data {first} --label {label} --out "
+            f"schema.toml, then provision --project {project.path} --schema schema.toml "
+            f"--out {out} (nothing was written)")
+
+
+def _misfit(schema: dict[str, Any] | None, columns: list[str], label: str) -> str:
+    """What of ``schema`` a table with the header ``columns`` and the label column ``label``
+    does not fit (as a site reads it), else empty."""
+    if not schema:
+        return ""
+    if "column" in schema:
+        absent = [c.get("name") for c in schema["column"] if c.get("name") not in columns]
+        if absent:
+            return f"declares column(s) {', '.join(map(repr, absent))}, which they lack"
+        named = schema.get("label", "label")
+        return f"names the label {named!r}" if named != label else ""
+    # Plain: the sites read the label from 'label' (the kits' label_column), every other
+    # column but 'split' as a number.
+    if label != "label":
+        return "is plain, whose sites read the label from a column 'label'"
+    features = len([c for c in columns if c not in (label, "split")])
+    want = schema.get("features")
+    return (f"is plain, with features = {want} numeric columns besides the label, not "
+            f"{features}" if want not in (None, features) else "")
+
+
 def _not_empty(out: Path) -> str:
-    """Why a first run refuses ``out``, and the order that works (sites' tables, as
-    ``data split`` writes them, go into kits that exist)."""
+    """Why a first run refuses ``out``, and what it accepts."""
     from noisyanchor.deploy.datasplit import SUMMARY
 
     tables = (out / SUMMARY).is_file() or any((p / "data").is_dir() for p in out.iterdir())
-    held = "holds sites' tables (data split's output?) but no CA" if tables else \
-        "is not empty and holds no CA"
-    return (f"{out} {held}: provision makes the kits first, into an empty or new folder, then "
-            f"'noisyanchor data split ... --out {out}/{{site}}/data' puts each site's table "
-            "into its kit; move what is there away, or choose another --out")
+    held = "holds more than the project's sites' tables (data split's output) and no CA" \
+        if tables else "is not empty and holds no CA"
+    return (f"{out} {held}: provision makes the kits into a new or empty folder, or one "
+            f"holding only 'noisyanchor data split ... --out {out}/{{site}}/data' for the "
+            "project's [[site]] names; move what else is there away, or choose another --out")
 
 
 def _renew(staging: Path, out: Path, project: Project, ca: KeptCa, name: str) -> None:

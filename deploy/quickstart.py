@@ -7,6 +7,8 @@ order with ``bash -e`` in a folder of its own where ``deploy`` points at this pa
 so the README's relative paths hold; commands sent to the background (``&``) keep running until
 the block ends, and then every process the block started is stopped. The first command
 (``pip install``) is counted and only run when asked: the installed package runs the rest.
+Another walk (``deploy/README.md``'s pilot on one's own table, :data:`OWN_TABLE_HEADING`) is
+counted and run the same way, from its heading.
 """
 
 from __future__ import annotations
@@ -26,17 +28,21 @@ from noisyanchor.deploy.launch import child_env
 #: The README heading whose first bash block is the quick start.
 HEADING = "## A pilot between organisations, quick start"
 
+#: The deploy/README.md heading whose first bash block walks a pilot on the operator's own table.
+OWN_TABLE_HEADING = "### Your own table"
+
 #: The package installer's command, the block's first line.
 INSTALL = "pip install"
 
 
-def quickstart_commands(readme: Path) -> list[str]:
-    """The command lines of the README's quick start, comments stripped."""
+def quickstart_commands(readme: Path, heading: str = HEADING) -> list[str]:
+    """The command lines of the first bash block under ``heading`` (the README's quick start),
+    comments stripped."""
     text = Path(readme).read_text()
-    start = text.find(HEADING)
+    start = text.find(heading)
     block = re.search(r"```bash\n(.*?)```", text[start:], re.DOTALL) if start >= 0 else None
     if block is None:
-        raise NotFoundError(f"{readme} has no bash block under {HEADING!r}")
+        raise NotFoundError(f"{readme} has no bash block under {heading!r}")
     lines = (re.sub(r"\s+#\s.*$", "", ln).strip() for ln in block.group(1).splitlines())
     return [ln for ln in lines if ln and not ln.startswith("#")]
 
@@ -54,18 +60,22 @@ class QuickstartRun:
 
 
 def run_quickstart(root: Path, readme: Path, *, install: bool = False,
-                   timeout: float = 900.0) -> QuickstartRun:
+                   timeout: float = 900.0, commands: list[str] | None = None, first: int = 1,
+                   name: str = "quickstart") -> QuickstartRun:
     """Run the quick start of ``readme`` in ``root`` (see the module docstring).
 
     ``install``: run the ``pip install`` line too, in the README's folder (the repository);
     otherwise it is only counted. The block is stopped after ``timeout`` seconds.
+    ``commands``: these lines instead (part of a block, numbered from ``first``: a walk run in
+    parts, with the world changing between them), in ``<name>.sh``, printing to ``<name>.log``.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    commands = quickstart_commands(readme)
-    (root / "deploy").symlink_to(Path(__file__).resolve().parent, target_is_directory=True)
+    commands = quickstart_commands(readme) if commands is None else commands
+    if not (root / "deploy").exists():
+        (root / "deploy").symlink_to(Path(__file__).resolve().parent, target_is_directory=True)
     script = ["set -e"]
-    for i, command in enumerate(commands, 1):
+    for i, command in enumerate(commands, first):
         shown = f"== {i}: {command}"
         if command.startswith(INSTALL):
             if not install:
@@ -73,12 +83,12 @@ def run_quickstart(root: Path, readme: Path, *, install: bool = False,
                 continue
             command = f"(cd {shlex.quote(str(Path(readme).resolve().parent))} && {command})"
         script += [f"echo {shlex.quote(shown)}", command]
-    (root / "quickstart.sh").write_text("\n".join(script) + "\n")
-    log = root / "quickstart.log"
+    (root / f"{name}.sh").write_text("\n".join(script) + "\n")
+    log = root / f"{name}.log"
     begin = time.monotonic()
     with open(log, "wb") as out:
         # A session of its own: the background commands are stopped with the block.
-        proc = subprocess.Popen(["bash", "quickstart.sh"], cwd=root, stdout=out,
+        proc = subprocess.Popen(["bash", f"{name}.sh"], cwd=root, stdout=out,
                                 stderr=subprocess.STDOUT, env=child_env(),
                                 start_new_session=True)
         try:

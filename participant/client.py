@@ -332,10 +332,11 @@ class AnalystClient:
         sender = BundleSender(spec, arrays, chunk_size)
         return self.call(kind, lambda: rpc(sender.messages(), timeout=deadline))
 
-    def status(self) -> pb.StatusReply:
-        """The federation's progress."""
+    def status(self, *, rejoin: bool = False) -> pb.StatusReply:
+        """The federation's progress; ``rejoin``: this participant takes part again, which
+        clears its own standing withdrawal (``StatusRequest.rejoin``)."""
         return self.call("status", lambda: self.stub.Status(
-            pb.StatusRequest(federation_id=self.federation_id)))
+            pb.StatusRequest(federation_id=self.federation_id, rejoin=rejoin)))
 
     def describe(self) -> pb.FederationInfo:
         """The federation's declaration (schema, method parameters, deadline)."""

@@ -14,6 +14,7 @@ from noisyanchor.common.gdp import DEFAULT_TRANSLATION_SCALE
 from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.sealing import SEED_BYTES
 from noisyanchor.common.tabular import TabularSchema
+from noisyanchor.common.tabular.reader import check_decimal
 from noisyanchor.common.tomlconfig import Table, TlsFiles, check_id, read_toml
 from noisyanchor.common.validation import check_anchor_rows, check_positive
 
@@ -43,6 +44,9 @@ class ParticipantConfig:
         (optional) split tags.
     delimiter : str
         Between the values of a CSV file (default ``,``).
+    decimal : str
+        The decimal mark of a CSV file's numbers: ``.`` (default) or ``,`` (with another
+        delimiter, as spreadsheets in many locales export ``3,5;12``).
     label_index : int
         Label column of a ``.npy`` file.
     state_dir : Path
@@ -94,6 +98,7 @@ class ParticipantConfig:
     anchor_seed: bytes | None
     tls: TlsFiles
     delimiter: str = ","
+    decimal: str = "."
     preprocessing_sha256: str | None = None
     schema: TabularSchema | None = None
 
@@ -162,6 +167,8 @@ def load_participant_config(path: Path) -> ParticipantConfig:
         dealer=check_id(proto.str("dealer"), f"{path}: [protocol] dealer"),
         anchor_seed=anchor_seed, tls=TlsFiles.read(Table(doc, "tls", path)),
         delimiter=part.str("delimiter", ",", check=_delimiter),
+        decimal=part.str("decimal", ".", check=lambda mark: check_decimal(
+            mark, part.str("delimiter", ","))),
         preprocessing_sha256=proto.str("preprocessing_sha256", None, check=_sha256_hex))
     if anchor_seed is not None and cfg.dealer != pid:
         raise proto.error("anchor_seed", "only the dealer holds the anchor seed")

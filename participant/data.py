@@ -139,7 +139,7 @@ def _load_npy(path: Path, shown: str, label_index: int, require_labels: bool) ->
 def load_local_data(path: Path, *, schema: RecordSchema | None = None,
                     label_column: str = "label", tag_column: str = "split",
                     label_index: int = -1, require_labels: bool = True,
-                    delimiter: str = ",") -> LocalData:
+                    delimiter: str = ",", decimal: str = ".") -> LocalData:
     """Load, check and preprocess a participant's records (formats: the module docstring).
 
     Parameters
@@ -155,8 +155,8 @@ def load_local_data(path: Path, *, schema: RecordSchema | None = None,
         Label column of a ``.npy`` file.
     require_labels : bool
         False: a table without labels is read too (prediction input; ``labels`` is None).
-    delimiter : str
-        Between the values of a CSV file.
+    delimiter, decimal : str
+        Between the values of a CSV file, and the decimal mark of its numbers.
 
     Raises
     ------
@@ -169,7 +169,7 @@ def load_local_data(path: Path, *, schema: RecordSchema | None = None,
     tabular = schema.tabular if schema is not None else None
     if suffix == ".csv":
         table = read_table(path, tabular, label_column=label_column, tag_column=tag_column,
-                           require_label=require_labels, delimiter=delimiter)
+                           require_label=require_labels, delimiter=delimiter, decimal=decimal)
         return LocalData(table.x, table.labels, table.tags, table.feature_names, table.lines)
     if suffix not in (".npz", ".npy"):
         raise TableError(shown, f"unsupported data format {suffix!r}; use .csv, .npz or .npy")

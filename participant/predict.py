@@ -179,7 +179,8 @@ def prediction_records(cfg: ParticipantConfig, path: Path, key: SiteKey, *,
                                 f"column {declared!r}; the labels of {path} must be there")
     data = load_local_data(path, schema=schema, label_column=labels or cfg.label_column,
                            tag_column=cfg.tag_column, label_index=cfg.label_index,
-                           require_labels=labels is not None, delimiter=cfg.delimiter)
+                           require_labels=labels is not None, delimiter=cfg.delimiter,
+                           decimal=cfg.decimal)
     if schema is not None:
         schema.check(data.x, data.feature_names, who=str(path), federation=cfg.federation_id)
     check_records(key, data.x, data.feature_names, str(path))

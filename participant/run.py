@@ -178,7 +178,8 @@ def read_records(cfg: ParticipantConfig, schema: RecordSchema | None, *,
     """This participant's records read with exactly ``schema`` (None: no schema declared)."""
     return load_local_data(cfg.data, schema=schema, label_column=cfg.label_column,
                            tag_column=cfg.tag_column, label_index=cfg.label_index,
-                           require_labels=require_labels, delimiter=cfg.delimiter)
+                           require_labels=require_labels, delimiter=cfg.delimiter,
+                           decimal=cfg.decimal)
 
 
 def withdrawal_reason(cfg: ParticipantConfig, err: Exception) -> str:
@@ -329,6 +330,10 @@ def _join(client: AnalystClient, cfg: ParticipantConfig, early: LocalData | None
         _withdraw(client, cfg, err)
         raise
     keep_schema(cfg, info)
+    # Its records read and checked, this site takes part (again): a withdrawal it left
+    # standing is cleared now, before it waits for the dealer, or the others, waiting too,
+    # would stop on it (issue 34).
+    client.status(rejoin=True)
     if schema is not None and schema.tabular is not None and data.lines is not None:
         for far in far_values(schema.tabular, data.x, data.lines):  # this log only, not sent
             log.warning("%s: %s", cfg.data, far)

@@ -25,7 +25,14 @@ from pathlib import Path
 
 from noisyanchor.common.tabular.columns import FALSE_TOKENS, TRUE_TOKENS
 from noisyanchor.common.tabular.errors import TableError
-from noisyanchor.common.tabular.reader import open_table_text, table_header, table_rows
+from noisyanchor.common.tabular.reader import (
+    DECIMAL_COMMA,
+    FROM_DECIMAL_COMMA,
+    check_decimal,
+    open_table_text,
+    table_header,
+    table_rows,
+)
 
 #: Distinct texts up to which a text column is drafted as categorical.
 MAX_CATEGORIES = 30
@@ -73,6 +80,8 @@ class ColumnStats:
     rising, falling : bool
         Whether the numbers, in file order, only rise (each above the last) or only fall: a
         record counter's mark.
+    commas : int
+        Cells that are numbers written with a decimal comma, read as texts (``decimal='.'``).
     """
 
     name: str
@@ -89,8 +98,9 @@ class ColumnStats:
     whole: int = 0
     rising: bool = True
     falling: bool = True
+    commas: int = 0
 
-    def add(self, cell: str, max_categories: int) -> None:
+    def add(self, cell: str, max_categories: int, decimal: str = ".") -> None:
         self.n += 1
         if cell == "":
             self.missing += 1
@@ -102,9 +112,10 @@ class ColumnStats:
         else:
             self.overflow = True
         try:
-            value = float(cell)
+            value = float(cell.translate(FROM_DECIMAL_COMMA) if decimal == "," else cell)
         except ValueError:
             value = math.nan
+            self.commas += bool(DECIMAL_COMMA.fullmatch(cell))
         if not math.isfinite(value) or "_" in cell or not cell.isascii():
             return
         if self.numbers:
@@ -154,6 +165,8 @@ class ColumnStats:
             return None
         if self.numbers == self.present:
             return "numeric"
+        if self.numbers + self.commas == self.present:  # numbers, some with a decimal comma
+            return None
         tokens = set(TRUE_TOKENS) | set(FALSE_TOKENS)
         if not self.overflow and {t.casefold() for t in self.texts} <= tokens:
             return "boolean"
@@ -185,13 +198,15 @@ class Draft:
 
 
 def survey(path: Path, *, label_column: str = "label", tag_column: str = "split",
-           delimiter: str = ",", max_categories: int = MAX_CATEGORIES) -> Draft:
+           delimiter: str = ",", decimal: str = ".",
+           max_categories: int = MAX_CATEGORIES) -> Draft:
     """One streaming pass over ``path`` (errors as :func:`common.tabular.read_table`'s)."""
     path = Path(path)
     shown = str(path)
+    check_decimal(decimal, delimiter)
     with open_table_text(path, shown) as fh:
-        rows = table_rows(fh, path, shown, delimiter)
-        header_line, header = table_header(rows, shown, delimiter)
+        rows = table_rows(fh, path, shown, delimiter, decimal)
+        header_line, header = table_header(rows, shown, delimiter, decimal)
         stats = [ColumnStats(name) for name in header]
         records = 0
         for line, row in rows:
@@ -200,7 +215,7 @@ def survey(path: Path, *, label_column: str = "label", tag_column: str = "split"
                                  f"{len(header)}", line=line)
             records += 1
             for s, cell in zip(stats, row, strict=True):
-                s.add(cell.strip(), max_categories)
+                s.add(cell.strip(), max_categories, decimal)
     if not records:
         raise TableError(shown, "the file has a header but no records", line=header_line)
     label = next((s for s in stats if s.name == label_column), None)
@@ -231,14 +246,15 @@ def draft_text(draft: Draft, *, scaling: str = "standard",
     out = [
         f"# DRAFT [schema] from {draft.source} ({draft.records} records), written by",
         f"# 'noisyanchor schema draft' on {day}. Review every column before the federation uses",
-        "# it, then paste it into the project file (federation.toml).",
+        "# it, then give it to 'noisyanchor provision --schema' (or paste it into the project",
+        "# file in place of its [schema]).",
         "#",
         "# The centres, scales, ranges and categories below are THIS SITE'S OWN STATISTICS, taken",
         "# from one site's data: other sites' data differ, and every party of the federation",
         "# reads the schema, so these numbers tell them about this site's records. Replace them",
         "# with public values wherever they exist (a published reference range, a standard, the",
         "# unit's natural bounds, values agreed before anyone looked at the data). Add the",
-        "# categories other sites hold, and say what a missing cell means.",
+        "# categories other sites hold, and the public fill of a missing cell.",
         "",
         "[schema]",
     ]
@@ -269,6 +285,8 @@ def _column_lines(s: ColumnStats, scaling: str, max_categories: int) -> list[str
     seen = f"{s.present} of {s.n} cells present"
     if kind is None:
         why = ("every cell is empty" if not s.present else
+               "numbers with a decimal comma: run the draft again with --decimal ','"
+               if s.commas else
                f"more than {max_categories} distinct texts (an identifier or free text?)"
                if s.overflow else "one text only")
         return [f"# column {s.name!r} left out: {why}; {seen}"]
@@ -295,7 +313,22 @@ def _column_lines(s: ColumnStats, scaling: str, max_categories: int) -> list[str
         cats = sorted(s.texts)
         lines.append(f"categories = {_toml(cats)}  # seen at this site: add the others'")
         lines.append('unknown = "refuse"  # or the category unknown values are read as')
-    if s.missing:
-        lines.append(f'missing = "refuse"  # {s.missing} of {s.n} cells empty at this site: '
-                     'fill them in, or missing = "fill" with fill = <a public value>')
+    if s.missing:  # a draft that refused its own table's empty cells would fail its pilot
+        lines += ['missing = "fill"  # or "refuse": every site then fills its empty cells in',
+                  f"fill = {_toml(_fill(s))}  # this site's {_FILLS[kind]}, for its {s.missing} "
+                  f"of {s.n} empty cells: use a public value"]
     return lines
+
+
+#: What a drafted fill value is, by column kind (:func:`_fill`).
+_FILLS = {"numeric": "mean", "categorical": "most frequent category",
+          "boolean": "most frequent value"}
+
+
+def _fill(s: ColumnStats) -> float | str | bool:
+    """The draft's fill value of column ``s``'s empty cells: this site's mean, or its most
+    frequent category or true/false value."""
+    if s.kind == "numeric":
+        return _sig(s.mean)
+    common = max(sorted(s.texts), key=s.texts.__getitem__)
+    return common.casefold() in TRUE_TOKENS if s.kind == "boolean" else common

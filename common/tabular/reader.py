@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.splits import SPLIT_NAMES
 from noisyanchor.common.tabular.columns import CellError, Column, NumericColumn, encode_labels
 from noisyanchor.common.tabular.errors import TableError
@@ -51,8 +52,16 @@ SNIFF_ROWS = 50
 
 #: A number written with a decimal comma (``3,5``, ``-0,25``), and one with thousands separators
 #: (``1.234,5``, ``1 234``, ``1'234.5``; ``1.234`` alone may be a decimal point, so it is not).
-_DECIMAL_COMMA = re.compile(r"[+-]?\d*,\d+")
+DECIMAL_COMMA = re.compile(r"[+-]?\d*,\d+")
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(?:(?:\.\d{3})+,\d+|(?:[ '\u00a0]\d{3})+(?:[.,]\d+)?)")
+
+#: The fix of a table whose numbers have a decimal comma.
+DECIMAL_COMMA_FIX = ("set [participant] decimal = ',' in the site's config (schema check reads "
+                     "it; else --decimal ','), or export numbers with '.' as the decimal point")
+
+#: Swaps a decimal comma and a point: ``3,5`` reads as 3.5, and a point (a thousands separator
+#: in such an export, ``1.234,5``) becomes a comma that no number holds, refused with its cell.
+FROM_DECIMAL_COMMA = str.maketrans({",": ".", ".": ","})
 
 #: Byte-order marks of encodings other than UTF-8 (refused: export as UTF-8).
 _FOREIGN_BOMS = {codecs.BOM_UTF32_LE: "UTF-32", codecs.BOM_UTF32_BE: "UTF-32",
@@ -120,9 +129,10 @@ def _undecodable_line(path: Path) -> tuple[int, bytes]:
     return 0, b""
 
 
-def table_rows(fh, path: Path, shown: str, delimiter: str) -> Iterator[tuple[int, list[str]]]:
+def table_rows(fh, path: Path, shown: str, delimiter: str,
+               decimal: str = ".") -> Iterator[tuple[int, list[str]]]:
     """``(first line, fields)`` of every non-blank row (fields as read: the columns ignore
-    surrounding spaces)."""
+    surrounding spaces); ``decimal`` only shapes the message about bytes that are not UTF-8."""
     reader = csv.reader(fh, delimiter=delimiter, strict=True)
     end = 0
     while True:
@@ -138,7 +148,7 @@ def table_rows(fh, path: Path, shown: str, delimiter: str) -> Iterator[tuple[int
             line, byte = _undecodable_line(path)
             with path.open(encoding="utf-8", errors="replace", newline="") as text:
                 head = [t.rstrip("\r\n") for t in itertools.islice(text, SNIFF_ROWS + 1)]
-            also, fixes = _dialect(head, delimiter)
+            also, fixes = _dialect(head, delimiter, decimal)
             raise _dialect_error(shown, line or None, [f"byte 0x{byte.hex()} is not UTF-8 text",
                                                        *also],
                                  ["export the table as UTF-8", *fixes]) from None
@@ -149,7 +159,7 @@ def table_rows(fh, path: Path, shown: str, delimiter: str) -> Iterator[tuple[int
 
 
 def table_header(rows: Iterator[tuple[int, list[str]]], shown: str,
-            delimiter: str) -> tuple[int, list[str]]:
+                 delimiter: str, decimal: str = ".") -> tuple[int, list[str]]:
     try:
         line, header = next(rows)
     except StopIteration:
@@ -160,7 +170,7 @@ def table_header(rows: Iterator[tuple[int, list[str]]], shown: str,
         # The rows as written (quotes aside): the export's other habits, in the same message.
         texts = [header[0], *(delimiter.join(row) for _, row in
                               itertools.islice(rows, SNIFF_ROWS))]
-        raise _dialect_error(shown, line, *_dialect(texts, delimiter))
+        raise _dialect_error(shown, line, *_dialect(texts, delimiter, decimal))
     seen: dict[str, int] = {}
     for j, name in enumerate(header, 1):
         if not name:
@@ -174,11 +184,12 @@ def table_header(rows: Iterator[tuple[int, list[str]]], shown: str,
     return line, header
 
 
-def _dialect(lines: Sequence[str], delimiter: str) -> tuple[list[str], list[str]]:
+def _dialect(lines: Sequence[str], delimiter: str,
+             decimal: str = ".") -> tuple[list[str], list[str]]:
     """The export habits that ``lines`` (the header's text, then records' as written) show
-    against reading with ``delimiter``: another delimiter in a one-field header, decimal commas,
-    thousands separators. Returns what is seen, each with where (line and column; never a
-    value), and the fix of each, so that one message names every fix."""
+    against reading with ``delimiter`` and ``decimal``: another delimiter in a one-field header,
+    decimal commas, thousands separators. Returns what is seen, each with where (line and
+    column; never a value), and the fix of each, so that one message names every fix."""
     header = next(csv.reader(lines[:1], delimiter=delimiter), [""])
     other = next((d for d in OTHER_DELIMITERS if d != delimiter and len(header) == 1
                   and d in header[0]), None)
@@ -188,7 +199,7 @@ def _dialect(lines: Sequence[str], delimiter: str) -> tuple[list[str], list[str]
     for at, text in enumerate(lines[1:], 2):
         for j, cell in enumerate(c.strip() for c in next(csv.reader([text], delimiter=split), [])):
             where = f"line {at}, column {columns[j] if j < len(columns) else f'field {j + 1}'!r}"
-            if split != "," and _DECIMAL_COMMA.fullmatch(cell):
+            if split != "," and decimal != "," and DECIMAL_COMMA.fullmatch(cell):
                 seen.setdefault("decimal", where)
             if _THOUSANDS.fullmatch(cell):
                 seen.setdefault("thousands", where)
@@ -203,8 +214,7 @@ def _dialect(lines: Sequence[str], delimiter: str) -> tuple[list[str], list[str]
                      f"or export it with {delimiter!r} between values")
     if "decimal" in seen:
         also.append(f"its numbers have a decimal comma ({seen['decimal']})")
-        fixes.append("export numbers with '.' as the decimal point (3.5, not 3,5: no setting "
-                     "reads decimal commas)")
+        fixes.append(DECIMAL_COMMA_FIX)
     if "thousands" in seen:
         also.append(f"thousands separators ({seen['thousands']})")
         fixes.append("export numbers without thousands separators")
@@ -219,7 +229,7 @@ def _dialect_error(shown: str, line: int | None, problems: list[str],
 
 def read_table(path: Path, schema: TabularSchema | None, *, label_column: str = "label",
                tag_column: str | None = "split", require_label: bool = True,
-               delimiter: str = ",", chunk_rows: int = CHUNK_ROWS,
+               delimiter: str = ",", decimal: str = ".", chunk_rows: int = CHUNK_ROWS,
                shown: str | None = None) -> EncodedTable:
     """Read and encode a CSV table, refusing any problem with its file, line, column and value.
 
@@ -239,6 +249,8 @@ def read_table(path: Path, schema: TabularSchema | None, *, label_column: str = 
         (prediction input), ``labels`` None otherwise.
     delimiter : str
         Between values (one character).
+    decimal : str
+        The decimal mark of numeric cells: ``.``, or ``,`` (``3,5``; another delimiter then).
     chunk_rows : int
         Rows encoded at a time.
     shown : str, optional
@@ -252,10 +264,11 @@ def read_table(path: Path, schema: TabularSchema | None, *, label_column: str = 
     shown = str(path) if shown is None else shown
     if len(delimiter) != 1:
         raise TableError(shown, f"the delimiter must be one character, got {delimiter!r}")
+    check_decimal(decimal, delimiter)
     label = schema.label if schema is not None and schema.label else label_column
     with open_table_text(path, shown) as fh:
-        rows = table_rows(fh, path, shown, delimiter)
-        header_line, header = table_header(rows, shown, delimiter)
+        rows = table_rows(fh, path, shown, delimiter, decimal)
+        header_line, header = table_header(rows, shown, delimiter, decimal)
         position = {name: j for j, name in enumerate(header)}
         if label not in position and require_label:
             raise TableError(shown, f"the header has no label column {label!r}",
@@ -283,7 +296,7 @@ def read_table(path: Path, schema: TabularSchema | None, *, label_column: str = 
             log.info("%s: columns not in the schema are left out: %s", shown, _listed(ignored))
         encoder = _ChunkEncoder(shown, header, columns, frozenset(tokens), classes,
                                 position.get(label), position.get(tag_column or ""),
-                                count_lines(path) - header_line)
+                                count_lines(path) - header_line, decimal)
         chunk: list[list[str]] = []
         starts: list[int] = []
         for line, row in rows:
@@ -325,6 +338,17 @@ def encode_rows(schema: TabularSchema, header: Sequence[str], rows: Sequence[Seq
     return encoder.table(schema.encoded_names, ())
 
 
+def check_decimal(decimal: str, delimiter: str) -> str:
+    """``decimal``, if a decimal mark this reader takes with ``delimiter``."""
+    if decimal not in (".", ","):
+        raise InvalidInputError(f"the decimal mark must be '.' or ',', got {decimal!r}")
+    if decimal == delimiter:
+        raise InvalidInputError(f"the decimal mark {decimal!r} cannot also be the delimiter: "
+                                "a table with decimal commas is exported with ';' between "
+                                "values")
+    return decimal
+
+
 def _listed(names, limit: int = 8) -> str:
     names = list(names)
     return ", ".join(repr(n) for n in names[:limit]) + (", ..." if len(names) > limit else "")
@@ -350,8 +374,9 @@ class _ChunkEncoder:
 
     def __init__(self, shown: str, header: list[str], columns, tokens: frozenset[str],
                  classes: tuple[str, ...], label_at: int | None, tag_at: int | None,
-                 capacity: int) -> None:
+                 capacity: int, decimal: str = ".") -> None:
         self.shown, self.header, self.columns, self.tokens = shown, header, columns, tokens
+        self.decimal = decimal
         self.classes, self.label_at, self.tag_at = classes, label_at, tag_at
         self.at = [header.index(c.name) for c in columns]
         capacity = max(capacity, 1)
@@ -364,6 +389,17 @@ class _ChunkEncoder:
     def _fail(self, err: CellError, starts: list[int], column: str) -> TableError:
         return TableError(self.shown, err.problem, line=starts[err.index], column=column,
                           value=err.value, hint=err.hint)
+
+    def _as_written(self, err: CellError, cells: Sequence[str]) -> CellError:
+        """``err`` about a numeric cell told with the cell as written (not as translated from
+        a decimal comma), and with the decimal mark's fix when the mark is the problem."""
+        cell = cells[err.index].strip()
+        if self.decimal == "," and err.value is not None:
+            return CellError(err.index, err.problem, cell, err.hint.replace(
+                "'.' as the decimal point", "',' as the decimal point ([participant] decimal)"))
+        if DECIMAL_COMMA.fullmatch(cell):
+            return CellError(err.index, err.problem, cell, f"a decimal comma: {DECIMAL_COMMA_FIX}")
+        return err
 
     def _grow(self, needed: int) -> None:
         size = max(needed, len(self.lines) * 3 // 2)
@@ -382,9 +418,14 @@ class _ChunkEncoder:
         fields = list(zip(*chunk, strict=True))  # the chunk's columns, transposed at C speed
         j = 0
         for column, at in zip(self.columns, self.at, strict=True):
+            cells = fields[at]
+            if isinstance(column, NumericColumn) and self.decimal == ",":
+                cells = tuple(c.translate(FROM_DECIMAL_COMMA) for c in cells)
             try:
-                self.x[rows, j:j + column.width] = column.encode(fields[at], self.tokens)
+                self.x[rows, j:j + column.width] = column.encode(cells, self.tokens)
             except CellError as err:
+                if isinstance(column, NumericColumn):
+                    err = self._as_written(err, fields[at])
                 raise self._fail(err, starts, column.name) from None
             j += column.width
         self.lines[rows] = starts

@@ -61,10 +61,12 @@ class Receipt(_message.Message):
     def __init__(self, participant_id: _Optional[str] = ..., receipt: _Optional[bytes] = ..., already_committed: bool = ...) -> None: ...
 
 class StatusRequest(_message.Message):
-    __slots__ = ("federation_id",)
+    __slots__ = ("federation_id", "rejoin")
     FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
+    REJOIN_FIELD_NUMBER: _ClassVar[int]
     federation_id: str
-    def __init__(self, federation_id: _Optional[str] = ...) -> None: ...
+    rejoin: bool
+    def __init__(self, federation_id: _Optional[str] = ..., rejoin: bool = ...) -> None: ...
 
 class StatusReply(_message.Message):
     __slots__ = ("federation_id", "state", "expected", "committed", "disclosed", "error", "result_json", "withdrawn", "deadline_unix")

@@ -78,7 +78,7 @@ def test_refuse_aligns_nothing_names_the_site_and_goes_on_once_it_uploads_again(
     assert {f["check"] for f in kept["findings"]} >= {"spread"}
     # b fixes its table and uploads again: screened again, aligned, done.
     xs, _, labels, tags = tables
-    fed._rejoin("b")  # what publishing its exchange key again does
+    fed.rejoin("b")  # what taking part again does (participant upload: Status rejoin)
     _upload(fed, "b", xs["b"], labels["b"], tags["b"], seed, 1)
     fed.wait(120)
     status = fed.status("a")

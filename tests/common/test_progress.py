@@ -73,6 +73,9 @@ def test_once_done_the_model_and_the_alignment_are_shown():
         "  alignment: gopp, converged, not certified, 12 iterations in 1.2 s; 1797 records",
         "  model logistic: held-out balanced accuracy 0.9612 on 360 test rows (1437 training "
         "rows)"]
+    # Issue 34: the baseline says what it is ("told only whose record each row is" did not).
+    assert lines[4] == ("    (baseline: the same model knowing only which site each record "
+                        "comes from scores 0.1000; near it, it learned nothing from the records)")
     assert lines[-2:] == ["    on org-a's 120 test rows: balanced accuracy 0.9500",
                           "    on org-b's 0 test rows: no test rows"]
     unfitted = _progress(state="done", committed=SITES, result={

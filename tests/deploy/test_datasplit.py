@@ -83,23 +83,83 @@ def test_existing_tables_are_never_overwritten_and_bad_arguments_refused(tmp_pat
         read_source("mnist")
 
 
-def test_provision_into_kits_holding_the_sites_tables_says_the_order(tmp_path, capsys):
+def test_provision_makes_the_kits_around_the_sites_tables_in_either_order(tmp_path, capsys):
     """Regression (issue 34): provision refused a kits/ holding data split's output ("not empty
-    and holds no CA") with no hint of the order; in that order, the tables join the kits and
-    the summary stays the operator's."""
+    and holds no CA") with no hint of the order. Now the kits are made around the tables (and
+    the summary stays beside them, the operator's); a folder holding anything else is refused,
+    naming what it accepts; and split after provision still works."""
     project = tmp_path / "federation.toml"
     project.write_text((Path(deploy.__file__).parent / "templates"
                         / "federation-local.toml").read_text())
     kits, early = tmp_path / "kits", tmp_path / "early"
     assert main(["data", "split", "--dataset", "digits", "--sites", SITES, "--out",
                  str(early / "{site}" / "data")]) == 0
+    table = (early / "org-b" / "data" / "org-b.csv").read_bytes()
+    assert main(["provision", "--project", str(project), "--out", str(early)]) == 0
+    assert (early / "org-b" / "data" / "org-b.csv").read_bytes() == table
+    assert (early / "org-b" / "org-b.toml").is_file() and (early / "split.json").is_file()
+    other = tmp_path / "other"
+    (other / "org-z" / "data").mkdir(parents=True)  # a site the project does not name
     capsys.readouterr()
-    assert main(["provision", "--project", str(project), "--out", str(early)]) == 1
+    assert main(["provision", "--project", str(project), "--out", str(other)]) == 1
     err = " ".join(capsys.readouterr().err.split())
-    assert "holds sites' tables (data split's output?) but no CA" in err
-    assert "provision makes the kits first" in err and f"--out {early}/{{site}}/data" in err
+    assert f"{other} holds more than the project's sites' tables (data split's output) and " \
+        "no CA" in err
+    assert f"holding only 'noisyanchor data split ... --out {other}/{{site}}/data' for the " \
+        "project's [[site]] names" in err
     assert main(["provision", "--project", str(project), "--out", str(kits)]) == 0
     assert main(["data", "split", "--dataset", "digits", "--sites", SITES, "--out",
                  str(kits / "{site}" / "data")]) == 0
     assert (kits / "org-a" / "data" / "org-a.csv").is_file() and (kits / "split.json").is_file()
     assert not list(kits.glob("org-*/**/split.json"))
+
+
+def test_a_file_is_split_into_tables_in_its_own_delimiter(tmp_path):
+    """Issue 34: a ';' export with decimal commas was written out comma-separated, its numbers
+    quoted ("48,8"): no setting could read the sites' tables back. Each site's table keeps the
+    source's delimiter, and reads with [participant] delimiter and decimal as the source does."""
+    from noisyanchor.common.tabular import read_table
+
+    rows = [f"{40 + i % 7},{i % 3};{i % 2}" for i in range(60)]
+    (tmp_path / "survey.csv").write_text("mass_kg;label\n" + "\n".join(rows) + "\n")
+    assert main(["data", "split", "--dataset", str(tmp_path / "survey.csv"), "--delimiter", ";",
+                 "--sites", SITES, "--holdout", "0.1", "--out", str(tmp_path / "out")]) == 0
+    table = (tmp_path / "out" / "org-a.csv").read_text()
+    assert table.startswith("mass_kg;label\n") and '"' not in table
+    read = read_table(tmp_path / "out" / "org-a.csv", None, delimiter=";", decimal=",")
+    assert read.x.shape[1] == 1 and set(np.round(read.x[:, 0] * 10) % 10) <= {0, 1, 2}
+    assert (tmp_path / "out" / "org-a-new.csv").read_text().startswith("mass_kg\n")
+
+
+def test_provision_refuses_a_schema_the_split_tables_do_not_fit_and_says_the_draft(tmp_path,
+                                                                                   capsys):
+    """Issue 34: provisioning one's own table with the one-host template's digits schema
+    made kits every site would be refused with at its upload (and withdraw); provision
+    compares the schema with data split's summary first and says the two commands that fit
+    it, writing nothing."""
+    rows = [f"{i},{'ab'[i % 2]},{40 + i % 7}.5" for i in range(60)]
+    (tmp_path / "survey.csv").write_text("record,species,mass_g\n" + "\n".join(rows) + "\n")
+    kits = tmp_path / "kits"
+    assert main(["data", "split", "--dataset", str(tmp_path / "survey.csv"), "--label",
+                 "species", "--sites", SITES, "--out", str(kits / "{site}" / "data")]) == 0
+    template = Path(deploy.__file__).parent / "templates" / "federation-local.toml"
+    capsys.readouterr()
+    assert main(["provision", "--project", str(template), "--out", str(kits)]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{kits / 'split.json'}: the sites' tables have columns 'record', 'species', " \
+        "'mass_g' and the label 'species', but the [schema] of " in err
+    assert "is plain, whose sites read the label from a column 'label'" in err
+    assert f"noisyanchor schema draft --data {kits}/org-a/data/org-a.csv --label species " \
+        "--out schema.toml, then provision" in err and "--schema schema.toml" in err
+    assert not (kits / "ca").exists()
+    draft = tmp_path / "schema.toml"
+    draft.write_text('[schema]\nlabel = "species"\nlabel_classes = ["a", "b"]\n'
+                     '[[schema.column]]\nname = "mass_kg"\ncenter = 4.0\nscale = 1.0\n')
+    assert main(["provision", "--project", str(template), "--schema", str(draft), "--out",
+                 str(kits)]) == 1
+    assert "declares column(s) 'mass_kg', which they lack" in capsys.readouterr().err
+    draft.write_text(draft.read_text().replace("mass_kg", "mass_g"))
+    assert main(["provision", "--project", str(template), "--schema", str(draft), "--out",
+                 str(kits)]) == 0
+    assert f"[schema] from {draft}: 1 column, d_in = 1 encoded; every site's kit pins its " \
+        "preprocessing " in capsys.readouterr().out

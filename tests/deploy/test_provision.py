@@ -234,3 +234,74 @@ def test_the_analyst_refuses_a_projection_wider_than_its_records(project):
     config.write_text(config.read_text().replace("[federation]\n", "[federation]\ndim = 65\n", 1))
     with pytest.raises(ConfigError, match=rf"^{config}: \[federation\] dim: h = 65 exceeds"):
         load_analyst_config(config)
+
+
+DRAFT = """[schema]
+label = "species"
+label_classes = ["adelie", "gentoo"]
+
+[[schema.column]]
+name = "island"
+type = "categorical"
+categories = ["biscoe", "dream"]
+
+[[schema.column]]
+name = "mass_g"
+unit = "g"
+center = 4200.0
+scale = 800.0
+missing = "fill"
+fill = 4200.0
+"""
+
+
+def test_a_reviewed_draft_replaces_the_projects_schema_and_later_runs_keep_it(tmp_path,
+                                                                                caplog):
+    """Issue 34: a pilot on one's own table took an edited copy of the template to carry the
+    drafted [schema]; ``provision --schema`` takes the draft as it is (the one-host template
+    unchanged), and later runs keep it, as they keep the deadline: a site added afterwards fits
+    the same schema. A site's state folder is made private, so nothing warns about narrowing
+    it (it named the staging folder)."""
+    import tomllib
+
+    from noisyanchor.common.tabular import TabularSchema
+
+    project = tmp_path / "federation.toml"
+    project.write_text((TEMPLATE.parent / "federation-local.toml").read_text())
+    draft = tmp_path / "schema.toml"
+    draft.write_text(DRAFT)
+    digest = TabularSchema.from_toml(tomllib.loads(DRAFT)["schema"], draft).digest()
+    with caplog.at_level("WARNING"):
+        done = provision(project, tmp_path / "kits", schema=draft)
+    assert not [r for r in caplog.records if "open to others" in r.getMessage()]
+    for site in SITES:  # before a config is loaded (which narrows it, with a warning)
+        assert stat.S_IMODE((done.kits[site] / "state").stat().st_mode) == 0o700
+    assert load_analyst_config(done.kits["analyst"] / "analyst.toml") \
+        .schema.preprocessing_sha256 == digest
+    for site in SITES:
+        assert load_participant_config(done.kits[site] / f"{site}.toml").schema.digest() == digest
+    with pytest.raises(PreconditionError, match=r"--schema .* is for the first run"):
+        provision(project, tmp_path / "kits", renew=("org-a",), schema=draft)
+    with project.open("a") as fh:
+        fh.write('\n[[site]]\nname = "org-d"\n')
+    provision(project, tmp_path / "kits", add_sites=("org-d",))  # the project says features=64
+    assert load_participant_config(tmp_path / "kits" / "org-d" / "org-d.toml") \
+        .schema.digest() == digest
+    assert load_analyst_config(tmp_path / "kits" / "analyst" / "analyst.toml") \
+        .schema.preprocessing_sha256 == digest
+
+
+@pytest.mark.parametrize("text, match", [
+    ("[model]\nname = 'logistic'\n", r"no \[schema\] table \(--schema takes schema draft's"),
+    (DRAFT.replace('categories = ["biscoe", "dream"]', 'categories = ["biscoe"]'),
+     "at least 2 categories"),
+])
+def test_a_schema_file_without_a_schema_or_with_a_bad_column_is_named(tmp_path, text, match):
+    project = tmp_path / "federation.toml"
+    project.write_text((TEMPLATE.parent / "federation-local.toml").read_text())
+    draft = tmp_path / "schema.toml"
+    draft.write_text(text)
+    with pytest.raises(InvalidInputError, match=match) as refused:
+        provision(project, tmp_path / "kits", schema=draft)
+    assert str(draft) in str(refused.value) and ".provision-" not in str(refused.value)
+    assert not (tmp_path / "kits").exists()

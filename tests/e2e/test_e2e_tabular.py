@@ -246,10 +246,17 @@ def _bad_site_stops_the_others(files, configs) -> None:
     # test_e2e_screening.py).
     files.data["p2"].write_text(_table(30))
     files.data["p1"].write_text(_table(30))
+    _back_then_the_others(configs, logs)
+
+
+def _back_then_the_others(configs, logs, while_waiting=lambda: None) -> None:
+    """p2 runs again: its withdrawal is cleared while it waits (``while_waiting`` then looks
+    at the federation); p0 and p1 run again, and the federation completes."""
     procs = {"p2": start(["participant", "upload", "--config", configs["p2"]], logs["p2"])}
     try:
         cfg = load_participant_config(configs["p2"])
         assert wait_until(lambda: not analyst_status(cfg).withdrawn, 60)
+        while_waiting()
         procs |= {pid: start(["participant", "upload", "--config", configs[pid]], logs[pid])
                   for pid in ("p0", "p1")}
         assert {p: procs[p].wait(120) for p in IDS} == dict.fromkeys(IDS, 0), \
@@ -258,6 +265,32 @@ def _bad_site_stops_the_others(files, configs) -> None:
         for proc in procs.values():
             stop(proc)
     assert wait_until(lambda: analyst_status(cfg).state == "done", 60)
+
+
+def test_a_site_that_withdrew_before_the_dealer_began_clears_it_when_it_runs_again(tmp_path):
+    """Regression (issue 34): a site whose export was refused before anyone else ran, run
+    again with its table fixed, stopped on its own withdrawal while it waited for the
+    dealer's key (its key publication, which cleared it, needs the dealer's), and so would
+    every site after it: the message's "run the upload again" led nowhere. Taking part again
+    now clears it at once; the dealer and the third site then run, and all finish."""
+    with _federation(tmp_path) as (files, configs):
+        files.data["p0"].parent.mkdir(exist_ok=True)
+        for pid in ("p0", "p1"):
+            files.data[pid].write_text(_table(30))
+        files.data["p2"].write_text(_table(30).replace(",", ";"))  # another dialect
+        cfg = load_participant_config(configs["p2"])
+        logs = {pid: files.root / f"{pid}.log" for pid in IDS}
+        first = start(["participant", "upload", "--config", configs["p2"]], logs["p2"])
+        assert first.wait(60) == 1
+        assert "p2" in {w.participant_id for w in analyst_status(cfg).withdrawn}
+        files.data["p2"].write_text(_table(30))
+
+        def dealer_not_yet() -> None:  # cleared while p2 waits for the dealer, not yet run
+            assert not (files.store / "relay" / "keys" / "p0.pb").exists()
+
+        _back_then_the_others(configs, logs, dealer_not_yet)
+        assert "p2 is back (its withdrawal is cleared)" in (files.root / "analyst.log") \
+            .read_text()
 
 
 def test_the_demo_runs_on_the_breast_cancer_table_as_its_template_scales_it(tmp_path):

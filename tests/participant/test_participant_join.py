@@ -136,6 +136,20 @@ def test_a_kit_carries_the_typed_schema_its_digest_pins(cfg):
         load_participant_config(_kit_with_schema(cfg, "[schema]\nfeatures = 2\n"))
 
 
+def test_a_kit_may_read_decimal_commas_with_another_delimiter(cfg):
+    """Issue 34: a decimal-comma export is read as it is; the one mark both cannot be is named
+    with its key."""
+    kit = _kit_with_schema(cfg, KIT_SCHEMA)
+    text = kit.read_text()
+    kit.write_text(text.replace("[participant]\n", '[participant]\ndelimiter = ";"\n'
+                                'decimal = ","\n', 1))
+    assert load_participant_config(kit).decimal == ","
+    kit.write_text(text.replace("[participant]\n", '[participant]\ndecimal = ","\n', 1))
+    with pytest.raises(ConfigError, match=r"\[participant\] decimal: .*cannot also be the "
+                                          "delimiter"):
+        load_participant_config(kit)
+
+
 def test_a_bad_cell_is_named_before_connecting_even_with_no_analyst(cfg):
     kit = dataclasses.replace(load_participant_config(_kit_with_schema(cfg, KIT_SCHEMA)),
                               analyst="127.0.0.1:9", timeout=0.5)  # nothing listens

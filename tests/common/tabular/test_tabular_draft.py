@@ -41,7 +41,11 @@ def test_the_draft_types_each_column_and_loads_as_a_schema(tmp_path, capsys):
     # The draft's centre/scale are the site's mean and sample deviation, to 6 digits.
     np.testing.assert_allclose([area.center, area.scale],
                                [np.mean(present), np.std(present, ddof=1)], rtol=1e-5)
-    assert "1 of 40 cells empty" in text
+    # Issue 34: the empty cell is filled with the site's mean (marked as such), so the draft
+    # reads the table it came from; it used to refuse it.
+    assert "this site's mean, for its 1 of 40 empty cells: use a public value" in text
+    assert area.missing == "fill" and area.fill == pytest.approx(np.mean(present), rel=1e-5)
+    assert read_table(tmp_path / "site.csv", schema).x.shape == (40, 5)
     assert schema.label == "diagnosis" and schema.label_classes == ("benign", "malignant")
     (tmp_path / "full.csv").write_text(TABLE)
     assert read_table(tmp_path / "full.csv", schema).x.shape == (40, 5)
@@ -104,7 +108,19 @@ def test_schema_check_reads_the_table_as_the_sites_kit_says(tmp_path, capsys):
     assert main(["schema", "check", "--schema", str(kit), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["records"] == 40
     assert main(["schema", "check", "--schema", str(kit), "--delimiter", ","]) == 1  # overrides
-    assert "seems semicolon-separated" in capsys.readouterr().err
+    err = " ".join(capsys.readouterr().err.split())
+    assert "seems semicolon-separated" in err
+    assert f"set [participant] delimiter = ';' in {kit} (schema check --schema {kit}" in err
+    # A decimal-comma export: the kit's [participant] decimal reads it (--decimal overrides).
+    (tmp_path / "data" / "org-b.csv").write_text(TABLE.replace(",", ";").replace(".0;", ",0;"))
+    kit_b = kit.with_name("org-b.toml")
+    kit_b.write_text(kit.read_text().replace('org-a', 'org-b').replace(
+        'delimiter = ";"', 'delimiter = ";"\ndecimal = ","'))
+    assert main(["schema", "check", "--schema", str(kit_b), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["records"] == 40
+    assert main(["schema", "check", "--schema", str(kit_b), "--decimal", "."]) == 1
+    assert f"a decimal comma: set [participant] decimal = ',' in {kit_b}" in \
+        " ".join(capsys.readouterr().err.split())
     assert main(["schema", "check", "--schema", str(draft)]) == 1  # no kit: --data needed
     assert "no table to check: give --data" in capsys.readouterr().err
     with pytest.raises(SystemExit):
@@ -138,3 +154,20 @@ def test_measurements_in_whole_units_get_their_unit_and_no_identifier_hint(tmp_p
                                         ("temp_min", ""), ("mass", ""), ("_g", "")])
 def test_a_unit_is_read_from_the_names_last_part(name, unit):
     assert ColumnStats(name).unit == unit
+
+
+def test_a_decimal_comma_export_is_drafted_with_decimal_comma_and_named_without(tmp_path,
+                                                                               capsys):
+    """Issue 34: read with ';' alone, a decimal-comma column was drafted as free text (or as
+    categories), silently; the draft says what to run, and --decimal ',' drafts its numbers."""
+    (tmp_path / "site.csv").write_text(TABLE.replace(",", ";").replace(".0;", ",5;"))
+    args = ["schema", "draft", "--data", str(tmp_path / "site.csv"), "--label", "diagnosis",
+            "--delimiter", ";"]
+    assert main(args) == 0
+    assert "# column 'area' left out: numbers with a decimal comma: run the draft again with " \
+        "--decimal ','" in capsys.readouterr().out
+    assert main([*args, "--decimal", ","]) == 0
+    schema = TabularSchema.from_toml(tomllib.loads(capsys.readouterr().out)["schema"],
+                                     tmp_path / "x.toml")
+    area = next(c for c in schema.columns if c.name == "area")
+    assert area.center == pytest.approx(np.mean([100.5 + 10 * i for i in range(40)]))

@@ -8,6 +8,7 @@ import codecs
 import numpy as np
 import pytest
 
+from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.tabular import (
     BooleanColumn,
     CategoricalColumn,
@@ -212,6 +213,25 @@ def test_another_delimiter_can_be_configured(tmp_path):
     np.testing.assert_array_equal(
         read_table(_write(tmp_path, text), SCHEMA, delimiter=";").x,
         read_table(_write(tmp_path, GOOD, "b.csv"), SCHEMA).x)
+
+
+def test_a_semicolon_export_with_decimal_commas_is_read_with_decimal_comma(tmp_path):
+    """Issue 34: a spreadsheet's export in a decimal-comma locale (``;`` between values, ``3,5``)
+    is read as it is with ``decimal=','``, as the same table with points; a cell that is no
+    number then is named as written, with the setting in its hint."""
+    text = GOOD.replace(",", ";").replace("0.5", "0,5").replace("1.5", "1,5")
+    np.testing.assert_array_equal(
+        read_table(_write(tmp_path, text), SCHEMA, delimiter=";", decimal=",").x,
+        read_table(_write(tmp_path, GOOD, "b.csv"), SCHEMA).x)
+    err = _refused(tmp_path, text.replace("750", "1.750,0"), delimiter=";", decimal=",")
+    assert (err.line, err.column, err.value) == (2, "area", "1.750,0")
+    assert "',' as the decimal point ([participant] decimal)" in err.hint
+    # Read with ';' alone, the decimal comma of a cell is named with the setting that reads it.
+    err = _refused(tmp_path, text, delimiter=";")
+    assert (err.column, err.value) == ("ratio", "0,5")
+    assert "a decimal comma: set [participant] decimal = ','" in err.hint
+    with pytest.raises(InvalidInputError, match="cannot also be the delimiter"):
+        read_table(_write(tmp_path, GOOD, "c.csv"), SCHEMA, decimal=",")
 
 
 def test_utf16_and_bytes_that_are_not_utf8_are_refused_with_the_line(tmp_path):
