@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from noisyanchor.analyst.config import AnalystConfig
+from noisyanchor.analyst.edge import RefusalLog
 from noisyanchor.analyst.screening import Decision, decide, screen_uploads
 from noisyanchor.analyst.site_models import downstream_result
 from noisyanchor.analyst.storage import (
@@ -62,6 +63,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: Withdrawals logged per participant and window (:class:`analyst.edge.RefusalLog`).
+_withdrawals_logged = RefusalLog()
 #: Folder of the store holding withdrawals (``<participant>.txt``: the reason given).
 WITHDRAWN_DIR = "withdrawn"
 
@@ -179,7 +182,14 @@ class Federation:
             raise PreconditionError(f"{pid!r} already committed its upload; it cannot withdraw")
         text = peer_text(reason, MAX_PEER_TEXT, empty="no reason given")  # before stored/logged
         atomic_write(self._withdrawn_dir / f"{pid}.txt", text.encode())
-        log.warning("%s withdrew: %s", pid, text)
+        # A site repeating its withdrawal (each reason new) must not fill the log: a few lines
+        # per window; the standing reason is the file's.
+        number, unlogged = _withdrawals_logged.admit((pid,))
+        if unlogged:
+            log.warning("%s withdrew %d more times (not logged, limit %d per %g s)", pid,
+                        unlogged, _withdrawals_logged.limit, _withdrawals_logged.window)
+        if number <= _withdrawals_logged.limit:
+            log.warning("%s withdrew: %s", pid, text)
 
     def withdrawals(self) -> dict[str, str]:
         """``{participant: reason}`` of every standing withdrawal (cleaned again as read: a
