@@ -311,11 +311,13 @@ def _idle_socket(host: str, port: int, tls: tuple[Path, Path, Path] | None, serv
 def handshake_flood(host: str, port: int, connections: int, *, hold: float,
                     stop: threading.Event | None = None,
                     tls: tuple[Path, Path, Path] | None = None, server_name: str = "localhost",
-                    source: str | None = None, reopen: bool = False) -> HandshakeReport:
+                    source: str | None = None, reopen: bool = False,
+                    opened: threading.Event | None = None) -> HandshakeReport:
     """Open ``connections`` connections that send nothing (not even a TLS handshake; with
     ``tls``: a complete handshake with that client certificate, then nothing), from ``source``,
-    and wait up to ``hold`` seconds for the server to close each one, opening a new one for each
-    closed when ``reopen``; every socket is closed on return."""
+    and wait up to ``hold`` seconds (or until ``stop`` is set) for the server to close each
+    one, opening a new one for each closed when ``reopen``; ``opened`` is set once every
+    connection was tried; every socket is closed on return."""
     socks: list[socket.socket] = []
     opened_at: dict[socket.socket, float] = {}
     held: list[float] = []
@@ -338,6 +340,8 @@ def handshake_flood(host: str, port: int, connections: int, *, hold: float,
     try:
         for _ in range(connections):
             open_one()
+        if opened is not None:
+            opened.set()
         end = time.monotonic() + hold
         while opened_at and time.monotonic() < end and not (stop and stop.is_set()):
             for key, _ in sel.select(min(0.2, max(0.0, end - time.monotonic()))):
