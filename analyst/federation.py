@@ -63,8 +63,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Withdrawals logged per participant and window (:class:`analyst.edge.RefusalLog`).
-_withdrawals_logged = RefusalLog()
 #: Folder of the store holding withdrawals (``<participant>.txt``: the reason given).
 WITHDRAWN_DIR = "withdrawn"
 
@@ -127,6 +125,7 @@ class Federation:
         self._state = "done" if store.result.is_dir() else "collecting"
         atomic_write(self.store.root / FEDERATION_FILE, json.dumps(public, indent=2).encode())
         self._withdrawn_dir = self.store.root / WITHDRAWN_DIR
+        self._withdrawals_logged = RefusalLog()  # per participant and window, as refusals
         self._withdrawn_dir.mkdir(exist_ok=True, mode=0o700)
 
     @functools.cached_property
@@ -184,11 +183,11 @@ class Federation:
         atomic_write(self._withdrawn_dir / f"{pid}.txt", text.encode())
         # A site repeating its withdrawal (each reason new) must not fill the log: a few lines
         # per window; the standing reason is the file's.
-        number, unlogged = _withdrawals_logged.admit((pid,))
+        number, unlogged = self._withdrawals_logged.admit((pid,))
         if unlogged:
             log.warning("%s withdrew %d more times (not logged, limit %d per %g s)", pid,
-                        unlogged, _withdrawals_logged.limit, _withdrawals_logged.window)
-        if number <= _withdrawals_logged.limit:
+                        unlogged, self._withdrawals_logged.limit, self._withdrawals_logged.window)
+        if number <= self._withdrawals_logged.limit:
             log.warning("%s withdrew: %s", pid, text)
 
     def withdrawals(self) -> dict[str, str]:
