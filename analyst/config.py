@@ -237,8 +237,9 @@ class AnalystConfig:
         concurrent calls is every participant's full share (:func:`analyst.admission.
         global_limit`), so no peer's calls can use up another's.
     max_pending_calls : int
-        Calls the transport has accepted and the analyst not yet taken; past it gRPC refuses
-        new calls early.
+        Calls the transport has accepted and the analyst not yet taken; past it gRPC cancels
+        new calls at random, every one past twice it (raised to what every participant's
+        connections and one address's can hold: :func:`analyst.server.pending_calls`).
     blas_threads : int
         BLAS threads of every operation (alignment, certificate, releases); 0: chosen per
         operation by size and idle CPUs (:mod:`common.blas`).

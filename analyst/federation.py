@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from noisyanchor.analyst.config import AnalystConfig
+from noisyanchor.analyst.edge import RefusalLog
 from noisyanchor.analyst.live_deadline import effective_deadline
 from noisyanchor.analyst.screening import Decision, decide, screen_uploads
 from noisyanchor.analyst.site_models import downstream_result
@@ -126,6 +127,7 @@ class Federation:
         self._state = "done" if store.result.is_dir() else "collecting"
         atomic_write(self.store.root / FEDERATION_FILE, json.dumps(public, indent=2).encode())
         self._withdrawn_dir = self.store.root / WITHDRAWN_DIR
+        self._withdrawals_logged = RefusalLog()  # per participant and window, as refusals
         self._withdrawn_dir.mkdir(exist_ok=True, mode=0o700)
 
     @functools.cached_property
@@ -191,7 +193,14 @@ class Federation:
             raise PreconditionError(f"{pid!r} already committed its upload; it cannot withdraw")
         text = peer_text(reason, MAX_PEER_TEXT, empty="no reason given")  # before stored/logged
         atomic_write(self._withdrawn_dir / f"{pid}.txt", text.encode())
-        log.warning("%s withdrew: %s", pid, text)
+        # A site repeating its withdrawal (each reason new) must not fill the log: a few lines
+        # per window; the standing reason is the file's.
+        number, unlogged = self._withdrawals_logged.admit((pid,))
+        if unlogged:
+            log.warning("%s withdrew %d more times (not logged, limit %d per %g s)", pid,
+                        unlogged, self._withdrawals_logged.limit, self._withdrawals_logged.window)
+        if number <= self._withdrawals_logged.limit:
+            log.warning("%s withdrew: %s", pid, text)
 
     def withdrawals(self) -> dict[str, str]:
         """``{participant: reason}`` of every standing withdrawal (cleaned again as read: a

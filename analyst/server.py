@@ -105,8 +105,10 @@ def transport_options(config: AnalystConfig) -> list[tuple[str, int]]:
         ("grpc.max_allowed_incoming_connections", config.max_connections),
         ("grpc.server_handshake_timeout_ms", int(config.handshake_timeout * 1000)),
         ("grpc.max_connection_idle_ms", int(config.connection_idle_timeout * 1000)),
-        ("grpc.server.max_pending_requests", max(1, pending // 2)),
-        ("grpc.server.max_pending_requests_hard_limit", pending),
+        # gRPC drops calls at random (CANCELLED) from the first of these counts on, not the
+        # second: the first must hold everything the analyst promises to keep.
+        ("grpc.server.max_pending_requests", pending),
+        ("grpc.server.max_pending_requests_hard_limit", 2 * pending),
     ]
 
 
@@ -116,7 +118,8 @@ def pending_calls(config: AnalystConfig) -> int:
     address's could send at once (``(P * max_connections_per_caller +
     max_connections_per_address) * max_streams_per_connection``), so that one identity or one
     address filling its connections with unread calls cannot push another participant's call
-    past gRPC's limit (which cancels it)."""
+    past the count from which gRPC cancels calls at random (``grpc.server.max_pending_requests``,
+    its soft limit; every call past twice it)."""
     connections = (len(config.participants) * config.max_connections_per_caller
                    + config.max_connections_per_address)
     return max(config.max_pending_calls, connections * config.max_streams_per_connection)

@@ -12,7 +12,9 @@ stream in its own thread on its own connection, re-opened whenever the analyst e
 1. Uploads phase: every insider holds ``streams_per_insider`` upload streams (one more than the
    per-caller cap by default), each ``silent`` (nothing sent), ``zero`` (a header, then a
    zero-byte chunk every 0.5 s) or ``slow`` (a header, then 16 bytes every second); outsiders
-   hold silent streams. Meanwhile the honest participants upload, staggered over the window.
+   hold silent streams. Meanwhile the honest participants upload, staggered over the window
+   (each phase's window starts once the hostile processes have started their streams: on a
+   loaded machine their start-up alone takes seconds).
    Then the insiders upload for real and the federation aligns.
 2. Releases phase: every insider pays for one Gram release, and its streams turn into
    ``stopped`` readers (FetchGram, one message read, then never another; a new stream every
@@ -288,6 +290,7 @@ def run_hostile_clients(spec_path: Path) -> None:
                                 daemon=True) for s in spec["streams"]]
     for t in threads:
         t.start()
+    Path(spec["ready"]).touch()  # imports done, every stream on its way
     stop.wait(spec["seconds"])
     stop.set()
     began = time.monotonic()
@@ -362,13 +365,23 @@ class _Hostiles:
             spec_path.write_text(json.dumps({
                 "address": address, "ca": str(files.pki.ca), "federation": FEDERATION,
                 "rows": mix.rows, "dim": mix.dim, "anchors": mix.anchors,
-                "seconds": 10 * mix.window + 600, "out": str(out), "streams": part}))
+                "seconds": 10 * mix.window + 600, "out": str(out), "streams": part,
+                "ready": str(out.with_suffix(".ready"))}))
             with open(root / f"hostile-{name}-{k}.log", "wb") as log:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "benchmarks.hostile_scenario", str(spec_path)],
                     cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                     env=child_env() | {"PYTHONPATH": str(ROOT)})
             self.procs.append((proc, out))
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        """Wait until every process has started its streams (bounded): on a loaded machine
+        their start-up alone can take seconds, which must not come out of a phase's window."""
+        deadline = time.monotonic() + timeout
+        while (time.monotonic() < deadline
+               and not all(out.with_suffix(".ready").is_file() for _, out in self.procs)
+               and all(proc.poll() is None for proc, _ in self.procs)):
+            time.sleep(0.1)
 
     def finish(self) -> dict[str, int]:
         """Stop the processes; their outcome counts, summed."""
@@ -440,6 +453,8 @@ def run_scenario(root: Path, mix: HostileMix, *, hostile: bool, seed: int = 0,
             if hostile:
                 hostiles.append(_Hostiles(root, files, address, _streams(
                     files, mix, insiders, outsiders, "uploads"), mix, "uploads"))
+                hostiles[-1].wait_ready()
+                began = time.monotonic()  # the window is the attack's, not the start-up's
                 progress(f"uploads phase: {mix.hostile_streams} hostile streams opening")
                 time.sleep(min(5.0, mix.window / 4))  # let them connect and settle in
             _honest_uploads(clients, honest, uploads, mix.window / 2, report)
@@ -460,6 +475,8 @@ def run_scenario(root: Path, mix: HostileMix, *, hostile: bool, seed: int = 0,
             if hostile:
                 hostiles.append(_Hostiles(root, files, address, _streams(
                     files, mix, insiders, outsiders, "releases"), mix, "releases"))
+                hostiles[-1].wait_ready()
+                began = time.monotonic()
             else:
                 for pid in insiders:  # the baseline's honest fetches of the same releases
                     _fetch(clients[pid])

@@ -61,11 +61,12 @@ def _grpc_message(payload: bytes) -> bytes:
 
 
 def _tls_socket(host: str, port: int, ca: Path, cert: Path, key: Path,
-                server_name: str) -> ssl.SSLSocket:
+                server_name: str, source: str | None = None) -> ssl.SSLSocket:
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca))
     ctx.load_cert_chain(str(cert), str(key))
     ctx.set_alpn_protocols(["h2"])
-    raw = socket.create_connection((host, port), timeout=10.0)
+    raw = socket.create_connection((host, port), timeout=10.0,
+                                   source_address=(source, 0) if source else None)
     return ctx.wrap_socket(raw, server_hostname=server_name)
 
 
@@ -117,9 +118,9 @@ class _Connection:
     PINGs are acknowledged, its RST_STREAM and GOAWAY frames counted."""
 
     def __init__(self, host: str, port: int, tls: tuple[Path, Path, Path], server_name: str,
-                 report: FloodReport) -> None:
+                 report: FloodReport, source: str | None = None) -> None:
 
-        self.sock = _tls_socket(host, port, *tls, server_name)
+        self.sock = _tls_socket(host, port, *tls, server_name, source)
         self.sock.setblocking(False)
         self.report = report
         self.closed = False
@@ -188,8 +189,10 @@ class _Connection:
 def rapid_reset(host: str, port: int, tls: tuple[Path, Path, Path], server_name: str,
                 streams: int, *, path: str = STATUS_PATH, request: bytes = b"",
                 batch: int = 100, with_message: bool = True, reset_after: float = 0.0,
-                connections: int = 1, timeout: float = 120.0) -> FloodReport:
-    """Open and cancel ``streams`` gRPC calls on as few connections as the server allows.
+                connections: int = 1, timeout: float = 120.0, reset: bool = True,
+                source: str | None = None) -> FloodReport:
+    """Open and cancel ``streams`` gRPC calls on as few connections as the server allows
+    (or, with ``reset=False``, open them and never wait for their answers).
 
     Parameters
     ----------
@@ -216,6 +219,11 @@ def rapid_reset(host: str, port: int, tls: tuple[Path, Path, Path], server_name:
         the server can hand the calls to the application before they are cancelled.
     timeout : float
         Seconds the flood may take at most (it stops early then; see ``streams_sent``).
+    reset : bool
+        Reset each stream; False: leave it to the server, whose answers are read and dropped
+        (calls sent as fast as the connections take them: the pending-call queue's flood).
+    source : str, optional
+        Loopback address the connections come from (127.0.0.2, ...).
     """
     report = FloodReport()
     frames = _StreamFrames(f"{server_name}:{port}", path,
@@ -231,7 +239,8 @@ def rapid_reset(host: str, port: int, tls: tuple[Path, Path, Path], server_name:
                 if conn is not None:
                     conn.close()
                 try:
-                    conn = conns[turn] = _Connection(host, port, tls, server_name, report)
+                    conn = conns[turn] = _Connection(host, port, tls, server_name, report,
+                                                     source)
                 except OSError as err:
                     report.errors.append(f"connect: {err}")
                     conns[turn] = None
@@ -241,7 +250,9 @@ def rapid_reset(host: str, port: int, tls: tuple[Path, Path, Path], server_name:
             count = min(batch, streams - report.streams_sent)
             sids = range(conn.next_sid, conn.next_sid + 2 * count, 2)
             conn.next_sid += 2 * count
-            if reset_after:
+            if not reset:
+                conn.send(b"".join(frames.opened(s) for s in sids))
+            elif reset_after:
                 conn.send(b"".join(frames.opened(s) for s in sids))
                 time.sleep(reset_after)
                 conn.send(b"".join(frames.cancelled(s) for s in sids))
@@ -300,11 +311,13 @@ def _idle_socket(host: str, port: int, tls: tuple[Path, Path, Path] | None, serv
 def handshake_flood(host: str, port: int, connections: int, *, hold: float,
                     stop: threading.Event | None = None,
                     tls: tuple[Path, Path, Path] | None = None, server_name: str = "localhost",
-                    source: str | None = None, reopen: bool = False) -> HandshakeReport:
+                    source: str | None = None, reopen: bool = False,
+                    opened: threading.Event | None = None) -> HandshakeReport:
     """Open ``connections`` connections that send nothing (not even a TLS handshake; with
     ``tls``: a complete handshake with that client certificate, then nothing), from ``source``,
-    and wait up to ``hold`` seconds for the server to close each one, opening a new one for each
-    closed when ``reopen``; every socket is closed on return."""
+    and wait up to ``hold`` seconds (or until ``stop`` is set) for the server to close each
+    one, opening a new one for each closed when ``reopen``; ``opened`` is set once every
+    connection was tried; every socket is closed on return."""
     socks: list[socket.socket] = []
     opened_at: dict[socket.socket, float] = {}
     held: list[float] = []
@@ -327,6 +340,8 @@ def handshake_flood(host: str, port: int, connections: int, *, hold: float,
     try:
         for _ in range(connections):
             open_one()
+        if opened is not None:
+            opened.set()
         end = time.monotonic() + hold
         while opened_at and time.monotonic() < end and not (stop and stop.is_set()):
             for key, _ in sel.select(min(0.2, max(0.0, end - time.monotonic()))):
@@ -368,13 +383,16 @@ class StatusProbe:
     call : callable, optional
         What one probe does instead of Status (raising ``grpc.RpcError`` on a refusal), e.g.
         a FetchSiteModel, or a Status on a new connection.
+    timeout : float
+        Deadline of each Status call, seconds.
     """
 
     def __init__(self, client, federation_id: str, interval: float = 0.05,
-                 call: Callable[[], object] | None = None) -> None:
+                 call: Callable[[], object] | None = None, timeout: float = 10.0) -> None:
         self.client = client
         self.federation_id = federation_id
         self.interval = interval
+        self.timeout = timeout
         self.call = call or self._status
         self.samples: list[tuple[float, float]] = []  # (start, seconds)
         self.errors: list[str] = []
@@ -386,7 +404,7 @@ class StatusProbe:
         from noisyanchor.protos.v1 import analyst_pb2 as pb
 
         return self.client.stub.Status(pb.StatusRequest(federation_id=self.federation_id),
-                                       timeout=10)
+                                       timeout=self.timeout)
 
     def _run(self) -> None:
         import grpc
