@@ -52,6 +52,12 @@ def test_compose_builds_from_existing_files(compose):
                 assert (context / source).exists(), source
 
 
+def test_the_kits_provisioned_beside_the_compose_file_stay_out_of_the_image_build():
+    # provision writes the kits (the CA's key among them) into the build context's folder.
+    ignored = (ROOT / ".dockerignore").read_text().splitlines()
+    assert (CONTAINER / "kits").relative_to(ROOT).as_posix() in ignored
+
+
 def _roles(compose: dict) -> dict:
     """The services that run a role (every one but the one-shot ownership step)."""
     return {name: s for name, s in compose["services"].items() if name != "kit-owner"}
@@ -310,7 +316,8 @@ def test_the_compose_pilot_runs_to_every_sites_predictions_where_an_engine_exist
     sites = _sites()
     split_table(read_source("digits"), sites, str(kits / "{site}" / "data"), holdout=0.1)
     project = f"noisyanchor-test-{os.getpid()}"
-    (tmp_path / "compose.yaml").write_text(yaml.safe_dump(_compose_for_test(project)))
+    doc = _compose_for_test(project)
+    (tmp_path / "compose.yaml").write_text(yaml.safe_dump(doc))
     compose = [*front, "-f", str(tmp_path / "compose.yaml"), "-p", project]
     with socket.socket() as s:  # the host's port from the environment: any free one
         s.bind(("127.0.0.1", 0))
@@ -328,7 +335,7 @@ def test_the_compose_pilot_runs_to_every_sites_predictions_where_an_engine_exist
         assert status.returncode == 0 and ": done" in status.stdout, \
             (status.stdout + status.stderr)[-4000:]
         for site in sites:
-            done = run("run", "--rm", f"{site}-predict", timeout=600)
+            done = run("--profile", "predict", "run", "--rm", f"{site}-predict", timeout=600)
             assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
             data = kits / site / "data"
             with (data / f"{site}-new-labels.csv").open(newline="") as fh:
@@ -341,6 +348,11 @@ def test_the_compose_pilot_runs_to_every_sites_predictions_where_an_engine_exist
             assert right / len(truth) > 0.7, (site, right / len(truth))
     finally:
         run("--profile", "predict", "down", "-v", timeout=600)
+        # Whatever `down` left (podman-compose 1.6 once kept a failed run's volumes and network).
+        volumes = [v["name"] for v in doc["volumes"].values()]
+        subprocess.run([engine, "volume", "rm", "-f", *volumes], capture_output=True, timeout=300)
+        subprocess.run([engine, "network", "rm", doc["networks"]["default"]["name"]],
+                       capture_output=True, timeout=300)
 
 
 def _guide_commands(text: str, inline: bool) -> list[str]:
