@@ -19,21 +19,24 @@ References: SPEC.md sections 1-2; issue 20 (item 3).
 from __future__ import annotations
 
 import csv
-import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from noisyanchor.common.errors import IntegrityError, InvalidInputError, PreconditionError
-from noisyanchor.common.files import atomic_write, private_dir
+from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.models import Classifier, SiteModel, load_site_model
 from noisyanchor.common.tabular.ranges import far_values
 from noisyanchor.common.text import inert_cell
 from noisyanchor.participant.config import ParticipantConfig, load_participant_config
 from noisyanchor.participant.data import LocalData, load_local_data
-from noisyanchor.participant.site_state import SiteKey, load_site_key
+from noisyanchor.participant.site_state import (
+    SiteKey,
+    check_kept_digest,
+    keep_with_digest,
+    load_site_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,18 +59,6 @@ def _checked(cfg: ParticipantConfig, site: SiteModel, where: str) -> SiteModel:
     return site
 
 
-def _check_kept(path: Path, raw: bytes) -> None:
-    """Refuse the kept site model's bytes ``raw`` unless they match the digest written when it
-    was fetched (a file kept before digests were written gets its digest now)."""
-    digest_path = path.with_name(SITE_MODEL_DIGEST_FILE)
-    actual = hashlib.sha256(raw).hexdigest()
-    if not digest_path.is_file():
-        atomic_write(digest_path, actual.encode())
-    elif digest_path.read_text().strip() != actual:
-        raise IntegrityError(f"{path} was changed since it was fetched (its SHA-256 is not the "
-                             f"one in {digest_path.name}); fetch it again with --refresh")
-
-
 def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
                wait: float = FETCH_WAIT) -> SiteModel:
     """This site's part of the result: from the state folder, else (or with ``refresh``)
@@ -85,7 +76,7 @@ def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
     if path.is_file() and not refresh:
         raw = path.read_bytes()
         site = load_site_model(raw, what=str(path))  # what it is first: a pickle is named
-        _check_kept(path, raw)
+        check_kept_digest(path, raw, "fetch it again with --refresh", since="fetched")
         return _checked(cfg, site, str(path))
     from noisyanchor.participant.anchor import exchange_key_path
     from noisyanchor.participant.run import analyst_client
@@ -94,9 +85,7 @@ def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
         raw = client.fetch_site_model(cfg.id)
     site = _checked(cfg, load_site_model(raw, what="the site model from the analyst"),
                     "the analyst's answer")
-    private_dir(cfg.state_dir)
-    atomic_write(path, raw)
-    atomic_write(path.with_name(SITE_MODEL_DIGEST_FILE), hashlib.sha256(raw).hexdigest().encode())
+    keep_with_digest(path, raw)
     # The federation is done: no screening can send this site back to the agreement.
     exchange_key_path(cfg.state_dir, cfg.federation_id).unlink(missing_ok=True)
     log.info("%s: site model fetched from the analyst (%d bytes) and kept in %s", cfg.id,

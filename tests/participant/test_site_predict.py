@@ -21,6 +21,7 @@ from noisyanchor.common.splits import TEST, TRAIN
 from noisyanchor.deploy.launch import write_toml
 from noisyanchor.participant.config import load_participant_config
 from noisyanchor.participant.gain import ensure_gain, gain_line, labelled_gain, site_gain
+from noisyanchor.participant.local_baseline import LOCAL_BASELINE_FILE
 from noisyanchor.participant.predict import (
     SITE_MODEL_FILE,
     SitePredictor,
@@ -173,10 +174,14 @@ def test_gain_compares_local_only_with_the_federation_on_the_sites_test_rows(sit
     line = gain_line(report)
     assert f"on org-a's {int(test.sum())} test rows: {report['gain']:+.3f} balanced accuracy " \
            f"from joining, 95% interval [{lo:+.3f}, {hi:+.3f}]" in line
-    # Records changed since the upload: the kept split no longer applies, and it says so.
+    # Records changed since the upload: the kept baseline does not read them (issue 31); to
+    # train it again from them, the kept split no longer applies, and it says so.
     (cfg.state_dir / "gain.json").unlink()
     with open(cfg.data, "a") as fh:
         fh.write(",".join(["0"] * D_IN) + ",1\n")
+    assert ensure_gain(cfg, predictor.key, predictor.site) == report
+    (cfg.state_dir / "gain.json").unlink()
+    (cfg.state_dir / LOCAL_BASELINE_FILE).unlink()
     with pytest.raises(PreconditionError, match="not the ones org-a uploaded"):
         ensure_gain(cfg, predictor.key, predictor.site)
 
@@ -294,7 +299,8 @@ def test_scikit_learns_warnings_go_to_the_debug_log_not_the_sites_terminal(site,
     import logging
     import warnings
 
-    from noisyanchor.common import comparison, downstream
+    from noisyanchor.common import downstream
+    from noisyanchor.participant import local_baseline
     from noisyanchor.participant.gain import site_gain
 
     real = downstream.fit_downstream
@@ -304,7 +310,7 @@ def test_scikit_learns_warnings_go_to_the_debug_log_not_the_sites_terminal(site,
                       stacklevel=1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(comparison, "fit_downstream", warning_fit)
+    monkeypatch.setattr(local_baseline, "fit_downstream", warning_fit)
     predictor = load_predictor(site["cfg"])
     caplog.set_level(logging.DEBUG, logger="noisyanchor.participant.gain")
     with warnings.catch_warnings():
