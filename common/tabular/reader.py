@@ -358,6 +358,7 @@ def read_table_chunks(path: Path, schema: TabularSchema | None, *, label_column:
         for chunk, starts in table.chunks(chunk_rows):
             encoder = table.encoder(len(chunk))
             encoder.add(chunk, starts)
+            chunk.clear()  # the chunk's text goes before the caller works on its records
             n += encoder.n
             yield encoder.table(table.names, table.ignored)
     if not n:
