@@ -5,7 +5,10 @@ federation's model: ``h(N_i(M_i(x F)))`` (:class:`SitePredictor`). Its key ``M_i
 public ``F`` come from its state folder (:mod:`participant.site_state`); the map ``N_i`` and
 the model ``h`` from the analyst, fetched once (``FetchSiteModel``) and cached in the state
 folder as the verified bytes the analyst sent (``--refresh`` fetches again). After that nothing
-touches the network: nothing about the new records leaves the site.
+touches the network: nothing about the new records leaves the site. ``participant predict``
+reads, predicts and writes the new records a chunk at a time (:func:`predicted_chunks`), so its
+memory does not grow with their number (``benchmarks/bench_site_predict.py``); the Python twin
+below returns them all at once.
 
 In a notebook::
 
@@ -13,7 +16,7 @@ In a notebook::
     out = predict("kits/org-a/org-a.toml", "monday.csv")   # or an (n, d_in) array
     out.labels, out.probabilities, out.classes
 
-References: SPEC.md sections 1-2; issue 20 (item 3).
+References: SPEC.md sections 1-2; issue 20 (item 3); issue 31 (item 3).
 """
 
 from __future__ import annotations
