@@ -216,39 +216,46 @@ def _local_status(cfg, err, tried_at: str, as_json: bool) -> int:
 
 def _predict(args: argparse.Namespace) -> int:
     from noisyanchor.common.comparison import comparison_text
-    from noisyanchor.participant.gain import gain_line, labelled_gain
+    from noisyanchor.participant.gain import gain_line
     from noisyanchor.participant.predict import (
         SITE_MODEL_FILE,
         class_names,
         load_predictor,
-        predict_with,
-        prediction_records,
+        predicted_chunks,
+        write_predictions,
     )
 
     cfg = _config(args)
     fetched = args.refresh or not (cfg.state_dir / SITE_MODEL_FILE).is_file()
     predictor = load_predictor(cfg, refresh=args.refresh)
-    data = prediction_records(cfg, args.input, predictor.key, labels=args.labels,
-                              strict=args.strict)
-    out = predict_with(predictor, data.x, data.lines, class_names(cfg, predictor.classes))
-    out.write_csv(args.out)
+    names = class_names(cfg, predictor.classes)
+    scored = _LabelledChunks(cfg, predictor) if args.labels is not None else None
+    count = 0
+
+    def chunks():  # one chunk of records held at a time, however many the input has
+        nonlocal count
+        for data, out in predicted_chunks(cfg, predictor, args.input, labels=args.labels,
+                                          strict=args.strict):
+            count += len(out.labels)
+            if scored is not None:
+                scored.add(data, out.labels)
+            yield out
+
+    write_predictions(args.out, chunks())
     gain = _site_gain(cfg)
+    classes = list(names or predictor.classes.tolist())
     summary = {"participant": cfg.id, "input": str(args.input), "out": str(args.out),
-               "records": len(out.labels),
-               "classes": list(out.class_names or out.classes.tolist()),
-               "model": predictor.model.name, "fetched": fetched,
-               "site_model": str(cfg.state_dir / SITE_MODEL_FILE), "gain": gain}
-    if args.labels is not None:
-        assert data.labels is not None  # required by prediction_records with labels
-        summary["labelled_gain"] = {"label_column": args.labels} | labelled_gain(
-            cfg, predictor, data.x, data.labels)
+               "records": count, "classes": classes, "model": predictor.model.name,
+               "fetched": fetched, "site_model": str(cfg.state_dir / SITE_MODEL_FILE),
+               "gain": gain}
+    if scored is not None:
+        summary["labelled_gain"] = {"label_column": args.labels} | scored.fields()
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
     source = ("fetched from the analyst and kept in" if fetched else "kept in")
     print(f"{cfg.id}: predicted {summary['records']} records of {args.input} into {args.out} "
-          f"(label and the probability of each class "
-          f"{', '.join(map(str, out.class_names or out.classes))}) with "
+          f"(label and the probability of each class {', '.join(map(str, classes))}) with "
           f"the federation's {predictor.model.name} model and {cfg.id}'s own map, "
           f"{source} {summary['site_model']}; nothing about the records left this host")
     print(f"gain: {gain['error']}" if "error" in gain else f"gain {gain_line(gain)}")
@@ -256,6 +263,36 @@ def _predict(args: argparse.Namespace) -> int:
         print(f"gain on the {summary['records']} records of {args.input} (labels in column "
               f"{args.labels}): {comparison_text(summary['labelled_gain'])}")
     return 0
+
+
+class _LabelledChunks:
+    """``predict --labels``: each chunk's true labels and both models' labels of it, kept
+    (integers, a few bytes a record) for the paired comparison once every chunk is read."""
+
+    def __init__(self, cfg, predictor) -> None:
+        from noisyanchor.participant.gain import site_baseline
+
+        self.cfg, self.key = cfg, predictor.key
+        self.baseline = site_baseline(cfg, predictor)
+        self.truth: list = []
+        self.ours: list = []
+        self.alone: list = []
+
+    def add(self, data, labels) -> None:
+        """One chunk's records (with their true labels) and the federation's labels of them."""
+        self.truth.append(data.labels)
+        self.ours.append(labels)
+        self.alone.append(self.baseline.predict(data.x))
+
+    def fields(self) -> dict:
+        """:func:`participant.gain.labelled_gain`'s fields over every chunk."""
+        import numpy as np
+
+        from noisyanchor.participant.gain import labelled_comparison
+
+        alone = None if self.baseline.model is None else np.concatenate(self.alone)
+        return labelled_comparison(self.cfg, self.key, np.concatenate(self.truth),
+                                   np.concatenate(self.ours), alone, self.baseline.not_fitted)
 
 
 def _keygen(args: argparse.Namespace) -> int:

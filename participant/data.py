@@ -22,6 +22,7 @@ leave the participant except through its GDP upload.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,8 @@ import numpy as np
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.schema import RecordSchema
 from noisyanchor.common.splits import SPLIT_NAMES
-from noisyanchor.common.tabular import TableError, read_table
+from noisyanchor.common.tabular import TableError, read_table, read_table_chunks
+from noisyanchor.common.tabular.reader import CHUNK_ROWS
 
 
 @dataclass(frozen=True)
@@ -194,3 +196,31 @@ def load_local_data(path: Path, *, schema: RecordSchema | None = None,
                          f"{data.x.shape[1]} feature columns")
     return LocalData(data.x, data.labels, data.tags, data.feature_names,
                      np.arange(1, n + 1, dtype=np.int64))
+
+
+def local_data_chunks(path: Path, *, schema: RecordSchema | None = None,
+                      label_column: str = "label", tag_column: str = "split",
+                      label_index: int = -1, require_labels: bool = True,
+                      delimiter: str = ",", decimal: str = ".",
+                      chunk_rows: int = CHUNK_ROWS) -> Iterator[LocalData]:
+    """:func:`load_local_data`'s records ``chunk_rows`` at a time (the same parameters, checks
+    and errors): a CSV table is streamed (:func:`common.tabular.read_table_chunks`), so memory
+    is one chunk whatever its size; an ``.npz``/``.npy`` array is loaded whole, then sliced."""
+    path = Path(path)
+    if path.suffix.lower() == ".csv":
+        tabular = schema.tabular if schema is not None else None
+        for table in read_table_chunks(path, tabular, label_column=label_column,
+                                       tag_column=tag_column, require_label=require_labels,
+                                       delimiter=delimiter, decimal=decimal,
+                                       chunk_rows=chunk_rows):
+            yield LocalData(table.x, table.labels, table.tags, table.feature_names, table.lines)
+        return
+    data = load_local_data(path, schema=schema, label_column=label_column,
+                           tag_column=tag_column, label_index=label_index,
+                           require_labels=require_labels, delimiter=delimiter,
+                           decimal=decimal)
+    for start in range(0, len(data.x), chunk_rows):
+        rows = slice(start, start + chunk_rows)
+        yield LocalData(data.x[rows], None if data.labels is None else data.labels[rows],
+                        None if data.tags is None else data.tags[rows], data.feature_names,
+                        None if data.lines is None else data.lines[rows])

@@ -4,17 +4,19 @@ site alone, both scored on the site's own test rows (``gain.json`` in the state 
 The local-only baseline is what the site could do without the federation: the federation's kind
 of model (same hyper-parameter search, :func:`common.downstream.fit_downstream`) trained on the
 site's own training rows only, on its raw records ``X_i`` (``d_in`` columns, no projection ``F``,
-no key: nothing leaves the site). The federation's number is the site's own: its test rows
-mapped by its key, its map ``N_i`` and the model (:class:`participant.predict.SitePredictor`),
-on the records as they are (without the private-data noise a ``-pn`` method adds to the upload),
-beside the number the analyst reported for the same rows of ``Z``.
+no key: nothing leaves the site), trained once when the upload commits and kept with the test rows
+(:mod:`participant.local_baseline`), so the gain never reads the whole table again. The
+federation's number is the site's own: its test rows mapped by its key, its map ``N_i`` and
+the model (:class:`participant.predict.SitePredictor`), on the records as they are (without the
+private-data noise a ``-pn`` method adds to the upload), beside the number the analyst reported
+for the same rows of ``Z``.
 
 Both models are scored on the same test rows, and the site is told the paired difference with
 its 95% interval and the rows it rests on, or, below 20 test rows or with one class among them,
 what cannot be told and why (:mod:`common.comparison`; the fields are
 :data:`common.comparison.GAIN_FIELDS`, the same in the analyst's per-site metrics).
 
-References: issue 20 (item 4); issue 29 (item 2).
+References: issue 20 (item 4); issue 29 (item 2); issue 31 (item 3).
 """
 
 from __future__ import annotations
@@ -31,20 +33,17 @@ from noisyanchor.common.comparison import (
     FEDERATION_TRAINED_ON,
     GAIN_FIELDS,
     LOCAL_ONLY_SEARCH,
-    against_local_only,
     comparison_fields,
     comparison_text,
     paired_comparison,
 )
-from noisyanchor.common.downstream import fit_downstream
-from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.files import atomic_write
 from noisyanchor.common.models import SiteModel
 from noisyanchor.common.splits import TEST, TRAIN
 from noisyanchor.participant.config import ParticipantConfig
-from noisyanchor.participant.data import LocalData
+from noisyanchor.participant.local_baseline import LocalBaseline, chunked_labels, local_baseline
 from noisyanchor.participant.predict import SITE_MODEL_FILE, SitePredictor
-from noisyanchor.participant.site_state import SiteKey, records_digest
+from noisyanchor.participant.site_state import SiteKey
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +70,11 @@ def site_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel) -> dict[str
 
 
 def _site_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel) -> dict[str, Any]:
-    data = _uploaded_records(cfg, key)
-    tags, labels = key.tags, data.labels
-    test = tags == TEST
+    tags = key.tags
     name = site.federation_metrics.get("name", "logistic")
     report: dict[str, Any] = {
         "participant": cfg.id, "federation_id": cfg.federation_id, "model": name,
-        "train_rows": int((tags == TRAIN).sum()), "test_rows": int(test.sum())}
+        "train_rows": int((tags == TRAIN).sum()), "test_rows": int((tags == TEST).sum())}
     federation: dict[str, Any] = {"analyst_reported_balanced_accuracy":
                                       site.site_metrics.get("balanced_accuracy"),
                                   "federation_wide_balanced_accuracy":
@@ -97,30 +94,21 @@ def _site_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel) -> dict[st
         local["computed_by"] = "the analyst"
         trained_on["local_only_trained_on"] = site.site_metrics.get("local_only_trained_on")
     else:
-        ours = SitePredictor(key, site).predict(data.x[test])
-        compared, fitted = against_local_only(data.x, labels, tags, ours, model=name)
-        fields = comparison_fields(compared)
-        federation |= {"computed_by": cfg.id, "accuracy": _accuracy(labels[test], ours)}
-        if fitted is not None:
-            local |= {"accuracy": _accuracy(labels[test], fitted.predict(data.x[test])),
-                      "c": fitted.utility.c}
+        # The kept baseline holds the local-only model and the test rows: no table is read.
+        baseline = local_baseline(cfg, key, name)
+        labels = baseline.test_labels
+        ours = chunked_labels(SitePredictor(key, site).predict, baseline.test_x)
+        alone = baseline.predict(baseline.test_x)
+        fields = comparison_fields(paired_comparison(labels, ours, alone,
+                                                     second_missing=baseline.not_fitted))
+        federation |= {"computed_by": cfg.id, "accuracy": _accuracy(labels, ours)}
+        if alone is not None:
+            local |= {"accuracy": _accuracy(labels, alone), "c": baseline.c}
     return report | fields | trained_on | {"local_only": local, "federation": federation}
 
 
 def _accuracy(labels: np.ndarray, predicted: np.ndarray) -> float | None:
     return float(np.mean(labels == predicted)) if len(labels) else None
-
-
-def _uploaded_records(cfg: ParticipantConfig, key: SiteKey) -> LocalData:
-    """The site's records at ``[participant] data``, checked to be the ones it uploaded."""
-    from noisyanchor.participant.run import local_data
-
-    data = local_data(cfg)
-    if data.labels is None or records_digest(data.x, data.labels) != key.records_sha256:
-        raise PreconditionError(f"the records in {cfg.data} are not the ones {cfg.id} uploaded "
-                                "(their digest differs from the one kept with the key), so "
-                                "the kept train/test split does not apply to them")
-    return data
 
 
 def labelled_gain(cfg: ParticipantConfig, predictor: SitePredictor, x: np.ndarray,
@@ -136,17 +124,28 @@ def labelled_gain(cfg: ParticipantConfig, predictor: SitePredictor, x: np.ndarra
     labels : (m,) ndarray
         Their true labels.
     """
-    name = predictor.site.federation_metrics.get("name", "logistic")
-    data = _uploaded_records(cfg, predictor.key)
-    try:
-        local = fit_downstream(data.x, data.labels, predictor.key.tags, model=name)
-        alone, missing = local.predict(x), ""
-    except InvalidInputError as err:
-        alone, missing = None, f"no local-only model: {err}"
-    compared = paired_comparison(labels, predictor.predict(x), alone, second_missing=missing)
+    baseline = site_baseline(cfg, predictor)
+    return labelled_comparison(cfg, predictor.key, labels,
+                               chunked_labels(predictor.predict, x), baseline.predict(x),
+                               baseline.not_fitted)
+
+
+def site_baseline(cfg: ParticipantConfig, predictor: SitePredictor) -> LocalBaseline:
+    """The site's local-only baseline for the federation's model family
+    (:func:`participant.local_baseline.local_baseline`)."""
+    return local_baseline(cfg, predictor.key,
+                          predictor.site.federation_metrics.get("name", "logistic"))
+
+
+def labelled_comparison(cfg: ParticipantConfig, key: SiteKey, labels: np.ndarray,
+                        federation: np.ndarray, alone: np.ndarray | None,
+                        missing: str) -> dict[str, Any]:
+    """:func:`labelled_gain` from each model's labels of the records (``alone`` None: no
+    local-only model, ``missing`` says why)."""
+    compared = paired_comparison(labels, federation, alone, second_missing=missing)
     return comparison_fields(compared) | {
         "federation_trained_on": FEDERATION_TRAINED_ON,
-        "local_only_trained_on": _local_trained_on(cfg, predictor.key)}
+        "local_only_trained_on": _local_trained_on(cfg, key)}
 
 
 def _local_trained_on(cfg: ParticipantConfig, key: SiteKey) -> str:

@@ -5,7 +5,10 @@ federation's model: ``h(N_i(M_i(x F)))`` (:class:`SitePredictor`). Its key ``M_i
 public ``F`` come from its state folder (:mod:`participant.site_state`); the map ``N_i`` and
 the model ``h`` from the analyst, fetched once (``FetchSiteModel``) and cached in the state
 folder as the verified bytes the analyst sent (``--refresh`` fetches again). After that nothing
-touches the network: nothing about the new records leaves the site.
+touches the network: nothing about the new records leaves the site. ``participant predict``
+reads, predicts and writes the new records a chunk at a time (:func:`predicted_chunks`), so its
+memory does not grow with their number (``benchmarks/bench_site_predict.py``); the Python twin
+below returns them all at once.
 
 In a notebook::
 
@@ -13,27 +16,33 @@ In a notebook::
     out = predict("kits/org-a/org-a.toml", "monday.csv")   # or an (n, d_in) array
     out.labels, out.probabilities, out.classes
 
-References: SPEC.md sections 1-2; issue 20 (item 3).
+References: SPEC.md sections 1-2; issue 20 (item 3); issue 31 (item 3).
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import logging
+import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from noisyanchor.common.errors import IntegrityError, InvalidInputError, PreconditionError
-from noisyanchor.common.files import atomic_write, private_dir
+from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.models import Classifier, SiteModel, load_site_model
-from noisyanchor.common.tabular.ranges import far_values
+from noisyanchor.common.tabular.ranges import RangeTally
+from noisyanchor.common.tabular.reader import CHUNK_ROWS
 from noisyanchor.common.text import inert_cell
 from noisyanchor.participant.config import ParticipantConfig, load_participant_config
-from noisyanchor.participant.data import LocalData, load_local_data
-from noisyanchor.participant.site_state import SiteKey, load_site_key
+from noisyanchor.participant.data import LocalData, local_data_chunks
+from noisyanchor.participant.site_state import (
+    SiteKey,
+    check_kept_digest,
+    keep_with_digest,
+    load_site_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +52,9 @@ SITE_MODEL_FILE = "site-model.bin"
 #: The SHA-256 of the whole kept site model, written when it is fetched: an edit of the kept
 #: file (a digit of its JSON header, which its own per-array digests do not cover) is refused.
 SITE_MODEL_DIGEST_FILE = "site-model.sha256"
+
+#: Records ``participant predict`` reads, maps, predicts and writes at a time.
+PREDICT_CHUNK_ROWS = CHUNK_ROWS
 
 #: Seconds a fetch retries an unavailable analyst (predict and status ask, they do not wait).
 FETCH_WAIT = 30.0
@@ -54,18 +66,6 @@ def _checked(cfg: ParticipantConfig, site: SiteModel, where: str) -> SiteModel:
                                 f"federation {site.federation_id!r}, not of {cfg.id!r} in "
                                 f"{cfg.federation_id!r}")
     return site
-
-
-def _check_kept(path: Path, raw: bytes) -> None:
-    """Refuse the kept site model's bytes ``raw`` unless they match the digest written when it
-    was fetched (a file kept before digests were written gets its digest now)."""
-    digest_path = path.with_name(SITE_MODEL_DIGEST_FILE)
-    actual = hashlib.sha256(raw).hexdigest()
-    if not digest_path.is_file():
-        atomic_write(digest_path, actual.encode())
-    elif digest_path.read_text().strip() != actual:
-        raise IntegrityError(f"{path} was changed since it was fetched (its SHA-256 is not the "
-                             f"one in {digest_path.name}); fetch it again with --refresh")
 
 
 def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
@@ -85,7 +85,7 @@ def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
     if path.is_file() and not refresh:
         raw = path.read_bytes()
         site = load_site_model(raw, what=str(path))  # what it is first: a pickle is named
-        _check_kept(path, raw)
+        check_kept_digest(path, raw, "fetch it again with --refresh", since="fetched")
         return _checked(cfg, site, str(path))
     from noisyanchor.participant.anchor import exchange_key_path
     from noisyanchor.participant.run import analyst_client
@@ -94,9 +94,7 @@ def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
         raw = client.fetch_site_model(cfg.id)
     site = _checked(cfg, load_site_model(raw, what="the site model from the analyst"),
                     "the analyst's answer")
-    private_dir(cfg.state_dir)
-    atomic_write(path, raw)
-    atomic_write(path.with_name(SITE_MODEL_DIGEST_FILE), hashlib.sha256(raw).hexdigest().encode())
+    keep_with_digest(path, raw)
     # The federation is done: no screening can send this site back to the agreement.
     exchange_key_path(cfg.state_dir, cfg.federation_id).unlink(missing_ok=True)
     log.info("%s: site model fetched from the analyst (%d bytes) and kept in %s", cfg.id,
@@ -158,14 +156,17 @@ def load_predictor(cfg: ParticipantConfig, *, refresh: bool = False) -> SitePred
     return SitePredictor(load_site_key(cfg), site)
 
 
-def prediction_records(cfg: ParticipantConfig, path: Path, key: SiteKey, *,
-                       labels: str | None = None, strict: bool = False) -> LocalData:
-    """New records through the upload's own chain (:func:`participant.data.load_local_data`
-    with the schema kept when the site joined: read, schema checks, public preprocessing; a
-    label column may be absent and is not used), then checked against the upload: the same
-    columns, named in the same order when both name them; and the upload's range and unit
-    checks (:func:`common.tabular.ranges.far_values`): each column out of its declared range
-    is warned about, naming the column and the first line, or (``strict``) refused.
+def prediction_chunks(cfg: ParticipantConfig, path: Path, key: SiteKey, *,
+                      labels: str | None = None, strict: bool = False,
+                      chunk_rows: int = PREDICT_CHUNK_ROWS) -> Iterator[LocalData]:
+    """New records through the upload's own chain, ``chunk_rows`` at a time
+    (:func:`participant.data.local_data_chunks` with the schema kept when the site joined: read,
+    schema checks, public preprocessing; a label column may be absent and is not used), each
+    chunk checked against the upload: the same columns, named in the same order when both name
+    them. Once every chunk is read, the upload's range and unit checks over all of them
+    (:class:`common.tabular.ranges.RangeTally`, as :func:`~common.tabular.ranges.far_values`
+    on the whole table): each column out of its declared range is warned about, naming the
+    column and the first line, or (``strict``) refused by raising after the last chunk.
 
     ``labels`` names the column holding the records' true labels (``predict --labels``): then
     it must be there, and it is read as the upload's labels were.
@@ -177,21 +178,40 @@ def prediction_records(cfg: ParticipantConfig, path: Path, key: SiteKey, *,
     if labels is not None and declared and labels != declared:
         raise InvalidInputError(f"--labels {labels}: the federation's schema names the label "
                                 f"column {declared!r}; the labels of {path} must be there")
-    data = load_local_data(path, schema=schema, label_column=labels or cfg.label_column,
-                           tag_column=cfg.tag_column, label_index=cfg.label_index,
-                           require_labels=labels is not None, delimiter=cfg.delimiter,
-                           decimal=cfg.decimal)
-    if schema is not None:
-        schema.check(data.x, data.feature_names, who=str(path), federation=cfg.federation_id)
-    check_records(key, data.x, data.feature_names, str(path))
-    if schema is not None and schema.tabular is not None and data.lines is not None:
-        found = far_values(schema.tabular, data.x, data.lines)
-        if strict and found:
-            raise InvalidInputError(f"{path}: " + "; ".join(map(str, found))
-                                    + " (refused: --strict; nothing was predicted)")
-        for far in found:
-            log.warning("%s: %s", path, far)
-    return data
+    tally = RangeTally(schema.tabular) if schema is not None and schema.tabular else None
+    for data in local_data_chunks(path, schema=schema, label_column=labels or cfg.label_column,
+                                  tag_column=cfg.tag_column, label_index=cfg.label_index,
+                                  require_labels=labels is not None, delimiter=cfg.delimiter,
+                                  decimal=cfg.decimal, chunk_rows=chunk_rows):
+        if schema is not None:
+            schema.check(data.x, data.feature_names, who=str(path),
+                         federation=cfg.federation_id)
+        check_records(key, data.x, data.feature_names, str(path))
+        if tally is not None and data.lines is not None:
+            tally.add(data.x, data.lines)
+        yield data
+    found = tally.found() if tally is not None else []
+    if strict and found:
+        raise InvalidInputError(f"{path}: " + "; ".join(map(str, found))
+                                + " (refused: --strict; nothing was predicted)")
+    for far in found:
+        log.warning("%s: %s", path, far)
+
+
+def prediction_records(cfg: ParticipantConfig, path: Path, key: SiteKey, *,
+                       labels: str | None = None, strict: bool = False) -> LocalData:
+    """Every new record of ``path`` at once (:func:`prediction_chunks`, joined): what the
+    Python :func:`predict` reads; ``participant predict`` goes a chunk at a time."""
+    chunks = list(prediction_chunks(cfg, path, key, labels=labels, strict=strict))
+
+    def joined(name: str) -> np.ndarray | None:
+        parts = [getattr(c, name) for c in chunks]
+        return None if parts[0] is None else np.concatenate(parts)
+
+    x = joined("x")
+    assert x is not None
+    return LocalData(x, joined("labels"), joined("tags"), chunks[0].feature_names,
+                     joined("lines"))
 
 
 def check_records(key: SiteKey, x: np.ndarray, names, who: str) -> None:
@@ -245,18 +265,40 @@ class Predictions:
         """One line per input record: ``row``, ``line``, ``label``, ``p_<class>`` for every
         class (the label texts when the schema declares them; probabilities with every digit:
         ``repr`` of the float)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", newline="") as fh:
+        return write_predictions(path, [self])
+
+    def header(self) -> list[str]:
+        """The CSV header: ``row``, ``line``, ``label``, ``p_<class>`` for every class."""
+        names = self.class_names or [str(int(c)) for c in self.classes]
+        return ["row", "line", "label", *(f"p_{c}" for c in names)]
+
+    def write_rows(self, out) -> None:
+        """Each record's line of the CSV to the :func:`csv.writer` ``out``."""
+        for row, line, label, p in zip(self.rows, self.lines, self.names, self.probabilities,
+                                       strict=True):
+            # A label text (the schema's, from a site's data) is never a formula here.
+            out.writerow([int(row), int(line), inert_cell(label), *(repr(float(v)) for v in p)])
+
+
+def write_predictions(path: Path, chunks: Iterable[Predictions]) -> Path:
+    """Write the predictions of every chunk, in order, as one CSV
+    (:meth:`Predictions.write_csv`), each chunk's lines as it comes: into a file beside
+    ``path``, moved into place once the last chunk is written, so an error on the way
+    (a bad record, ``--strict``) leaves no partial output."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with partial.open("w", newline="") as fh:
             out = csv.writer(fh)
-            names = self.class_names or [str(int(c)) for c in self.classes]
-            out.writerow(["row", "line", "label", *(f"p_{c}" for c in names)])
-            for row, line, label, p in zip(self.rows, self.lines, self.names,
-                                           self.probabilities, strict=True):
-                # A label text (the schema's, from a site's data) is never a formula here.
-                out.writerow([int(row), int(line), inert_cell(label),
-                              *(repr(float(v)) for v in p)])
-        return path
+            for k, chunk in enumerate(chunks):
+                if k == 0:
+                    out.writerow(chunk.header())
+                chunk.write_rows(out)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return path
 
 
 def class_names(cfg: ParticipantConfig, classes: np.ndarray) -> tuple[str, ...] | None:
@@ -275,15 +317,31 @@ def class_names(cfg: ParticipantConfig, classes: np.ndarray) -> tuple[str, ...] 
 
 
 def predict_with(predictor: SitePredictor, x: np.ndarray, lines: np.ndarray | None = None,
-                 names: tuple[str, ...] | None = None) -> Predictions:
+                 names: tuple[str, ...] | None = None, *, first_row: int = 1) -> Predictions:
     """:class:`Predictions` of raw records ``x`` (``n x d_in``; ``lines``: where each is in
-    its file; ``names``: the label texts of the classes, :func:`class_names`)."""
+    its file; ``names``: the label texts of the classes, :func:`class_names`; ``first_row``:
+    the position of ``x``'s first record in its input)."""
     x = np.asarray(x, dtype=np.float64)
     check_records(predictor.key, x, None, "the records")
     proba = predictor.predict_proba(x)
-    rows = np.arange(1, len(x) + 1, dtype=np.int64)
+    rows = np.arange(first_row, first_row + len(x), dtype=np.int64)
     return Predictions(predictor.predict(x), proba, predictor.classes, rows,
                        rows if lines is None else np.asarray(lines, dtype=np.int64), names)
+
+
+def predicted_chunks(cfg: ParticipantConfig, predictor: SitePredictor, path: Path, *,
+                     labels: str | None = None, strict: bool = False,
+                     chunk_rows: int = PREDICT_CHUNK_ROWS
+                     ) -> Iterator[tuple[LocalData, Predictions]]:
+    """Each chunk of the new records at ``path`` (:func:`prediction_chunks`) with its
+    :class:`Predictions`, rows numbered across chunks: ``participant predict`` holds one chunk
+    at a time, so a million records take the memory of a few thousand."""
+    names = class_names(cfg, predictor.classes)
+    done = 0
+    for data in prediction_chunks(cfg, path, predictor.key, labels=labels, strict=strict,
+                                  chunk_rows=chunk_rows):
+        yield data, predict_with(predictor, data.x, data.lines, names, first_row=done + 1)
+        done += len(data.x)
 
 
 def predict(config: Path | str | ParticipantConfig, records: Path | str | np.ndarray, *,

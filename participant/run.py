@@ -389,6 +389,36 @@ def _projection_cost(cfg: ParticipantConfig, joined: Joined, tags: np.ndarray) -
     return measured.cost
 
 
+def _keep_baseline(cfg: ParticipantConfig, joined: Joined, key: SiteKey) -> None:
+    """Train and keep this site's local-only baseline (:mod:`participant.local_baseline`) from
+    the records still in memory, once the upload committed: the upload's bytes and their
+    sending are untouched, only a committed split is kept, and ``predict`` never reads the
+    whole table again. A failure is logged, not raised: the upload stands, and the first gain
+    trains the baseline then."""
+    from noisyanchor.common.downstream import warnings_to_log
+    from noisyanchor.participant.local_baseline import (
+        NOT_RETURNED,
+        keep_local_baseline,
+        train_local_baseline,
+    )
+
+    info, data = joined.info, joined.data
+    name = info.model if info.HasField("model") else "logistic"
+    if name in NOT_RETURNED or data.labels is None:
+        return  # no model reaches this site: its gain is the analyst's
+    start = time.perf_counter()
+    try:
+        with warnings_to_log(log):
+            path = keep_local_baseline(cfg, train_local_baseline(key, data.x, data.labels,
+                                                                 name))
+    except (NoisyAnchorError, OSError) as err:
+        log.warning("%s: the local-only model was not kept (%s); the first gain trains it",
+                    cfg.id, err)
+        return
+    log.info("%s: local-only %s model trained in %.1f s and kept in %s (the gain's baseline)",
+             cfg.id, name, time.perf_counter() - start, path)
+
+
 def run_upload(cfg: ParticipantConfig) -> Sent:
     """Join (load and preprocess the data with the federation's schema), agree on the anchor,
     compute the upload with the engine, stream it once; keep the key
@@ -438,13 +468,15 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
             upload_seed_path(cfg).unlink(missing_ok=True)
             key_file.unlink(missing_ok=True)
             raise
-    keep_site_key(cfg, SiteKey(cfg.federation_id, cfg.id, cfg.method, state.key,
-                               public_projection(cfg, data.x.shape[1]), data.x.shape[1], tags,
-                               records_digest(data.x, data.labels), data.feature_names))
+    site_key = SiteKey(cfg.federation_id, cfg.id, cfg.method, state.key,
+                       public_projection(cfg, data.x.shape[1]), data.x.shape[1], tags,
+                       records_digest(data.x, data.labels), data.feature_names)
+    keep_site_key(cfg, site_key)
     upload_seed_path(cfg).unlink(missing_ok=True)
     received = UploadReceipt(cfg.federation_id, cfg.id, receipt.receipt.hex(), now_iso(),
                              receipt.already_committed, len(x), spec.nbytes, cfg.analyst)
     keep_receipt(cfg, received)
+    _keep_baseline(cfg, joined, site_key)
     if cfg.keep_secrets:
         kept = {"rotation": state.key.rotation, "translation": state.key.translation}
         if cfg.method_enum.uses_anchor:

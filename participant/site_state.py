@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from noisyanchor.common.errors import InvalidInputError, PreconditionError
+from noisyanchor.common.errors import IntegrityError, InvalidInputError, PreconditionError
 from noisyanchor.common.files import atomic_write, private_dir
 from noisyanchor.common.gdp import GdpKey, gdp_map
 from noisyanchor.common.models.container import dump_arrays, load_arrays
@@ -162,6 +162,33 @@ def keep_site_key(cfg: ParticipantConfig, site_key: SiteKey) -> Path:
     path = cfg.state_dir / SITE_KEY_FILE
     atomic_write(path, site_key.to_bytes())
     return path
+
+
+def digest_path(path: Path) -> Path:
+    """Where the SHA-256 of the kept file ``path`` is written (``site-model.bin`` ->
+    ``site-model.sha256``)."""
+    return path.with_suffix(".sha256")
+
+
+def keep_with_digest(path: Path, raw: bytes) -> None:
+    """Write ``raw`` to ``path`` and its whole SHA-256 beside it (both 0600, atomically)."""
+    private_dir(path.parent)
+    atomic_write(path, raw)
+    atomic_write(digest_path(path), hashlib.sha256(raw).hexdigest().encode())
+
+
+def check_kept_digest(path: Path, raw: bytes, remedy: str, *, since: str = "kept") -> None:
+    """Refuse the kept file's bytes ``raw`` unless they match the digest written beside it when
+    it was kept (an edit of its JSON header, which its own per-array digests do not cover);
+    a file kept before digests were written gets its digest now. ``remedy`` says what to do,
+    ``since`` when the file was written ("kept", "fetched")."""
+    kept = digest_path(path)
+    actual = hashlib.sha256(raw).hexdigest()
+    if not kept.is_file():
+        atomic_write(kept, actual.encode())
+    elif kept.read_text().strip() != actual:
+        raise IntegrityError(f"{path} was changed since it was {since} (its SHA-256 is not the "
+                             f"one in {kept.name}); {remedy}")
 
 
 def load_site_key(cfg: ParticipantConfig) -> SiteKey:

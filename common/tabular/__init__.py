@@ -16,8 +16,9 @@ from noisyanchor.common.tabular.columns import (
     NumericColumn,
 )
 from noisyanchor.common.tabular.errors import TableError
-from noisyanchor.common.tabular.reader import EncodedTable, read_table
+from noisyanchor.common.tabular.reader import EncodedTable, read_table, read_table_chunks
 from noisyanchor.common.tabular.schema import TabularSchema
 
 __all__ = ["BooleanColumn", "CategoricalColumn", "CellError", "Column", "EncodedTable",
-           "NumericColumn", "TableError", "TabularSchema", "read_table"]
+           "NumericColumn", "TableError", "TabularSchema", "read_table",
+           "read_table_chunks"]

@@ -128,40 +128,98 @@ def far_values(schema: TabularSchema, x: np.ndarray, lines: np.ndarray) -> list[
     """Every scaled numeric column of ``x`` (``n x d_in``, encoded with ``schema``; ``lines``
     the records' lines) with most written values outside its declared scaling or some far
     from it, in column order (cells holding the column's ``fill`` are not counted)."""
-    found = []
-    start = 0
-    for column in schema.columns:
-        j, start = start, start + column.width
-        if not isinstance(column, NumericColumn) or column.offset_factor == (0.0, 1.0):
-            continue
-        a, b = column.offset_factor
-        written = np.ones(len(x), dtype=bool) if column.fill is None else \
-            x[:, j] != (float(column.fill) - a) / b  # the same arithmetic as the encoder's
-        e = x[written, j]
-        if not len(e):
-            continue
-        if column.scale is not None:
-            outside, far = np.abs(e) > OUTSIDE_SCALES, np.abs(e) > FAR_SCALES
-        else:
-            outside = (e < 0.0) | (e > 1.0)
-            far = (e < -RANGE_WIDTHS) | (e > 1.0 + RANGE_WIDTHS)
-        unit = 2 * int(outside.sum()) > len(e)
-        counted = outside if unit else far
-        if counted.any():
-            found.append(FarValues(column, int(counted.sum()), len(e), unit,
-                                   float(e.min() * b + a), float(e.max() * b + a),
-                                   int(lines[written][np.argmax(counted)]),
-                                   _power(column, e * b + a) if unit else 0))
-    return found
+    tally = RangeTally(schema)
+    tally.add(x, lines)
+    return tally.found()
 
 
-def _power(column: NumericColumn, values: np.ndarray) -> int:
-    """The power of ten ``k`` (``|k| <= 12``) such that ``values / 10^k`` put the most values
-    inside the declared scaling (the smallest ``|k|`` among equals; 0 when none does better
-    than the values as written): the values are about ``10^k`` times what was declared."""
-    powers = np.array(sorted(range(-12, 13), key=abs))
+@dataclass
+class _ColumnCounts:
+    """What :func:`far_values` needs of one column, summed over chunks of records."""
+
+    column: NumericColumn
+    j: int
+    written: int = 0
+    outside: int = 0
+    far: int = 0
+    low: float = np.inf
+    high: float = -np.inf
+    first_outside: int = 0
+    first_far: int = 0
+    inside_by_power: np.ndarray | None = None
+
+
+class RangeTally:
+    """:func:`far_values` of a table read in chunks (``participant predict``): counts, extremes,
+    first lines and the per-power counts of :func:`_power` are sums and minima over the chunks,
+    so :meth:`found` is what :func:`far_values` gives on the whole table."""
+
+    def __init__(self, schema: TabularSchema) -> None:
+        self.counts: list[_ColumnCounts] = []
+        start = 0
+        for column in schema.columns:
+            j, start = start, start + column.width
+            if isinstance(column, NumericColumn) and column.offset_factor != (0.0, 1.0):
+                self.counts.append(_ColumnCounts(column, j))
+
+    def add(self, x: np.ndarray, lines: np.ndarray) -> None:
+        """Count the records ``x`` (encoded; ``lines``: where each is in the file)."""
+        for c in self.counts:
+            a, b = c.column.offset_factor
+            written = np.ones(len(x), dtype=bool) if c.column.fill is None else \
+                x[:, c.j] != (float(c.column.fill) - a) / b  # the encoder's arithmetic
+            e = x[written, c.j]
+            if not len(e):
+                continue
+            outside, far = _outside_far(c.column, e)
+            at = lines[written]
+            if not c.outside and outside.any():
+                c.first_outside = int(at[np.argmax(outside)])
+            if not c.far and far.any():
+                c.first_far = int(at[np.argmax(far)])
+            c.written += len(e)
+            c.outside += int(outside.sum())
+            c.far += int(far.sum())
+            c.low, c.high = min(c.low, float(e.min())), max(c.high, float(e.max()))
+            inside = _inside_by_power(c.column, e * b + a)
+            c.inside_by_power = inside if c.inside_by_power is None else \
+                c.inside_by_power + inside
+
+    def found(self) -> list[FarValues]:
+        """The columns :func:`far_values` names, in column order."""
+        found = []
+        for c in self.counts:
+            unit = 2 * c.outside > c.written
+            count, first = (c.outside, c.first_outside) if unit else (c.far, c.first_far)
+            if not count:
+                continue
+            a, b = c.column.offset_factor
+            power = 0
+            if unit and c.inside_by_power is not None:
+                power = int(POWERS[np.argmax(c.inside_by_power)])  # argmax: the first of equals
+            found.append(FarValues(c.column, count, c.written, unit, c.low * b + a,
+                                   c.high * b + a, first, power))
+        return found
+
+
+#: The powers of ten :func:`_inside_by_power` tries, the smallest ``|k|`` first.
+POWERS = np.array(sorted(range(-12, 13), key=abs))
+
+
+def _outside_far(column: NumericColumn, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which encoded values ``e`` lie outside the declared scaling, and which far from it."""
+    if column.scale is not None:
+        return np.abs(e) > OUTSIDE_SCALES, np.abs(e) > FAR_SCALES
+    return (e < 0.0) | (e > 1.0), (e < -RANGE_WIDTHS) | (e > 1.0 + RANGE_WIDTHS)
+
+
+def _inside_by_power(column: NumericColumn, values: np.ndarray) -> np.ndarray:
+    """For each power of ten ``k`` of :data:`POWERS` (``|k| <= 12``), how many of ``values /
+    10^k`` lie inside the declared scaling: the ``k`` with the most (the smallest ``|k|``
+    among equals; 0 when none does better than the values as written) says the values are
+    about ``10^k`` times what was declared."""
     a, b = column.offset_factor
-    e = (values[None, :] / 10.0 ** powers[:, None] - a) / b
+    e = (values[None, :] / 10.0 ** POWERS[:, None] - a) / b
     inside = (np.abs(e) <= OUTSIDE_SCALES) if column.scale is not None else \
         (e >= 0.0) & (e <= 1.0)
-    return int(powers[np.argmax(inside.sum(axis=1))])  # argmax: the first of equals
+    return inside.sum(axis=1)

@@ -23,6 +23,7 @@ writes) is read and ignored; blank lines are skipped.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
 import itertools
 import logging
@@ -227,6 +228,90 @@ def _dialect_error(shown: str, line: int | None, problems: list[str],
     return TableError(shown, "; and ".join(problems), line=line, hint="; ".join(fixes))
 
 
+@dataclass
+class _OpenTable:
+    """A CSV table past its header: its rows still to read, and how each is encoded."""
+
+    shown: str
+    header_line: int
+    header: list[str]
+    columns: list[Column]
+    tokens: frozenset[str]
+    classes: tuple[str, ...]
+    label_at: int | None
+    tag_at: int | None
+    ignored: tuple[str, ...]
+    rows: Iterator[tuple[int, list[str]]]
+    decimal: str
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The encoded column names."""
+        return tuple(n for c in self.columns for n in c.encoded_names)
+
+    def encoder(self, capacity: int) -> _ChunkEncoder:
+        """An encoder of arrays for ``capacity`` records."""
+        return _ChunkEncoder(self.shown, self.header, self.columns, self.tokens, self.classes,
+                             self.label_at, self.tag_at, capacity, self.decimal)
+
+    def chunks(self, chunk_rows: int) -> Iterator[tuple[list[list[str]], list[int]]]:
+        """The rows ``chunk_rows`` at a time, each with the line it starts on (width checked)."""
+        chunk: list[list[str]] = []
+        starts: list[int] = []
+        for line, row in self.rows:
+            if len(row) != len(self.header):
+                raise _width_error(self.shown, line, row, self.header)
+            chunk.append(row)
+            starts.append(line)
+            if len(chunk) >= chunk_rows:
+                yield chunk, starts
+                chunk, starts = [], []
+        if chunk:
+            yield chunk, starts
+
+
+@contextlib.contextmanager
+def _open_table(path: Path, schema: TabularSchema | None, label_column: str,
+                tag_column: str | None, require_label: bool, delimiter: str, decimal: str,
+                shown: str) -> Iterator[_OpenTable]:
+    """``path`` read up to its header, checked against ``schema`` (see :func:`read_table`)."""
+    if len(delimiter) != 1:
+        raise TableError(shown, f"the delimiter must be one character, got {delimiter!r}")
+    check_decimal(decimal, delimiter)
+    label = schema.label if schema is not None and schema.label else label_column
+    with open_table_text(path, shown) as fh:
+        rows = table_rows(fh, path, shown, delimiter, decimal)
+        header_line, header = table_header(rows, shown, delimiter, decimal)
+        position = {name: j for j, name in enumerate(header)}
+        if label not in position and require_label:
+            raise TableError(shown, f"the header has no label column {label!r}",
+                             line=header_line, detail=f"its columns: {_listed(header)}")
+        columns: list[Column]
+        if schema is None:
+            columns = [NumericColumn(n) for n in header if n not in (label, tag_column)]
+            tokens: tuple[str, ...] = DEFAULT_MISSING_TOKENS
+            classes: tuple[str, ...] = ()
+            if not columns:
+                raise TableError(shown, "the header names no feature column", line=header_line)
+        else:
+            columns, tokens, classes = list(schema.columns), schema.missing_tokens, \
+                schema.label_classes
+            absent = [c.name for c in columns if c.name not in position]
+            if absent:
+                raise TableError(shown, "the header has no such column, which the federation's "
+                                 "schema declares", line=header_line, column=absent[0],
+                                 hint=f"{len(absent)} declared column(s) missing "
+                                      f"({_listed(absent)})",
+                                 detail=f"the header has {_listed(header)}")
+        used = {c.name for c in columns} | {label, tag_column}
+        ignored = tuple(n for n in header if n not in used)
+        if ignored:
+            log.info("%s: columns not in the schema are left out: %s", shown, _listed(ignored))
+        yield _OpenTable(shown, header_line, header, columns, frozenset(tokens), classes,
+                         position.get(label), position.get(tag_column or ""), ignored, rows,
+                         decimal)
+
+
 def read_table(path: Path, schema: TabularSchema | None, *, label_column: str = "label",
                tag_column: str | None = "split", require_label: bool = True,
                delimiter: str = ",", decimal: str = ".", chunk_rows: int = CHUNK_ROWS,
@@ -262,56 +347,37 @@ def read_table(path: Path, schema: TabularSchema | None, *, label_column: str = 
     """
     path = Path(path)
     shown = str(path) if shown is None else shown
-    if len(delimiter) != 1:
-        raise TableError(shown, f"the delimiter must be one character, got {delimiter!r}")
-    check_decimal(decimal, delimiter)
-    label = schema.label if schema is not None and schema.label else label_column
-    with open_table_text(path, shown) as fh:
-        rows = table_rows(fh, path, shown, delimiter, decimal)
-        header_line, header = table_header(rows, shown, delimiter, decimal)
-        position = {name: j for j, name in enumerate(header)}
-        if label not in position and require_label:
-            raise TableError(shown, f"the header has no label column {label!r}",
-                             line=header_line, detail=f"its columns: {_listed(header)}")
-        columns: list[Column]
-        if schema is None:
-            columns = [NumericColumn(n) for n in header if n not in (label, tag_column)]
-            tokens: tuple[str, ...] = DEFAULT_MISSING_TOKENS
-            classes: tuple[str, ...] = ()
-            if not columns:
-                raise TableError(shown, "the header names no feature column", line=header_line)
-        else:
-            columns, tokens, classes = list(schema.columns), schema.missing_tokens, \
-                schema.label_classes
-            absent = [c.name for c in columns if c.name not in position]
-            if absent:
-                raise TableError(shown, "the header has no such column, which the federation's "
-                                 "schema declares", line=header_line, column=absent[0],
-                                 hint=f"{len(absent)} declared column(s) missing "
-                                      f"({_listed(absent)})",
-                                 detail=f"the header has {_listed(header)}")
-        used = {c.name for c in columns} | {label, tag_column}
-        ignored = tuple(n for n in header if n not in used)
-        if ignored:
-            log.info("%s: columns not in the schema are left out: %s", shown, _listed(ignored))
-        encoder = _ChunkEncoder(shown, header, columns, frozenset(tokens), classes,
-                                position.get(label), position.get(tag_column or ""),
-                                count_lines(path) - header_line, decimal)
-        chunk: list[list[str]] = []
-        starts: list[int] = []
-        for line, row in rows:
-            if len(row) != len(header):
-                raise _width_error(shown, line, row, header)
-            chunk.append(row)
-            starts.append(line)
-            if len(chunk) >= chunk_rows:
-                encoder.add(chunk, starts)
-                chunk, starts = [], []
-        if chunk:
+    with _open_table(path, schema, label_column, tag_column, require_label, delimiter, decimal,
+                     shown) as table:
+        encoder = table.encoder(count_lines(path) - table.header_line)
+        for chunk, starts in table.chunks(chunk_rows):
             encoder.add(chunk, starts)
     if not encoder.n:
-        raise TableError(shown, "the file has a header but no records", line=header_line)
-    return encoder.table(tuple(n for c in columns for n in c.encoded_names), ignored)
+        raise TableError(shown, "the file has a header but no records", line=table.header_line)
+    return encoder.table(table.names, table.ignored)
+
+
+def read_table_chunks(path: Path, schema: TabularSchema | None, *, label_column: str = "label",
+                      tag_column: str | None = "split", require_label: bool = True,
+                      delimiter: str = ",", decimal: str = ".", chunk_rows: int = CHUNK_ROWS,
+                      shown: str | None = None) -> Iterator[EncodedTable]:
+    """:func:`read_table`'s records ``chunk_rows`` at a time, each chunk an
+    :class:`EncodedTable` of its own (its ``lines`` those of the file): memory is one chunk,
+    whatever the file's size. The same parameters and the same errors, each raised when its
+    chunk is reached."""
+    path = Path(path)
+    shown = str(path) if shown is None else shown
+    with _open_table(path, schema, label_column, tag_column, require_label, delimiter, decimal,
+                     shown) as table:
+        n = 0
+        for chunk, starts in table.chunks(chunk_rows):
+            encoder = table.encoder(len(chunk))
+            encoder.add(chunk, starts)
+            chunk.clear()  # the chunk's text goes before the caller works on its records
+            n += encoder.n
+            yield encoder.table(table.names, table.ignored)
+    if not n:
+        raise TableError(shown, "the file has a header but no records", line=table.header_line)
 
 
 def encode_rows(schema: TabularSchema, header: Sequence[str], rows: Sequence[Sequence[str]], *,

@@ -2,7 +2,8 @@
 upload once, each fetches its own part of the result and predicts records it never uploaded;
 on its own test rows its predictions equal the analyst's for those rows of Z; another site's map
 is refused; a model file altered to carry a pickle payload is refused at load without running
-it; predict before the federation is done says whom it waits for."""
+it; predict before the federation is done says whom it waits for; the local-only baseline kept
+at upload spares predict the training table, with the same gain.json."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from noisyanchor.deploy.launch import start, stop, wait_for_port
 from noisyanchor.experiments.datasets import load_digits
 from noisyanchor.participant.config import load_participant_config
 from noisyanchor.participant.gain import GAIN_FILE
+from noisyanchor.participant.local_baseline import LOCAL_BASELINE_FILE
 from noisyanchor.participant.local_state import receipt_path
 from noisyanchor.participant.predict import SITE_MODEL_DIGEST_FILE, SITE_MODEL_FILE, predict
 from noisyanchor.participant.site_state import SITE_KEY_FILE, load_site_key
@@ -199,7 +201,7 @@ def test_gain_is_reported_and_the_state_folder_is_private(federation):
         assert lo <= gain["gain"] <= hi and gain["gain_not_told"] is None
         assert stat.S_IMODE(cfg.state_dir.stat().st_mode) == 0o700
         kept = (SITE_KEY_FILE, SITE_MODEL_FILE, SITE_MODEL_DIGEST_FILE, GAIN_FILE,
-                receipt_path(cfg).name)
+                receipt_path(cfg).name, LOCAL_BASELINE_FILE, "local-baseline.sha256")
         for name in kept:
             assert stat.S_IMODE((cfg.state_dir / name).stat().st_mode) == 0o600, name
         # Only what prediction and status need: no pending seeds, no exchange key, no colluder
@@ -356,3 +358,31 @@ def test_predict_needs_no_network_once_the_site_model_is_kept(federation):
                           federation["procs"])
         assert code == 0, text
         assert len(_read_predictions(root / "offline" / f"{pid}.csv")[1]) == 3
+
+
+def test_predict_with_the_kept_baseline_never_opens_the_training_table(federation):
+    """Issue 31, item 3: the local-only baseline is trained when the upload commits; with the
+    site's table moved away predict still tells the gain, the same gain.json as a state folder
+    without the baseline (from before it was kept), which trains it from the table once."""
+    root, pid = federation["root"], "p1"
+    cfg_path = federation["configs"][pid]
+    cfg = load_participant_config(cfg_path)
+    new = _csv(root / "new" / "p1-moved.csv", federation["held"][pid][0][:7])
+    argv = ["participant", "predict", "--config", cfg_path, "--input", new, "--out",
+            root / "p1-moved-out.csv"]
+    data = Path(cfg.data)
+    moved = data.with_name("moved-away.csv")
+    data.rename(moved)
+    try:
+        (cfg.state_dir / GAIN_FILE).unlink()
+        code, text = _run(argv, root / "p1-moved.log", federation["procs"])
+        assert code == 0 and f"on {pid}'s" in text and "from joining" in text, text
+        kept = json.loads((cfg.state_dir / GAIN_FILE).read_text())
+    finally:
+        moved.rename(data)
+    for name in (GAIN_FILE, LOCAL_BASELINE_FILE, "local-baseline.sha256"):
+        (cfg.state_dir / name).unlink()
+    code, text = _run(argv, root / "p1-trained.log", federation["procs"])
+    assert code == 0, text
+    assert json.loads((cfg.state_dir / GAIN_FILE).read_text()) == kept
+    assert (cfg.state_dir / LOCAL_BASELINE_FILE).is_file()  # kept, for the next time

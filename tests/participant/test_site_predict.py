@@ -21,16 +21,25 @@ from noisyanchor.common.splits import TEST, TRAIN
 from noisyanchor.deploy.launch import write_toml
 from noisyanchor.participant.config import load_participant_config
 from noisyanchor.participant.gain import ensure_gain, gain_line, labelled_gain, site_gain
+from noisyanchor.participant.local_baseline import (
+    LOCAL_BASELINE_FILE,
+    keep_local_baseline,
+    local_baseline,
+    train_local_baseline,
+)
 from noisyanchor.participant.predict import (
     SITE_MODEL_FILE,
     SitePredictor,
     load_predictor,
     predict,
+    predicted_chunks,
     prediction_records,
+    write_predictions,
 )
 from noisyanchor.participant.site_state import (
     SiteKey,
     keep_site_key,
+    keep_with_digest,
     load_site_key,
     records_digest,
     upload_seed_path,
@@ -173,10 +182,14 @@ def test_gain_compares_local_only_with_the_federation_on_the_sites_test_rows(sit
     line = gain_line(report)
     assert f"on org-a's {int(test.sum())} test rows: {report['gain']:+.3f} balanced accuracy " \
            f"from joining, 95% interval [{lo:+.3f}, {hi:+.3f}]" in line
-    # Records changed since the upload: the kept split no longer applies, and it says so.
+    # Records changed since the upload: the kept baseline does not read them (issue 31); to
+    # train it again from them, the kept split no longer applies, and it says so.
     (cfg.state_dir / "gain.json").unlink()
     with open(cfg.data, "a") as fh:
         fh.write(",".join(["0"] * D_IN) + ",1\n")
+    assert ensure_gain(cfg, predictor.key, predictor.site) == report
+    (cfg.state_dir / "gain.json").unlink()
+    (cfg.state_dir / LOCAL_BASELINE_FILE).unlink()
     with pytest.raises(PreconditionError, match="not the ones org-a uploaded"):
         ensure_gain(cfg, predictor.key, predictor.site)
 
@@ -294,7 +307,8 @@ def test_scikit_learns_warnings_go_to_the_debug_log_not_the_sites_terminal(site,
     import logging
     import warnings
 
-    from noisyanchor.common import comparison, downstream
+    from noisyanchor.common import downstream
+    from noisyanchor.participant import local_baseline
     from noisyanchor.participant.gain import site_gain
 
     real = downstream.fit_downstream
@@ -304,7 +318,7 @@ def test_scikit_learns_warnings_go_to_the_debug_log_not_the_sites_terminal(site,
                       stacklevel=1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(comparison, "fit_downstream", warning_fit)
+    monkeypatch.setattr(local_baseline, "fit_downstream", warning_fit)
     predictor = load_predictor(site["cfg"])
     caplog.set_level(logging.DEBUG, logger="noisyanchor.participant.gain")
     with warnings.catch_warnings():
@@ -344,3 +358,108 @@ def test_prediction_applies_the_uploads_range_and_unit_checks(site, monkeypatch,
     assert "it looks like mg where g is declared" in warned
     with pytest.raises(InvalidInputError, match=r"column 'c2' \[g\].*refused: --strict"):
         prediction_records(site["cfg"], path, key, strict=True)
+
+
+def test_the_kept_baseline_round_trips_and_refuses_an_edit_or_nan(site):
+    """Issue 31, item 3: the local-only baseline kept at upload is an arrays file with a JSON
+    header whose whole SHA-256 is kept beside it: read back as written; a digit edited in its
+    header, or NaN in its arrays, is refused."""
+    cfg = site["cfg"]
+    key = load_site_key(cfg)
+    made = train_local_baseline(key, site["x"], site["y"], "logistic")
+    path = keep_local_baseline(cfg, made)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    kept = local_baseline(cfg, key, "logistic")
+    test = site["tags"] == TEST
+    np.testing.assert_array_equal(kept.test_x, site["x"][test])
+    np.testing.assert_array_equal(kept.test_labels, site["y"][test])
+    assert kept.c == made.c and kept.fits(key, "logistic") and not kept.fits(key, "mlp")
+    alone = fit_downstream(site["x"], site["y"], site["tags"])
+    np.testing.assert_array_equal(kept.predict(site["x"]), alone.predict(site["x"]))
+    raw = path.read_bytes()
+    at = raw.index(b'"c":') + 4  # a digit of the chosen C, in the JSON header
+    digit = raw[at:at + 1]
+    assert digit.isdigit()
+    atomic_write(path, raw[:at] + (b"2" if digit != b"2" else b"3") + raw[at + 1:])
+    with pytest.raises(IntegrityError, match=r"changed since it was kept.*remove it"):
+        local_baseline(cfg, key, "logistic")
+    bad = replace(made, test_x=np.where(np.arange(D_IN) == 2, np.nan, made.test_x))
+    keep_with_digest(path, bad.to_bytes())  # digests consistent: the NaN itself is refused
+    with pytest.raises(InvalidInputError, match="'test_x' holds NaN or Inf"):
+        local_baseline(cfg, key, "logistic")
+
+
+def test_gain_with_the_kept_baseline_does_not_open_the_training_table(site):
+    """With the baseline kept, gain.json is computed with the site's table moved away, and is
+    the one a state folder without it computes (training it from the table, then keeping it)."""
+    cfg = site["cfg"]
+    predictor = load_predictor(cfg)
+    assert not (cfg.state_dir / LOCAL_BASELINE_FILE).exists()  # a folder from before
+    trained = ensure_gain(cfg, predictor.key, predictor.site)
+    assert (cfg.state_dir / LOCAL_BASELINE_FILE).is_file()
+    (cfg.state_dir / "gain.json").unlink()
+    cfg.data.rename(site["tmp"] / "moved-away.csv")
+    assert ensure_gain(cfg, predictor.key, predictor.site) == trained
+    scored = labelled_gain(cfg, predictor, site["x"], site["y"])
+    assert scored["local_only_balanced_accuracy"] is not None
+
+
+def test_chunked_prediction_equals_one_shot_prediction(site, rng):
+    """``participant predict`` reads, predicts and writes a chunk at a time: the same rows,
+    lines, labels and probabilities (to 1e-12) as the whole table at once, and with --labels
+    the same paired comparison."""
+    cfg = site["cfg"]
+    n = 3000
+    y = rng.integers(0, 3, n)
+    x = rng.standard_normal((n, D_IN)) + 2.0 * np.eye(D_IN)[y]
+    path = site["tmp"] / "many.csv"
+    body = [",".join([*(repr(float(v)) for v in row), str(lab)]) for row, lab in zip(x, y,
+                                                                                     strict=True)]
+    body.insert(1000, "")  # a blank line: lines and rows part
+    path.write_text(",".join([*site["names"], "label"]) + "\n" + "\n".join(body) + "\n")
+    predictor = load_predictor(cfg)
+    whole = predict(cfg, path)
+    out = site["tmp"] / "chunked.csv"
+    parts = list(predicted_chunks(cfg, predictor, path, labels="label", chunk_rows=257))
+    assert len(parts) == -(-n // 257)
+    write_predictions(out, (p for _, p in parts))
+    with out.open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == ["row", "line", "label", "p_0", "p_1", "p_2"] and len(rows) == n + 1
+    body_out = np.array(rows[1:], dtype=float)
+    np.testing.assert_array_equal(body_out[:, 0], whole.rows)
+    np.testing.assert_array_equal(body_out[:, 1], whole.lines)
+    assert whole.lines[1000] == whole.rows[1000] + 2  # past the blank line
+    np.testing.assert_array_equal(body_out[:, 2], whole.labels)
+    np.testing.assert_allclose(body_out[:, 3:], whole.probabilities, rtol=0, atol=1e-12)
+    from noisyanchor.participant.gain import labelled_comparison, site_baseline
+
+    baseline = site_baseline(cfg, predictor)
+    chunked = labelled_comparison(cfg, predictor.key, np.concatenate([d.labels for d, _ in parts]),
+                                  np.concatenate([p.labels for _, p in parts]),
+                                  np.concatenate([baseline.predict(d.x) for d, _ in parts]), "")
+    assert chunked == labelled_gain(cfg, predictor, x, y)
+
+
+def test_a_refused_chunked_prediction_leaves_no_output(site, monkeypatch):
+    """--strict refuses a column far out of range only once every chunk is read: the chunks
+    written so far are not left behind as a partial output."""
+    from noisyanchor.common.schema import RecordSchema
+    from noisyanchor.common.tabular import NumericColumn, TabularSchema
+    from noisyanchor.participant import run
+
+    tabular = TabularSchema(tuple(NumericColumn(f"c{j}", min=-10.0, max=10.0, unit="g")
+                                  for j in range(D_IN)), label="label")
+    monkeypatch.setattr(run, "kept_schema", lambda cfg: RecordSchema.typed(tabular))
+    x = site["x"].copy()
+    x[-1, 2] = 1e6  # far, in the last chunk only
+    path = site["tmp"] / "far.csv"
+    path.write_text(",".join(site["names"]) + "\n" + "\n".join(
+        ",".join(repr(float(v)) for v in row) for row in x) + "\n")
+    out = site["tmp"] / "refused.csv"
+    predictor = load_predictor(site["cfg"])
+    chunks = (p for _, p in predicted_chunks(site["cfg"], predictor, path, strict=True,
+                                             chunk_rows=16))
+    with pytest.raises(InvalidInputError, match="refused: --strict; nothing was predicted"):
+        write_predictions(out, chunks)
+    assert sorted(p.name for p in site["tmp"].iterdir() if "refused" in p.name) == []

@@ -13,7 +13,7 @@ from noisyanchor.common.tabular import (
     TabularSchema,
     read_table,
 )
-from noisyanchor.common.tabular.ranges import FAR_SCALES, far_values, likely_unit
+from noisyanchor.common.tabular.ranges import FAR_SCALES, RangeTally, far_values, likely_unit
 
 SCHEMA = TabularSchema((NumericColumn("area", min=100.0, max=1100.0, unit="mm2"),
                         CategoricalColumn("region", categories=("north", "south")),
@@ -98,3 +98,16 @@ def test_filled_missing_cells_are_not_counted_and_kilograms_are_named(tmp_path):
     assert (far.count, far.records, far.unit, far.first_line) == (4, 4, True, 2)
     assert str(far).endswith("is the export in g? (values about 10^-3 times the declared "
                              "ones: it looks like kg where g is declared)")
+
+
+def test_a_tally_over_chunks_finds_what_the_whole_table_shows(tmp_path):
+    """participant predict reads in chunks: the unit question is asked on the majority over
+    every chunk, with the first line and the likely unit of the whole table."""
+    area = [1.5, 6.0, 500.0, 11.0, 3.0, 300.0, 700.0]  # cm2: outside in most chunks, not all
+    age = [40, 45, 50, 160, 55, 60, 49]
+    table = _read(tmp_path, area, age)
+    tally = RangeTally(SCHEMA)
+    for start in range(0, len(area), 2):
+        tally.add(table.x[start:start + 2], table.lines[start:start + 2])
+    assert tally.found() == far_values(SCHEMA, table.x, table.lines)
+    assert [f.column.name for f in tally.found()] == ["area", "age"]

@@ -16,6 +16,7 @@ from noisyanchor.common.tabular import (
     TableError,
     TabularSchema,
     read_table,
+    read_table_chunks,
 )
 
 SCHEMA = TabularSchema((NumericColumn("area", center=500.0, scale=250.0, unit="mm2"),
@@ -80,6 +81,24 @@ def test_chunked_reading_equals_one_chunk(tmp_path, rng):
     np.testing.assert_array_equal(whole.x, chunked.x)
     np.testing.assert_array_equal(whole.labels, chunked.labels)
     np.testing.assert_array_equal(chunked.lines, np.arange(2, 52))
+    # Streamed (participant predict): the same records, a chunk of 7 at a time.
+    parts = list(read_table_chunks(path, SCHEMA, chunk_rows=7))
+    assert [len(p.x) for p in parts] == [7] * 7 + [1]
+    np.testing.assert_array_equal(np.concatenate([p.x for p in parts]), whole.x)
+    np.testing.assert_array_equal(np.concatenate([p.labels for p in parts]), whole.labels)
+    np.testing.assert_array_equal(np.concatenate([p.lines for p in parts]), whole.lines)
+
+
+def test_a_streamed_table_names_a_bad_cell_in_a_later_chunk(tmp_path):
+    path = _write(tmp_path, GOOD + "250,1.5,west,no,benign\n")
+    chunks = read_table_chunks(path, SCHEMA, chunk_rows=1)
+    assert len(next(chunks).x) == 1 and len(next(chunks).x) == 1
+    with pytest.raises(TableError, match="line 4") as err:
+        next(chunks)
+    assert err.value.column == "region"
+    header_only = _write(tmp_path, GOOD.splitlines()[0] + "\n", "empty.csv")
+    with pytest.raises(TableError, match="a header but no records"):
+        list(read_table_chunks(header_only, SCHEMA))
 
 
 def test_a_table_without_labels_is_read_for_prediction(tmp_path):
