@@ -17,7 +17,7 @@ COMMANDS = {"analyst": "the analyst: collect uploads, align, relay",
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this role's subcommands to the top-level parser."""
-    from noisyanchor.common.cliargs import int_at_least, nonnegative_float, positive_float
+    from noisyanchor.common.cliargs import int_at_least, nonnegative_float, seconds
 
     group = sub.add_parser("analyst", help=COMMANDS["analyst"])
     inner = group.add_subparsers(dest="analyst_command", required=True, metavar="ACTION")
@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="the analyst's [server] health_port (plaintext, on 127.0.0.1)")
     check.add_argument("--service", default="",
                        help="service name (default: the server as a whole)")
-    check.add_argument("--timeout", type=positive_float, default=5.0, help="seconds to wait")
+    check.add_argument("--timeout", type=seconds, default=5.0, help="seconds to wait")
     check.set_defaults(handler=_health)
 
     status = inner.add_parser("status", help="the federation's progress from the analyst's "
@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="first wait until the federation is done (exit 0), failed or a "
                         "site withdrew (exit 1), saying whom it waits for; at most until the "
                         "deadline, then for the alignment")
-    status.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
+    status.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                         help="with --wait: wait at most this long (exit 1 if not done)")
     status.add_argument("--json", action="store_true", help="print the progress as JSON")
     status.set_defaults(handler=_status)

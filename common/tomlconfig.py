@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from noisyanchor.common.durations import check_seconds, parse_deadline
 from noisyanchor.common.errors import ConfigError, InvalidInputError
 from noisyanchor.common.files import check_private_key
 
@@ -151,13 +152,19 @@ class Table:
         """A boolean value."""
         return self._get(key, default, (bool,), "true or false")
 
+    def seconds(self, key: builtins.str, default: Any = _MISSING) -> Any:
+        """A span in seconds, finite, ``> 0`` and at most
+        :data:`common.durations.MAX_AHEAD` (:func:`common.durations.check_seconds`)."""
+        return self.float(key, default, check=lambda s: check_seconds(s, "the value"))
+
     def datetime(self, key: builtins.str, default: Any = _MISSING) -> Any:
-        """A TOML offset date-time (``2026-12-01T18:00:00Z``), timezone-aware."""
+        """A TOML offset date-time (``2026-12-01T18:00:00Z``), timezone-aware, at most
+        :data:`common.durations.MAX_AHEAD` from now (:func:`common.durations.parse_deadline`:
+        ``9999-12-31`` is a typo, not a deadline)."""
         value = self._get(key, default, (dt.datetime,),
                           "a date-time with a UTC offset, e.g. 2026-12-01T18:00:00Z")
-        if isinstance(value, dt.datetime) and value.tzinfo is None:
-            raise self.error(key, f"{value.isoformat()} has no UTC offset; write it as "
-                             f"{value.isoformat()}Z (UTC) or with +hh:mm")
+        if isinstance(value, dt.datetime):
+            self.checked(key, value, parse_deadline)
         return value
 
     def strs(self, key: builtins.str, default: Any = _MISSING) -> Any:

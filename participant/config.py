@@ -152,7 +152,7 @@ def load_participant_config(path: Path) -> ParticipantConfig:
         tag_column=part.str("tag_column", "split"), label_index=part.int("label_index", -1),
         state_dir=part.path("state_dir", str(Path(path).parent / f"state-{pid}")),
         keep_secrets=part.bool("keep_secrets", False), seed=part.int("seed", None, minimum=0),
-        timeout=part.positive_float("timeout", None),
+        timeout=part.seconds("timeout", None),
         method=method, anchors=anchors, dim=dim,
         projection_seed=projection_seed,
         sigma=proto.float("sigma", 0.0, check=lambda x: check_sigma(method, x)),

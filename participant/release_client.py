@@ -394,7 +394,12 @@ def release_budget(cfg: ParticipantConfig, dataset: str = "") -> BudgetReport:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``release`` group (``scores``, ``row``, ``gram``, ``budget``) to the top-level
     parser."""
-    from noisyanchor.common.cliargs import int_at_least, open_unit_float, positive_float
+    from noisyanchor.common.cliargs import (
+        int_at_least,
+        open_unit_float,
+        positive_float,
+        seconds,
+    )
     from noisyanchor.participant.cli import COMMANDS
 
     group = sub.add_parser("release", help=COMMANDS["release"])
@@ -412,7 +417,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--config", type=Path, required=True, help="participant TOML file")
         p.add_argument("--dataset", default="", help="dataset (default: the federation's)")
         p.add_argument("--analyst", default=None, help="override [participant] analyst host:port")
-        p.add_argument("--timeout", type=positive_float, default=None,
+        p.add_argument("--timeout", type=seconds, default=None,
                        help="override [participant] timeout (seconds: retries while the "
                        "analyst is unavailable, and the wait for a Gram release)")
         p.add_argument("--json", action="store_true", help="print the outcome as JSON")
@@ -445,7 +450,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "projections (the paper's), Dykstra, or none")
     gr.add_argument("--max-iter", type=int_at_least(0), default=0,
                     help="cap on the projection's iterations (default: the analyst's, 100)")
-    gr.add_argument("--poll", type=positive_float, default=POLL_SECONDS,
+    gr.add_argument("--poll", type=seconds, default=POLL_SECONDS,
                     help="seconds between two progress polls")
     gr.add_argument("--out", type=Path, required=True, help="where to save the matrix (.npy)")
     sc.set_defaults(handler=_scores)
