@@ -57,14 +57,29 @@ def check_distinct_ids(ids: Sequence[str], what: str) -> None:
         seen[key] = value
 
 
+#: Largest project or config file read (bytes): a schema of the most columns a schema may
+#: declare, each with its most categories, fits many times over; a larger file is refused
+#: before it is parsed.
+MAX_CONFIG_BYTES = 32 << 20
+
+
 def read_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file, turning a missing file or a syntax error into a ConfigError."""
+    """Parse a TOML file, turning a missing file, one over :data:`MAX_CONFIG_BYTES` or a
+    syntax error into a ConfigError."""
     path = Path(path)
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: over {MAX_CONFIG_BYTES >> 20} MiB, more than a config "
+                          "file may hold; not read")
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") \
+            from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
 

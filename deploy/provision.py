@@ -391,7 +391,7 @@ def _write_kit(root: Path, name: str, tables: dict, ca: KeptCa, cert: x509.Certi
     # The folders a role writes, made now: a kit mounted read-only (containers) gets volumes
     # mounted on them.
     for folder in (("store", "logs") if name == "analyst" else ("state", "data")):
-        (kit / folder).mkdir(exist_ok=True)
+        (kit / folder).mkdir(mode=0o700, exist_ok=True)  # private from the start
     pem = serialization.Encoding.PEM
     write_file(kit / "pki" / "ca.pem", ca.cert.public_bytes(pem))
     write_file(kit / "pki" / f"{name}.pem", cert.public_bytes(pem))

@@ -23,7 +23,13 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from noisyanchor.common.tabular.columns import FALSE_TOKENS, TRUE_TOKENS
+from noisyanchor.common.tabular.columns import (
+    FALSE_TOKENS,
+    MAX_COLUMN_CATEGORIES,
+    MAX_SCHEMA_COLUMNS,
+    TRUE_TOKENS,
+    check_count_limit,
+)
 from noisyanchor.common.tabular.errors import TableError
 from noisyanchor.common.tabular.reader import open_table_text, table_header, table_rows
 
@@ -189,9 +195,15 @@ def survey(path: Path, *, label_column: str = "label", tag_column: str = "split"
     """One streaming pass over ``path`` (errors as :func:`common.tabular.read_table`'s)."""
     path = Path(path)
     shown = str(path)
+    check_count_limit(max_categories, MAX_COLUMN_CATEGORIES,
+                      f"max_categories = {max_categories:,} categories")
     with open_table_text(path, shown) as fh:
         rows = table_rows(fh, path, shown, delimiter)
         header_line, header = table_header(rows, shown, delimiter)
+        if len(header) > MAX_SCHEMA_COLUMNS + 2:  # the features, the label and the tag
+            raise TableError(shown, f"the header names {len(header):,} columns, more than the "
+                             f"{MAX_SCHEMA_COLUMNS:,} a schema may declare (and the label and "
+                             "tag columns)", line=header_line)
         stats = [ColumnStats(name) for name in header]
         records = 0
         for line, row in rows:

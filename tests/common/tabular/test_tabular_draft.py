@@ -138,3 +138,17 @@ def test_measurements_in_whole_units_get_their_unit_and_no_identifier_hint(tmp_p
                                         ("temp_min", ""), ("mass", ""), ("_g", "")])
 def test_a_unit_is_read_from_the_names_last_part(name, unit):
     assert ColumnStats(name).unit == unit
+
+
+def test_the_draft_refuses_a_table_wider_than_a_schema_may_be(tmp_path, capsys):
+    from noisyanchor.common.tabular.columns import MAX_SCHEMA_COLUMNS
+
+    header = ",".join(f"c{j}" for j in range(MAX_SCHEMA_COLUMNS + 3))
+    (tmp_path / "wide.csv").write_text(header + "\n" + ",".join(["1"] * (MAX_SCHEMA_COLUMNS + 3))
+                                       + "\n")
+    assert main(["schema", "draft", "--data", str(tmp_path / "wide.csv")]) == 1
+    assert "names 10,003 columns, more than the 10,000 a schema may declare" in \
+        capsys.readouterr().err
+    assert main(["schema", "draft", "--data", str(tmp_path / "wide.csv"),
+                 "--max-categories", "10001"]) == 1
+    assert "max_categories = 10,001 categories, more than the 10,000" in capsys.readouterr().err
