@@ -204,12 +204,10 @@ def _attack(args: argparse.Namespace) -> int:
 
     from noisyanchor.analyst.attack import attack_store
     from noisyanchor.common.errors import InvalidInputError
+    from noisyanchor.common.npy_files import load_npy
 
     def records(path: Path) -> np.ndarray:
-        try:
-            return np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as err:
-            raise InvalidInputError(f"cannot read records from {path}: {err}") from err
+        return load_npy(path, f"records file {path}", kinds="iuf", ndim=2)
 
     known = {}
     for item in args.known:

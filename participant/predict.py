@@ -56,14 +56,14 @@ def _checked(cfg: ParticipantConfig, site: SiteModel, where: str) -> SiteModel:
     return site
 
 
-def _check_kept(path: Path, raw: bytes) -> None:
+def _check_kept(cfg: ParticipantConfig, path: Path, raw: bytes) -> None:
     """Refuse the kept site model's bytes ``raw`` unless they match the digest written when it
     was fetched (a file kept before digests were written gets its digest now)."""
     digest_path = path.with_name(SITE_MODEL_DIGEST_FILE)
     actual = hashlib.sha256(raw).hexdigest()
     if not digest_path.is_file():
         atomic_write(digest_path, actual.encode())
-    elif digest_path.read_text().strip() != actual:
+    elif cfg.read_state(digest_path, 256).decode(errors="replace").strip() != actual:
         raise IntegrityError(f"{path} was changed since it was fetched (its SHA-256 is not the "
                              f"one in {digest_path.name}); fetch it again with --refresh")
 
@@ -83,9 +83,9 @@ def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
     """
     path = cfg.state_dir / SITE_MODEL_FILE
     if path.is_file() and not refresh:
-        raw = path.read_bytes()
+        raw = cfg.read_state(path)
         site = load_site_model(raw, what=str(path))  # what it is first: a pickle is named
-        _check_kept(path, raw)
+        _check_kept(cfg, path, raw)
         return _checked(cfg, site, str(path))
     from noisyanchor.participant.anchor import exchange_key_path
     from noisyanchor.participant.run import analyst_client

@@ -51,6 +51,7 @@ import numpy as np
 
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.gdp import GdpKey, gdp_map
+from noisyanchor.common.npy_files import load_npy, load_npz
 from noisyanchor.common.scoreshield.baseline import GramBaseline
 from noisyanchor.participant.config import ParticipantConfig
 
@@ -188,8 +189,13 @@ def load_key(cfg: ParticipantConfig) -> GdpKey:
             f"no kept secret state at {path}: score queries are sent through this "
             "participant's own GDP map, whose key is kept only when the upload ran with "
             "keep_secrets = true ([participant] keep_secrets or --keep-secrets)")
-    with np.load(path, allow_pickle=False) as kept:
+    with cfg.open_state(path) as fh:
+        kept = load_npz(fh, str(path), kinds="f")
+    try:
         return GdpKey(kept["rotation"], kept["translation"])
+    except KeyError as err:
+        raise InvalidInputError(f"{path} holds no array {err}; not this site's kept secrets") \
+            from None
 
 
 def query_record(cfg: ParticipantConfig, record: Path | None, row_index: int | None) -> np.ndarray:
@@ -197,10 +203,7 @@ def query_record(cfg: ParticipantConfig, record: Path | None, row_index: int | N
     if (record is None) == (row_index is None):
         raise InvalidInputError("give exactly one of --record FILE.npy and --row-index K")
     if record is not None:
-        try:
-            x = np.load(record, allow_pickle=False)
-        except (OSError, ValueError) as err:
-            raise InvalidInputError(f"cannot read the query record {record}: {err}") from None
+        x = load_npy(record, f"the query record {record}")
         if x.ndim == 2 and x.shape[0] == 1:
             x = x[0]
         if x.ndim != 1 or x.dtype.kind not in "iuf":

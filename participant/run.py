@@ -26,6 +26,7 @@ from noisyanchor.common.errors import (
 )
 from noisyanchor.common.files import atomic_write, private_dir
 from noisyanchor.common.gdp import anchor_from_seed, gaussian_projection, secret_rng
+from noisyanchor.common.npy_files import load_npz
 from noisyanchor.common.progress import Progress
 from noisyanchor.common.schema import RecordSchema, check_declared
 from noisyanchor.common.splits import split_tags
@@ -111,7 +112,7 @@ def kept_schema(cfg: ParticipantConfig) -> RecordSchema | None:
         return None
     msg = pb.RecordSchema()
     try:
-        msg.ParseFromString(path.read_bytes())
+        msg.ParseFromString(cfg.read_state(path))
     except DecodeError as err:
         raise InvalidInputError(f"{path} is not a kept schema ({err}); remove it and run "
                                 "upload again to fetch the federation's") from None
@@ -457,8 +458,8 @@ def run_collude(cfg: ParticipantConfig) -> Sent:
     if not path.is_file():
         raise NotFoundError(f"no kept secrets at {path}: run 'participant upload' with "
                             "keep_secrets = true first")
-    with np.load(path, allow_pickle=False) as kept:
-        secrets_ = {k: kept[k] for k in kept.files}
+    with cfg.open_state(path) as fh:
+        secrets_ = load_npz(fh, str(path))
     schema = kept_schema(cfg)
     arrays = {"data": working_data(cfg, local_data(cfg, schema).x)} | secrets_
     spec = bundle_spec(cfg.federation_id, cfg.method, arrays, digests=False,
