@@ -98,7 +98,7 @@ def keep_schema(cfg: ParticipantConfig, info: pb.FederationInfo) -> None:
     """Keep the schema the analyst served, so that later uses of this site's records
     (disclosure, release queries, prediction) preprocess them exactly as the upload did."""
     if info.HasField("schema"):
-        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(cfg.state_dir)
         atomic_write(schema_path(cfg), info.schema.SerializeToString(deterministic=True))
     else:  # a schema kept from an earlier declaration of this federation no longer applies
         schema_path(cfg).unlink(missing_ok=True)
@@ -322,7 +322,7 @@ def _join(client: AnalystClient, cfg: ParticipantConfig, early: LocalData | None
 
 def _write_secrets(cfg: ParticipantConfig, arrays: dict[str, np.ndarray]) -> Path:
     # Mode 0600 (atomic_write): the secrets never leave this machine unless the colluder says so.
-    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(cfg.state_dir)
     path = cfg.state_dir / SECRETS_FILE
     buf = io.BytesIO()
     np.savez(buf, **arrays)
