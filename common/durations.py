@@ -66,6 +66,13 @@ def check_seconds(value: float, what: str) -> float:
     return float(value)
 
 
+def check_days(value: int, what: str) -> int:
+    """``value`` if it is a whole number of days from 1 to ``MAX_AHEAD.days`` (a validity)."""
+    if not 1 <= value <= MAX_AHEAD.days:
+        raise InvalidInputError(f"{what} must be 1 to {MAX_AHEAD.days} days, got {value}")
+    return value
+
+
 def parse_duration(text: str) -> dt.timedelta:
     """A span such as ``"7 days"``, ``"1 week 2 days"``, ``"36 h"`` or ``"90 min"``, at most
     :data:`MAX_AHEAD`."""

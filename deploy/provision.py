@@ -35,7 +35,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from noisyanchor.analyst.config import check_screening
-from noisyanchor.common.durations import human_duration, is_relative, parse_deadline
+from noisyanchor.common.durations import (
+    check_days,
+    human_duration,
+    is_relative,
+    parse_deadline,
+)
 from noisyanchor.common.errors import (
     AlreadyExistsError,
     ConfigError,
@@ -126,7 +131,8 @@ def load_project(path: Path) -> Project:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(unknown)}")
     proj = Table(doc, "project", path)
     name = check_id(proj.str("name"), f"{path}: [project] name")
-    days = proj.int("validity_days", DEFAULT_VALIDITY_DAYS, minimum=1)
+    days = proj.int("validity_days", DEFAULT_VALIDITY_DAYS, minimum=1,
+                    check=lambda n: check_days(n, "validity_days"))
     proj.done()
     an = Table(doc, "analyst", path)
     names = tuple(an.strs("names", ["localhost"]))

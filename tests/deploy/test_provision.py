@@ -75,6 +75,8 @@ def test_every_site_gets_a_kit_whose_config_loads_and_whose_certificate_names_it
     ('names = ["analyst.example.org"]', 'names = ["bad name"]', "DNS name"),
     ('method = "aa-igdp-an"', 'method = "gdp"', r"\[federation\] method"),
     ("features = 64", "features = 0", r"\[schema\] features"),
+    ("validity_days = 365", "validity_days = 99999999999",
+     r"federation.toml: \[project\] validity_days: validity_days must be 1 to 731 days"),
     ('screening = "refuse"', 'screening = "drop"',
      r"federation.toml: \[federation\] screening: expected one of refuse, exclude, accept"),
     ('# csr = "requests/org-c.csr"', 'csr = "requests/org-c.csr"', "cannot read the CSR"),
