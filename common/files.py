@@ -108,6 +108,11 @@ def narrow_private(folder: Path, *, recursive: bool = False) -> None:
         mode = stat.S_IMODE(info.st_mode)
         if mode & 0o077:
             narrowed = 0o700 if stat.S_ISDIR(info.st_mode) else mode & 0o600
+            if info.st_uid != os.geteuid() and os.geteuid() != 0:
+                # Another user's (a reader in the owner's group): only its owner can narrow it.
+                log.warning("%s is open to others (mode %04o) and not this user's to narrow: "
+                            "its owner should run `chmod %04o %s`", path, mode, narrowed, path)
+                continue
             path.chmod(narrowed)
             log.warning("%s was open to others (mode %04o): narrowed to %04o; check who could "
                         "read it while it was", path, mode, narrowed)
