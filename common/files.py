@@ -179,9 +179,14 @@ def read_under(root: Path, path: Path, limit: int | None = None) -> bytes:
 def refuse_links(root: Path) -> None:
     """Refuse (IntegrityError naming the first few) any symlink anywhere under folder ``root``:
     the store and the state folder hold none, so one was planted or restored from elsewhere,
-    and any write through it would land outside the folder."""
-    links = [Path(folder) / name for folder, dirs, files in os.walk(root)
-             for name in (*dirs, *files) if os.path.islink(Path(folder) / name)]
+    and any write through it would land outside the folder. Temporary names
+    (:data:`TMP_PREFIX`) are never read and are swept, whatever their kind, by
+    :func:`sweep_temporaries`: they are left to it."""
+    links = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(TMP_PREFIX)]
+        links += [Path(folder) / name for name in (*dirs, *files)
+                  if not name.startswith(TMP_PREFIX) and os.path.islink(Path(folder) / name)]
     if links:
         raise IntegrityError(
             f"{root} holds {len(links)} symlink(s) ({', '.join(map(str, links[:3]))}); refused: "

@@ -60,3 +60,12 @@ def test_the_root_itself_may_be_a_link_the_operator_chose(root, tmp_path):
     (tmp_path / "link").symlink_to(root, target_is_directory=True)
     assert read_under(tmp_path / "link", tmp_path / "link" / "uploads" / "p0.bundle") == b"inside"
     refuse_links(tmp_path / "link")  # what is below it holds no link
+
+
+def test_a_temporary_left_by_a_crash_is_left_to_the_sweep_whatever_its_kind(root):
+    from noisyanchor.common.files import TMP_PREFIX, sweep_temporaries
+
+    (root / f"{TMP_PREFIX}link").symlink_to(root.parent / "secret")
+    refuse_links(root)  # never read; swept at start
+    assert sweep_temporaries(root) == [root / f"{TMP_PREFIX}link"]
+    assert (root.parent / "secret").read_bytes() == b"outside"
