@@ -18,6 +18,7 @@ from noisyanchor.common.gopp import check_method, check_precision, check_stoppin
 from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.schema import SCHEMA_DTYPES, RecordSchema
 from noisyanchor.common.tabular import TabularSchema
+from noisyanchor.common.tabular.columns import MAX_ENCODED_WIDTH, check_count_limit
 from noisyanchor.common.tomlconfig import (
     Table,
     TlsFiles,
@@ -516,7 +517,8 @@ def _schema(doc: dict, path: Path) -> RecordSchema | None:
     if isinstance(doc["schema"], dict) and "column" in doc["schema"]:
         return RecordSchema.typed(TabularSchema.from_toml(doc["schema"], path))
     table = Table(doc, "schema", path)
-    features = table.int("features", minimum=1)
+    features = table.int("features", minimum=1, check=lambda n: check_count_limit(
+        n, MAX_ENCODED_WIDTH, f"{n:,} features") or n)
     dtype = table.str("dtype", "float64", check=_schema_dtype)
     names = tuple(table.strs("feature_names", []))
     table.checked("feature_names", names, lambda n: RecordSchema(features, dtype, n))

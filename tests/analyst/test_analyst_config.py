@@ -118,6 +118,8 @@ def test_every_transport_limit_is_a_key_and_reaches_grpc_with_port_sharing_off(w
      r"\[federation\] screening: expected one of refuse, exclude, accept, got 'warn'"),
     ("translation_scale = 100.0", "translation_scale = 0", r"\[federation\] translation_scale"),
     ("features = 64", "features = 0", r"\[schema\] features must be >= 1"),
+    ("features = 64", "features = 1000000",
+     r"\[schema\] features: 1,000,000 features, more than the 100,000 a schema may declare"),
     ("# dim = 256 ", "dim = 65 ",
      r"\[federation\] dim: h = 65 exceeds the record width d = 64 \(\[schema\] features\)"),
     ('dtype = "float64"', 'dtype = "complex"', r"\[schema\] dtype: expected one of"),

@@ -141,6 +141,9 @@ def test_columns_and_categories_are_limited_with_the_limit_in_the_error(tmp_path
         msg.columns.add(name=f"c{i}", type="numeric")
     with pytest.raises(InvalidInputError, match="the analyst's schema declares 10,001 columns"):
         TabularSchema.from_proto(msg)
+    with pytest.raises(InvalidInputError, match="declares 1,000,000 features, more than the "
+                       "100,000"):
+        RecordSchema.from_proto(pb.RecordSchema(features=1_000_000, dtype="float64"))
 
 
 def test_a_repeated_category_is_named_not_the_whole_list():
