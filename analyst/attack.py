@@ -73,11 +73,11 @@ def attack_store(store_dir: Path, out_dir: Path | None = None,
     known : dict, optional
         ``{participant id: (m, d) records of it the attacker knows}``, working space.
     """
-    store = Store(store_dir)
+    store = Store(store_dir).check_private()
     meta_path = store.root / FEDERATION_FILE
     if not meta_path.is_file():
         raise NotFoundError(f"{store.root} is not an analyst store (no {FEDERATION_FILE})")
-    meta = json.loads(meta_path.read_text())
+    meta = json.loads(store.read(meta_path))
     method = Method(meta["method"])
     participants = meta["participants"]
     disclosed = store.committed(store.disclosures)
@@ -104,10 +104,10 @@ def attack_store(store_dir: Path, out_dir: Path | None = None,
         if not (store.result / "rotations.npy").is_file():
             raise PreconditionError("the alignment has not finished (no result/rotations.npy)")
         rotations = store.result_array("rotations.npy")  # verified against the manifest
-    bundles = [read_bundle(store.upload_path(pid))[1] for pid in participants]
+    bundles = [read_bundle(store.upload_path(pid), root=store.root)[1] for pid in participants]
     disclosure, source = None, None
     if colluder is not None:
-        _, secrets_ = read_bundle(store.disclosure_path(colluder))
+        _, secrets_ = read_bundle(store.disclosure_path(colluder), root=store.root)
         level, source = _noise_level(v, secrets_)
         disclosure = Disclosure(participants.index(colluder), secrets_["data"],
                                 GdpKey(secrets_["rotation"], secrets_["translation"]),

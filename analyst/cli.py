@@ -18,7 +18,7 @@ COMMANDS = {"analyst": "the analyst: collect uploads, align, relay",
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this role's subcommands to the top-level parser."""
     from noisyanchor.analyst.status_address import DEFAULT_ADDRESS
-    from noisyanchor.common.cliargs import int_at_least, nonnegative_float, positive_float
+    from noisyanchor.common.cliargs import int_at_least, nonnegative_float, seconds
 
     group = sub.add_parser("analyst", help=COMMANDS["analyst"])
     inner = group.add_subparsers(dest="analyst_command", required=True, metavar="ACTION")
@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="the analyst's [server] health_port (plaintext, on 127.0.0.1)")
     check.add_argument("--service", default="",
                        help="service name (default: the server as a whole)")
-    check.add_argument("--timeout", type=positive_float, default=5.0, help="seconds to wait")
+    check.add_argument("--timeout", type=seconds, default=5.0, help="seconds to wait")
     check.set_defaults(handler=_health)
 
     status = inner.add_parser("status", help="the federation's progress from the analyst's "
@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="first wait until the federation is done (exit 0), failed or a "
                         "site withdrew (exit 1), saying whom it waits for; at most until the "
                         "deadline, then for the alignment")
-    status.add_argument("--timeout", type=positive_float, default=None, metavar="SECONDS",
+    status.add_argument("--timeout", type=seconds, default=None, metavar="SECONDS",
                         help="with --wait: wait at most this long (exit 1 if not done)")
     status.add_argument("--json", action="store_true", help="print the progress as JSON")
     status.add_argument("--serve", nargs="?", const=DEFAULT_ADDRESS, default=None,
@@ -204,12 +204,10 @@ def _attack(args: argparse.Namespace) -> int:
 
     from noisyanchor.analyst.attack import attack_store
     from noisyanchor.common.errors import InvalidInputError
+    from noisyanchor.common.npy_files import load_npy
 
     def records(path: Path) -> np.ndarray:
-        try:
-            return np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as err:
-            raise InvalidInputError(f"cannot read records from {path}: {err}") from err
+        return load_npy(path, f"records file {path}", kinds="iuf", ndim=2)
 
     known = {}
     for item in args.known:

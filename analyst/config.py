@@ -18,6 +18,7 @@ from noisyanchor.common.gopp import check_method, check_precision, check_stoppin
 from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.schema import SCHEMA_DTYPES, RecordSchema
 from noisyanchor.common.tabular import TabularSchema
+from noisyanchor.common.tabular.columns import MAX_ENCODED_WIDTH, check_count_limit
 from noisyanchor.common.tomlconfig import (
     Table,
     TlsFiles,
@@ -431,12 +432,12 @@ def load_analyst_config(path: Path) -> AnalystConfig:
         port=server.int("port", 0, minimum=0, check=check_port),
         port_file=server.path("port_file", None),
         max_upload_bytes=server.int("max_upload_bytes", DEFAULT_MAX_UPLOAD_BYTES, minimum=1),
-        stream_idle_timeout=server.positive_float("stream_idle_timeout",
-                                                  DEFAULT_STREAM_IDLE_TIMEOUT),
+        stream_idle_timeout=server.seconds("stream_idle_timeout",
+                                           DEFAULT_STREAM_IDLE_TIMEOUT),
         blas_threads=server.int("blas_threads", 0, minimum=0, check=check_blas_threads),
         stream_min_rate=server.float("stream_min_rate", DEFAULT_STREAM_MIN_RATE,
                                      check=lambda r: check_nonnegative(r, "stream_min_rate")),
-        stream_deadline=server.positive_float("stream_deadline", DEFAULT_STREAM_DEADLINE),
+        stream_deadline=server.seconds("stream_deadline", DEFAULT_STREAM_DEADLINE),
         max_streams_per_caller=streams,
         max_streams_per_connection=server.int("max_streams_per_connection",
                                               DEFAULT_MAX_STREAMS_PER_CONNECTION, minimum=1),
@@ -445,11 +446,11 @@ def load_analyst_config(path: Path) -> AnalystConfig:
                                                DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, minimum=1),
         max_connections_per_caller=server.int("max_connections_per_caller",
                                               DEFAULT_MAX_CONNECTIONS_PER_CALLER, minimum=1),
-        connection_claim_timeout=server.positive_float("connection_claim_timeout",
-                                                       DEFAULT_CONNECTION_CLAIM_TIMEOUT),
-        handshake_timeout=server.positive_float("handshake_timeout", DEFAULT_HANDSHAKE_TIMEOUT),
-        connection_idle_timeout=server.positive_float("connection_idle_timeout",
-                                                      DEFAULT_CONNECTION_IDLE_TIMEOUT),
+        connection_claim_timeout=server.seconds("connection_claim_timeout",
+                                                DEFAULT_CONNECTION_CLAIM_TIMEOUT),
+        handshake_timeout=server.seconds("handshake_timeout", DEFAULT_HANDSHAKE_TIMEOUT),
+        connection_idle_timeout=server.seconds("connection_idle_timeout",
+                                               DEFAULT_CONNECTION_IDLE_TIMEOUT),
         max_queued_calls_per_caller=server.int("max_queued_calls_per_caller",
                                                DEFAULT_MAX_QUEUED_CALLS_PER_CALLER, minimum=1),
         # Above the streams, so that a participant holding all of them can still call Status.
@@ -493,7 +494,7 @@ def _release(doc: dict, path: Path) -> ReleaseLimits:
     d = ReleaseLimits()
     limits = ReleaseLimits(
         min_epsilon=table.positive_float("min_epsilon", d.min_epsilon),
-        send_timeout=table.positive_float("send_timeout", d.send_timeout),
+        send_timeout=table.seconds("send_timeout", d.send_timeout),
         max_concurrent=table.int("max_concurrent", d.max_concurrent, minimum=1),
         max_queued_per_participant=table.int("max_queued_per_participant",
                                              d.max_queued_per_participant, minimum=1),
@@ -520,7 +521,8 @@ def _schema(doc: dict, path: Path) -> RecordSchema | None:
     if isinstance(doc["schema"], dict) and "column" in doc["schema"]:
         return RecordSchema.typed(TabularSchema.from_toml(doc["schema"], path))
     table = Table(doc, "schema", path)
-    features = table.int("features", minimum=1)
+    features = table.int("features", minimum=1, check=lambda n: check_count_limit(
+        n, MAX_ENCODED_WIDTH, f"{n:,} features") or n)
     dtype = table.str("dtype", "float64", check=_schema_dtype)
     names = tuple(table.strs("feature_names", []))
     table.checked("feature_names", names, lambda n: RecordSchema(features, dtype, n))

@@ -20,6 +20,15 @@ and gRPC (the client certificate is verified by gRPC, the identity read by
    first refusal (:meth:`ConnectionFront.reject`): long enough for the refusals of the calls it
    already carries to reach the client (each is refused at arrival, without a worker), so a
    misconfigured site reads why, and short enough that no outsider holds the port.
+5. **Heard from or closed**: a connection whose client sent nothing for ``silence_timeout``
+   seconds (:data:`SILENCE_TIMEOUT`) is closed, whatever calls it carries. The gRPC server pings
+   every client every :data:`KEEPALIVE_TIME` seconds (``transport_options`` in
+   :mod:`analyst.server`), so a live client always answers within it; a host that crashed or
+   lost its network (no FIN ever comes), or a client that stopped reading, does not, and its
+   connections give their slots back: a site restarting after a crash is admitted again within
+   ``silence_timeout`` seconds (60 by default) of its last byte. The client sockets also carry
+   TCP keepalive and ``TCP_USER_TIMEOUT`` of the same span, so the kernel drops a dead peer's
+   socket too (a process that is killed is seen at once: its kernel closes the socket).
 
 Why a front rather than socket options or gRPC channel arguments: no gRPC core argument limits
 connections per source or per certificate, and ``max_connection_idle_ms`` closes a connection
@@ -42,6 +51,7 @@ import logging
 import socket
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from noisyanchor.common.errors import ResourceLimitError, UnauthenticatedError
@@ -50,6 +60,13 @@ log = logging.getLogger(__name__)
 
 #: Seconds a rejected connection still carries the server's answers before it is closed.
 REFUSAL_GRACE = 2.0
+
+#: Seconds between the gRPC server's keepalive pings to each client, and seconds it waits for
+#: the answer before it closes the connection (``grpc.keepalive_time_ms``, ``..._timeout_ms``).
+KEEPALIVE_TIME, KEEPALIVE_TIMEOUT = 20.0, 10.0
+
+#: Seconds a client may send nothing before its connection is closed: two pings unanswered.
+SILENCE_TIMEOUT = 2 * (KEEPALIVE_TIME + KEEPALIVE_TIMEOUT)
 
 #: Bytes read at a time from either side.
 _CHUNK = 256 << 10
@@ -69,12 +86,15 @@ class ConnectionLimits:
         Connections one participant has claimed, at once.
     claim_timeout : float
         Seconds from accept to the first admitted call.
+    silence_timeout : float
+        Seconds a client may send nothing before its connection is closed.
     """
 
     max_connections: int
     max_connections_per_address: int
     max_connections_per_caller: int
     claim_timeout: float
+    silence_timeout: float = SILENCE_TIMEOUT
 
     @classmethod
     def of(cls, config) -> ConnectionLimits:
@@ -94,6 +114,10 @@ class _Link:
     caller: str | None = None
     condemned: bool = False  # refused for who it is: closing after REFUSAL_GRACE
     tasks: list[asyncio.Task] = field(default_factory=list)
+    heard: float = 0.0  # the event loop's time of the client's last bytes
+
+    def hear(self) -> None:
+        self.heard = asyncio.get_running_loop().time()
 
     def close(self) -> None:
         for task in self.tasks:
@@ -128,6 +152,7 @@ class ConnectionFront:
         self._per_caller: Counter[str] = Counter()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
+        self._watch: asyncio.Future | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="connection-front",
                                         daemon=True)
 
@@ -190,13 +215,32 @@ class ConnectionFront:
         # half of the connections.
         self._server = await asyncio.start_server(self._accepted, host.strip("[]") or None,
                                                   port, reuse_port=False, limit=_CHUNK)
+        self._watch = asyncio.ensure_future(self._close_silent())
         return self._server.sockets[0].getsockname()[1]
+
+    async def _close_silent(self) -> None:
+        """Every quarter of ``silence_timeout``, close the connections whose client sent
+        nothing for ``silence_timeout`` seconds (a crashed host, a client that stopped
+        reading: see the module docstring)."""
+        silence = self.limits.silence_timeout
+        while True:
+            await asyncio.sleep(silence / 4)
+            now = self._loop.time()
+            with self._lock:
+                silent = [link for link in self._links if now - link.heard > silence]
+            for link in silent:
+                log.info("connection %s%s closed: nothing heard from it for %g s (a crashed "
+                         "or disconnected host?)", link.peer,
+                         f" of {link.caller}" if link.caller else "", silence)
+                link.close()
 
     def stop(self) -> None:
         """Stop accepting and close every connection."""
         async def close_all() -> None:
             if self._server is not None:
                 self._server.close()
+            if self._watch is not None:
+                self._watch.cancel()
             for link in list(self._links):
                 link.close()
 
@@ -236,6 +280,7 @@ class ConnectionFront:
         family = "ipv6" if ":" in str(peer[0]) else "ipv4"
         host = f"[{peer[0]}]" if family == "ipv6" else str(peer[0])
         link = _Link(str(peer[0]), f"{family}:{host}:{peer[1]}", writer)
+        link.hear()
         refused = self._admit(link)
         if refused is not None:
             log.debug("connection from %s closed at accept: %s", link.address, refused)
@@ -249,9 +294,10 @@ class ConnectionFront:
             sock = link.backend.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _detect_dead_peer(writer.get_extra_info("socket"), self.limits.silence_timeout)
             with self._lock:
                 self._by_port[port] = link
-            upstream = asyncio.ensure_future(_copy(reader, link.backend))  # client -> gRPC
+            upstream = asyncio.ensure_future(_copy(reader, link.backend, link.hear))  # -> gRPC
             link.tasks = [upstream, asyncio.ensure_future(_copy(b_reader, writer))]
             claim = self._loop.call_later(self.limits.claim_timeout, self._unclaimed, link)
             await asyncio.wait(link.tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -277,9 +323,26 @@ class ConnectionFront:
             self._loop.call_later(REFUSAL_GRACE, link.close)
 
 
-async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy until end of stream, then half-close (TLS close_notify and FIN pass through)."""
+def _detect_dead_peer(sock: socket.socket | None, span: float) -> None:
+    """TCP keepalive on ``sock`` (first probe after a third of ``span`` idle, then every sixth,
+    three probes) and ``TCP_USER_TIMEOUT`` of ``span``: the kernel gives up on a peer that
+    acknowledges nothing, data in flight or not, within about ``span`` seconds."""
+    if sock is None:
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", span / 3), ("TCP_KEEPINTVL", span / 6),
+                          ("TCP_KEEPCNT", 3), ("TCP_USER_TIMEOUT", span * 1000)):
+        if hasattr(socket, option):  # Linux; other systems keep their defaults
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), max(1, int(value)))
+
+
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                heard: Callable[[], None] | None = None) -> None:
+    """Copy until end of stream, then half-close (TLS close_notify and FIN pass through);
+    ``heard`` is called whenever bytes arrive."""
     while data := await reader.read(_CHUNK):
+        if heard is not None:
+            heard()
         writer.write(data)
         await writer.drain()
     if writer.can_write_eof():

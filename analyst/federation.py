@@ -205,7 +205,8 @@ class Federation:
     def withdrawals(self) -> dict[str, str]:
         """``{participant: reason}`` of every standing withdrawal (cleaned again as read: a
         file written by an earlier version, or by hand, is relayed by the same rule)."""
-        return {pid: peer_text(path.read_text(errors="replace"), MAX_PEER_TEXT)
+        return {pid: peer_text(self.store.read(path, 4 * MAX_PEER_TEXT).decode(errors="replace"),
+                               MAX_PEER_TEXT)
                 for pid in self.config.participants
                 if (path := self._withdrawn_dir / f"{pid}.txt").is_file()}
 
@@ -217,6 +218,10 @@ class Federation:
             path.unlink()
             log.info("%s is back (its withdrawal is cleared)", pid)
 
+    def _upload(self, pid: str) -> tuple[BundleSpec, dict[str, np.ndarray]]:
+        """``pid``'s committed upload, verified, its arrays mapped from the store."""
+        return read_bundle(self.store.upload_path(pid), root=self.store.root, copy=False)
+
     def _width(self, spec: BundleSpec) -> int:
         """Working width ``d`` the upload must have: the config's ``dim``, else the schema's
         feature count, else the committed uploads'."""
@@ -225,7 +230,8 @@ class Federation:
         if self.config.schema is not None:
             return self.config.schema.features
         for pid in self.store.committed(self.store.uploads):
-            return read_bundle_spec(self.store.upload_path(pid))[0].array("data").shape[1]
+            spec = read_bundle_spec(self.store.upload_path(pid), root=self.store.root)[0]
+            return spec.array("data").shape[1]
         data = spec.array("data")
         return data.shape[1] if data is not None and len(data.shape) == 2 else 0
 
@@ -328,12 +334,12 @@ class Federation:
                  else "; every upload is in")
         return Committed(spec.receipt(pid), False)
 
-    @staticmethod
-    def _repeated(pid: str, path: Path, stream: BundleStream, kind: str) -> Committed:
+    def _repeated(self, pid: str, path: Path, stream: BundleStream, kind: str) -> Committed:
         """A stream of an already committed bundle: its receipt again when identical, else
         refused. A header with digests is answered at once; one whose digests follow in the
         trailer is read to its end (hashed, nothing stored) unless its arrays differ already."""
-        committed = verify_bundle(path)  # the receipt is answered from verified bytes only
+        # The receipt is answered from verified bytes only.
+        committed = verify_bundle(path, root=self.store.root)
         spec = stream.spec
         if spec.without_digests() == committed.without_digests() and not spec.has_digests:
             spec = drain(stream)
@@ -373,7 +379,7 @@ class Federation:
         bytes), else refused with ``refusal``: a restarted participant may repeat itself."""
         with self._lock:
             if path.exists():
-                stored = path.read_bytes()
+                stored = self.store.read(path)
                 if not (same(stored) if same is not None else stored == data):
                     raise AlreadyExistsError(refusal)
                 return
@@ -382,7 +388,7 @@ class Federation:
 
     def _stored_key(self, pid: str) -> pb.SignedKey | None:
         path = self.store.keys / f"{pid}.pb"
-        return _parse(pb.SignedKey, path.read_bytes()) if path.exists() else None
+        return _parse(pb.SignedKey, self.store.read(path)) if path.exists() else None
 
     def publish_key(self, pid: str, public_key: bytes, signature: bytes, bound_to: bytes,
                     cert_pem: bytes) -> None:
@@ -429,7 +435,7 @@ class Federation:
         path = self.store.upload_path(pid)
         if not path.is_file():
             return
-        receipt = read_bundle_spec(path)[0].receipt(pid)
+        receipt = read_bundle_spec(path, root=self.store.root)[0].receipt(pid)
         when = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC)
         raise AlreadyExistsError(
             f"{pid!r} already uploaded at {when.isoformat(timespec='seconds')}, receipt "
@@ -487,7 +493,7 @@ class Federation:
         path = self.store.sealed / f"{pid}.pb"
         if not path.exists():
             raise NotFoundError(f"no sealed share for {pid!r} yet")
-        return _parse(pb.SealedShare, path.read_bytes())
+        return _parse(pb.SealedShare, self.store.read(path))
 
     def publish_commitment(self, pid: str, digest: bytes) -> None:
         """Store ``pid``'s anchor commitment."""
@@ -499,7 +505,7 @@ class Federation:
 
     def list_commitments(self) -> list[pb.Commitment]:
         """Every published commitment."""
-        return [pb.Commitment(participant_id=pid, digest=path.read_bytes())
+        return [pb.Commitment(participant_id=pid, digest=self.store.read(path))
                 for pid in self.config.participants
                 if (path := self.store.commitments / f"{pid}.bin").exists()]
 
@@ -630,8 +636,7 @@ class Federation:
         the ``[federation] screening`` policy; each named site is logged with its reason and
         the decision kept in the store."""
         cfg = self.config
-        bundles = {pid: read_bundle(self.store.upload_path(pid), copy=False)[1]
-                   for pid in cfg.participants}
+        bundles = {pid: self._upload(pid)[1] for pid in cfg.participants}
         screening = screen_uploads(
             cfg, {pid: b["data"] for pid, b in bundles.items()},
             {pid: b["anchor"] for pid, b in bundles.items()} if self.method.uses_anchor
@@ -667,8 +672,7 @@ class Federation:
         cfg = self.config
         start = time.perf_counter()
         sites = decision.included
-        specs, bundles = zip(*(read_bundle(self.store.upload_path(pid), copy=False)
-                               for pid in sites), strict=True)
+        specs, bundles = zip(*map(self._upload, sites), strict=True)
         data = [b["data"] for b in bundles]
         anchors = [b["anchor"] for b in bundles] if self.method.uses_anchor else None
         z_file = self.store.scratch_file("z.npy")

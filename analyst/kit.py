@@ -53,22 +53,23 @@ def store_progress(cfg: AnalystConfig) -> Progress:
     The state is ``done`` with a result, ``failed`` after a failed alignment (it runs again at
     the analyst's next start), ``aligning`` once every upload is in, else ``collecting``.
     """
-    store = Store(cfg.output_dir)
+    store = Store(cfg.output_dir).check_private()
     committed = tuple(p for p in cfg.participants if p in _names(store.uploads, ".bundle"))
     error = ""
     if (store.result / "result.json").is_file():
         state = "done"
     elif (store.root / FAILED_FILE).is_file():
         state = "failed"
-        error = json.loads((store.root / FAILED_FILE).read_text()).get("error", "")
+        error = json.loads(store.read(store.root / FAILED_FILE)).get("error", "")
     else:
         state = "aligning" if len(committed) == len(cfg.participants) else "collecting"
     agreement = cfg.method_enum.uses_anchor or cfg.method_enum.shared_key
     withdrawn_dir = store.root / WITHDRAWN_DIR
-    withdrawn = {pid: peer_text((withdrawn_dir / f"{pid}.txt").read_text(errors="replace"),
-                                MAX_PEER_TEXT)
+    withdrawn = {pid: peer_text(store.read(withdrawn_dir / f"{pid}.txt", 4 * MAX_PEER_TEXT)
+                                .decode(errors="replace"), MAX_PEER_TEXT)
                  for pid in cfg.participants if (withdrawn_dir / f"{pid}.txt").is_file()}
-    result = json.loads((store.result / "result.json").read_text()) if state == "done" else None
+    result = (json.loads(store.read(store.result / "result.json")) if state == "done"
+              else None)
     return Progress(
         cfg.federation_id, state, cfg.participants, committed,
         _names(store.keys, ".pb") if agreement else None,

@@ -57,7 +57,7 @@ from noisyanchor.common.errors import (
     LedgerError,
     PreconditionError,
 )
-from noisyanchor.common.files import atomic_write
+from noisyanchor.common.files import atomic_write, read_under
 from noisyanchor.common.scoreshield.calibration import (
     Calibration,
     check_epsilon_delta,
@@ -474,7 +474,7 @@ class PrivacyLedger:
         if self._head_path is None or not self._head_path.is_file():
             return None
         try:
-            head = json.loads(self._head_path.read_text())
+            head = json.loads(read_under(self._head_path.parent, self._head_path, 1 << 16))
             return int(head["rows"]), str(head["chain"])
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise LedgerError(f"the ledger head {self._head_path} is unreadable ({err}); "
@@ -519,8 +519,8 @@ class PrivacyLedger:
     def _load(self) -> None:
         where = str(self._path)
         try:
-            doc = json.loads(self._path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            doc = json.loads(read_under(self._path.parent, self._path).decode("utf-8"))
+        except (OSError, ValueError, RecursionError) as err:  # IntegrityError: a symlink
             raise LedgerError(f"privacy ledger {where} is unreadable or corrupt ({err}); "
                               "refusing to start with an unknown spent budget") from None
         try:

@@ -58,7 +58,8 @@ from noisyanchor.common.errors import (
     PreconditionError,
     ResourceLimitError,
 )
-from noisyanchor.common.files import TMP_PREFIX, atomic_write
+from noisyanchor.common.files import TMP_PREFIX, atomic_write, open_under, read_under
+from noisyanchor.common.npy_files import load_npy
 from noisyanchor.common.scoreshield import Calibration, Regime, calibrate
 from noisyanchor.common.tomlconfig import ID_PATTERN
 from noisyanchor.protos.v1 import release_pb2 as pb
@@ -204,9 +205,9 @@ class ReleaseJobs:
             shutil.rmtree(folder)
             return
         try:
-            request = json.loads((folder / "request.json").read_text())
+            request = json.loads(read_under(self.root, folder / "request.json", 1 << 20))
             kind, params = request["kind"], request["params"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
             log.error("release %s/%s: unreadable job record (%s); not served", pid, rid, err)
             return
         job = Job(pid, rid, kind, params, folder, charge=charge)
@@ -215,7 +216,7 @@ class ReleaseJobs:
             job.state = pb.GramJob.DONE
             job.output_bytes = sum(p.stat().st_size for p in folder.iterdir())
             if kind == GRAM:
-                job.header = pb.GramHeader.FromString(output.read_bytes())
+                job.header = pb.GramHeader.FromString(read_under(self.root, output, 1 << 20))
             job.done.set()
         elif kind == GRAM:
             log.info("release %s/%s was paid but not computed: computing it again", pid, rid)
@@ -356,7 +357,8 @@ class ReleaseJobs:
                                         "request; ask again")
             return self._stored_scores(job), True
         try:
-            query = np.load(job.folder / "query.npy", allow_pickle=False)
+            with open_under(self.root, job.folder / "query.npy") as fh:
+                query = load_npy(fh, str(job.folder / "query.npy"), kinds="f")
             assert job.charge is not None
             reply = compute(job.charge, query)
             data = reply.SerializeToString()
@@ -375,7 +377,7 @@ class ReleaseJobs:
         if job.state != pb.GramJob.DONE:
             raise PreconditionError(f"release {job.request_id!r} failed to compute; ask again "
                                     "(it is paid: no further charge)")
-        reply = pb.ScoreRelease.FromString((job.folder / "reply.pb").read_bytes())
+        reply = pb.ScoreRelease.FromString(read_under(self.root, job.folder / "reply.pb"))
         reply.spend.repeated = True
         return reply
 

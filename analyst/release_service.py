@@ -78,6 +78,8 @@ from noisyanchor.common.errors import (
     PreconditionError,
     ResourceLimitError,
 )
+from noisyanchor.common.files import open_under
+from noisyanchor.common.npy_files import load_npy
 from noisyanchor.common.scoreshield import (
     GRAM_PROJECTORS,
     Calibration,
@@ -204,7 +206,7 @@ class Collection:
 def load_identities(path: Path) -> np.ndarray:
     """An identity column: a 1-D ``.npy`` array (no pickles) or a text file, one label a line."""
     if path.suffix == ".npy":
-        labels = np.load(path, allow_pickle=False)
+        labels = load_npy(path, str(path), kinds="iuUb", ndim=1)
     else:
         labels = np.array(path.read_text(encoding="utf-8").splitlines())
     if labels.ndim != 1:
@@ -557,8 +559,8 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
 
     def _parts(self, job: Job, header: pb.GramHeader, context) -> Iterator[pb.GramPart]:
         what = f"Gram release {job.pid}/{job.request_id}"
-        with self._sends.watch(context, what) as touch, open(job.folder / "gram.npy",
-                                                               "rb") as fh:
+        with self._sends.watch(context, what) as touch, open_under(
+                self.jobs.root, job.folder / "gram.npy") as fh:
             version = np.lib.format.read_magic(fh)
             if version == (1, 0):
                 np.lib.format.read_array_header_1_0(fh)

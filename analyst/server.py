@@ -28,7 +28,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from noisyanchor.analyst.admission import AdmissionPool, global_limit
 from noisyanchor.analyst.caller_limits import CallerGate, StreamLimits, worker_count
 from noisyanchor.analyst.config import AnalystConfig
-from noisyanchor.analyst.connection_front import ConnectionFront, ConnectionLimits
+from noisyanchor.analyst.connection_front import (
+    KEEPALIVE_TIME,
+    KEEPALIVE_TIMEOUT,
+    ConnectionFront,
+    ConnectionLimits,
+)
 from noisyanchor.analyst.federation import Federation
 from noisyanchor.analyst.release_service import add_release_servicer
 from noisyanchor.analyst.service import AnalystServicer, add_analyst_servicer
@@ -105,6 +110,12 @@ def transport_options(config: AnalystConfig) -> list[tuple[str, int]]:
         ("grpc.max_allowed_incoming_connections", config.max_connections),
         ("grpc.server_handshake_timeout_ms", int(config.handshake_timeout * 1000)),
         ("grpc.max_connection_idle_ms", int(config.connection_idle_timeout * 1000)),
+        # Every client pinged (with calls or without, data sent or not): one that does not
+        # answer is closed by gRPC, and the front closes one that sends nothing for longer.
+        ("grpc.keepalive_time_ms", int(KEEPALIVE_TIME * 1000)),
+        ("grpc.keepalive_timeout_ms", int(KEEPALIVE_TIMEOUT * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
         # gRPC drops calls at random (CANCELLED) from the first of these counts on, not the
         # second: the first must hold everything the analyst promises to keep.
         ("grpc.server.max_pending_requests", pending),

@@ -41,15 +41,16 @@ import json
 import os
 import re
 import shutil
-import stat
 import struct
 import tempfile
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from noisyanchor.common.errors import ConfigError, IntegrityError, InvalidInputError
 from noisyanchor.common.files import (
@@ -57,9 +58,14 @@ from noisyanchor.common.files import (
     atomic_write,
     fsync_dir,
     fsync_path,
+    narrow_private,
+    open_under,
+    read_under,
+    refuse_links,
     stale_prefix,
     sweep_temporaries,
 )
+from noisyanchor.common.npy_files import load_npy
 from noisyanchor.common.wire import (
     DIGEST_SIZE,
     ArraySpec,
@@ -84,6 +90,10 @@ MANIFEST = "manifest.json"
 #: Largest manifest read (bytes): a few hundred files' names and digests.
 _MAX_MANIFEST_BYTES = 1 << 20
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+
+#: Largest relay object, job record or marker read from the store: a signed key with its
+#: certificate, a sealed share, a commitment.
+_MAX_RELAY_BYTES = 1 << 20
 
 #: Bytes hashed per read when a stored file is verified.
 _VERIFY_CHUNK = 8 << 20
@@ -285,42 +295,80 @@ class _FiniteScan:
             raise InvalidInputError(f"array {array.name!r} contains NaN or Inf values")
 
 
-def _map_arrays(path: Path, spec: BundleSpec, offset: int) -> dict[str, np.ndarray]:
+def _map_arrays(file: Path | BinaryIO, spec: BundleSpec,
+                offset: int) -> dict[str, np.ndarray]:
+    """The arrays of a bundle at ``file`` (a path, or a file opened by :func:`open_under`),
+    memory-mapped from ``offset``."""
     arrays: dict[str, np.ndarray] = {}
     for a in spec.arrays:
         if a.nbytes == 0:
             arrays[a.name] = np.zeros(a.shape, dtype=wire_dtype(a.dtype))
         else:
-            arrays[a.name] = np.memmap(path, dtype=wire_dtype(a.dtype), mode="r", offset=offset,
+            arrays[a.name] = np.memmap(file, dtype=wire_dtype(a.dtype), mode="r", offset=offset,
                                        shape=a.shape)
         offset += a.nbytes
     return arrays
 
 
-def read_bundle_spec(path: Path) -> tuple[BundleSpec, int]:
-    """Header of a committed bundle and the byte offset of its first array."""
-    with open(path, "rb") as fh:
-        head = fh.read(len(MAGIC) + 8)
-        if len(head) != len(MAGIC) + 8 or head[:len(MAGIC)] != MAGIC:
-            raise IntegrityError(f"{path} is not a noisyanchor bundle file")
-        (n,) = struct.unpack("<Q", head[len(MAGIC):])
-        header = fh.read(n)
+#: Largest bundle header read: a few arrays' names, dtypes, shapes and digests.
+_MAX_BUNDLE_HEADER = 1 << 20
+
+
+def read_bundle_spec(path: Path, *, root: Path) -> tuple[BundleSpec, int]:
+    """Header of a committed bundle and the byte offset of its first array (``path`` inside
+    the store at ``root``, opened by :func:`open_under`: no symlink followed)."""
+    with open_under(root, path) as fh:
+        return _read_spec(fh, path)
+
+
+def _read_spec(fh: BinaryIO, path: Path) -> tuple[BundleSpec, int]:
+    head = fh.read(len(MAGIC) + 8)
+    if len(head) != len(MAGIC) + 8 or head[:len(MAGIC)] != MAGIC:
+        raise IntegrityError(f"{path} is not a noisyanchor bundle file")
+    (n,) = struct.unpack("<Q", head[len(MAGIC):])
+    if n > _MAX_BUNDLE_HEADER:
+        raise IntegrityError(f"{path} declares a {n}-byte header, more than the "
+                             f"{_MAX_BUNDLE_HEADER} a bundle's header holds; altered or corrupt")
+    header = fh.read(n)
     msg = pb.BundleHeader()
-    msg.ParseFromString(header)
+    try:
+        msg.ParseFromString(header)
+    except DecodeError:
+        raise IntegrityError(f"{path}: the bundle header does not parse; altered or "
+                             "corrupt") from None
     return BundleSpec.from_proto(msg), _data_offset(header)
 
 
-def _sha256_of(fh, size: int) -> bytes:
-    """SHA-256 of the next ``size`` bytes of ``fh`` (read in chunks); short reads count as a
-    mismatch, not an error."""
+def _sha256_of(fh, size: int, check: Callable[[bytes], None] | None = None) -> bytes:
+    """SHA-256 of the next ``size`` bytes of ``fh`` (read in chunks, each handed to ``check``
+    too); short reads count as a mismatch, not an error."""
     h = hashlib.sha256()
     while size > 0:
         chunk = fh.read(min(_VERIFY_CHUNK, size))
         if not chunk:
             break
         h.update(chunk)
+        if check is not None:
+            check(chunk)
         size -= len(chunk)
     return h.digest() if size == 0 else b""
+
+
+def _finite_check(array: ArraySpec, path: Path) -> Callable[[bytes], None] | None:
+    """A check of one float array's chunks for NaN/Inf as they are hashed (chunks of
+    :data:`_VERIFY_CHUNK` bytes from the array's start hold whole elements): an upload was
+    finite when committed, so a non-finite value read back was written since."""
+    dt = wire_dtype(array.dtype)
+    if dt.kind != "f":
+        return None
+
+    def check(chunk: bytes) -> None:
+        try:
+            _FiniteScan._check(array, np.frombuffer(chunk, dtype=dt,
+                                                    count=len(chunk) // dt.itemsize))
+        except InvalidInputError as err:
+            raise IntegrityError(f"{path}: {err}; the store is altered or corrupt") from None
+    return check
 
 
 def _file_sha256(path: Path) -> str:
@@ -329,42 +377,45 @@ def _file_sha256(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def verify_bundle(path: Path) -> BundleSpec:
-    """The header of a committed bundle once every array matches the SHA-256 its header
-    records, and the file holds nothing after them.
+def verify_bundle(path: Path, *, root: Path) -> BundleSpec:
+    """The header of a committed bundle (``path`` inside the store at ``root``, no symlink
+    followed) once every array matches the SHA-256 its header records and no float array holds
+    NaN or Inf, and the file holds nothing after them.
 
     Raises
     ------
     IntegrityError
         Naming the file and the array that does not match (the store is altered or corrupt).
     """
-    return _verified_spec(Path(path))[0]
+    with open_under(root, path) as fh:
+        return _verified_spec(fh, Path(path))[0]
 
 
-def _verified_spec(path: Path) -> tuple[BundleSpec, int]:
-    """:func:`read_bundle_spec` of a bundle :func:`verify_bundle` accepts."""
-    spec, offset = read_bundle_spec(path)
-    with open(path, "rb") as fh:
-        fh.seek(offset)
-        for a in spec.arrays:
-            if _sha256_of(fh, a.nbytes) != a.sha256:
-                raise IntegrityError(
-                    f"{path}: array {a.name!r} does not match the SHA-256 recorded when it was "
-                    "committed; the store is altered or corrupt (restore the file from a backup "
-                    "or ask the participant to upload into a new store)")
-        if fh.read(1):
-            raise IntegrityError(f"{path} has bytes after its last array; the store is altered "
-                                 "or corrupt")
+def _verified_spec(fh: BinaryIO, path: Path) -> tuple[BundleSpec, int]:
+    """:func:`read_bundle_spec` of the bundle open in ``fh`` once :func:`verify_bundle`
+    accepts it."""
+    spec, offset = _read_spec(fh, path)
+    fh.seek(offset)
+    for a in spec.arrays:
+        if _sha256_of(fh, a.nbytes, _finite_check(a, path)) != a.sha256:
+            raise IntegrityError(
+                f"{path}: array {a.name!r} does not match the SHA-256 recorded when it was "
+                "committed; the store is altered or corrupt (restore the file from a backup "
+                "or ask the participant to upload into a new store)")
+    if fh.read(1):
+        raise IntegrityError(f"{path} has bytes after its last array; the store is altered "
+                             "or corrupt")
     return spec, offset
 
 
-def read_bundle(path: Path, *, copy: bool = True,
-                verify: bool = True) -> tuple[BundleSpec, dict[str, np.ndarray]]:
-    """A committed bundle's header and arrays (copied into memory unless ``copy=False``),
-    verified against its digests first (:func:`verify_bundle`) unless ``verify=False``."""
+def read_bundle(path: Path, *, root: Path,
+                copy: bool = True) -> tuple[BundleSpec, dict[str, np.ndarray]]:
+    """A committed bundle's header and arrays (copied into memory unless ``copy=False``), once
+    :func:`verify_bundle` accepts it; the arrays are mapped from the file it verified."""
     path = Path(path)
-    spec, offset = _verified_spec(path) if verify else read_bundle_spec(path)
-    arrays = _map_arrays(path, spec, offset)
+    with open_under(root, path) as fh:
+        spec, offset = _verified_spec(fh, path)
+        arrays = _map_arrays(fh, spec, offset)
     if copy:
         arrays = {k: np.array(v) for k, v in arrays.items()}
     return spec, arrays
@@ -389,10 +440,10 @@ class StoreInUseError(ConfigError):
     """Another analyst process holds the store."""
 
 
-def _lock_holder(path: Path) -> str:
+def _lock_holder(root: Path, path: Path) -> str:
     try:
-        pid = path.read_text().strip()
-    except OSError:
+        pid = read_under(root, path, 64).decode().strip()
+    except (OSError, ValueError):  # IntegrityError and UnicodeDecodeError too
         return "unknown"
     return pid if pid.isdigit() else "unknown"
 
@@ -449,11 +500,24 @@ class Store:
         """
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.lock()  # first: the sweep below must never touch another analyst's writes
+        self.check_private()
         if identity is not None:
             self._check_identity(identity)
-        for d in (self.uploads, self.disclosures, self.keys, self.sealed, self.commitments):
-            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # One level at a time: mkdir(parents=True) would make relay/ with the umask's mode.
+        for d in (self.uploads, self.disclosures, self.keys.parent, self.keys, self.sealed,
+                  self.commitments):
+            d.mkdir(exist_ok=True, mode=0o700)
         sweep_temporaries(self.root)
+        return self
+
+    def check_private(self) -> Store:
+        """Refuse a store holding a symlink anywhere (before anything is read, swept or written
+        through one) and narrow folders and files others could read or write (0700 / 0600,
+        with a warning each: :func:`common.files.narrow_private`); every command that reads
+        the store calls it (serve, status, deadline, attack). Returns the store."""
+        if self.root.is_dir():
+            refuse_links(self.root)
+            narrow_private(self.root, recursive=True)
         return self
 
     def lock(self) -> None:
@@ -462,14 +526,14 @@ class Store:
         if self._lock_fd is not None:
             return
         path = self.root / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
             os.close(fd)
             if err.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
-            holder = _lock_holder(path)
+            holder = _lock_holder(self.root, path)
             if holder == str(os.getpid()):
                 return  # this process holds it already (a store opened twice)
             raise StoreInUseError(
@@ -485,16 +549,17 @@ class Store:
         mine = store_identity(public)
         if path.is_file():
             try:
-                recorded = json.loads(path.read_text())
+                recorded = json.loads(read_under(self.root, path, _MAX_MANIFEST_BYTES))
                 theirs = {k: recorded[k] for k in mine}
-            except (OSError, ValueError, KeyError, TypeError) as err:
+            except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
                 raise IntegrityError(f"{path} is unreadable ({err}); the store's federation is "
                                      "unknown, so it is not used") from None
         elif (self.root / FEDERATION_FILE).is_file():
             # A store of an earlier version: its description, on the keys it has, must agree.
             try:
-                old = dict(json.loads((self.root / FEDERATION_FILE).read_text()))
-            except (OSError, ValueError, TypeError) as err:
+                old = dict(json.loads(read_under(self.root, self.root / FEDERATION_FILE,
+                                                 _MAX_MANIFEST_BYTES)))
+            except (OSError, ValueError, TypeError, RecursionError) as err:
                 raise IntegrityError(f"{self.root / FEDERATION_FILE} is unreadable ({err}); the "
                                      "store's federation is unknown, so it is not used") from None
             agrees = all(public.get(k) == v for k, v in old.items() if k not in MUTABLE_KEYS)
@@ -521,6 +586,12 @@ class Store:
             atomic_write(path, json.dumps(mine | {"created_utc": datetime.datetime.now(
                 datetime.UTC).isoformat(timespec="seconds")}, indent=1).encode())
 
+    def read(self, path: Path, limit: int | None = _MAX_RELAY_BYTES) -> bytes:
+        """The bytes of store file ``path`` (:func:`common.files.read_under`: no symlink
+        followed, nothing outside the store; at most ``limit`` bytes, a relay object's by
+        default)."""
+        return read_under(self.root, path, limit)
+
     def upload_path(self, pid: str) -> Path:
         """Committed upload of ``pid``."""
         return self.uploads / f"{pid}.bundle"
@@ -539,7 +610,7 @@ class Store:
         not match."""
         for folder in (self.uploads, self.disclosures):
             for pid in self.committed(folder):
-                verify_bundle(folder / f"{pid}.bundle")
+                verify_bundle(folder / f"{pid}.bundle", root=self.root)
         if self.result.is_dir():
             manifest = self._manifest()
             held = {p.name for p in self.result.iterdir()} - {MANIFEST}
@@ -617,11 +688,10 @@ class Store:
     def _open_result(self, name: str):
         """Result file ``name`` opened for reading, refused (OSError) when it is a symlink or
         not a regular file: nothing outside the store is ever read through it."""
-        fd = os.open(self.result / name, os.O_RDONLY | os.O_NOFOLLOW)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise OSError(f"{name} is not a regular file")
-        return os.fdopen(fd, "rb")
+        try:
+            return open_under(self.root, self.result / name)
+        except IntegrityError as err:  # callers name the result file
+            raise OSError(str(err)) from None
 
     def read_result(self, name: str) -> bytes:
         """The bytes of result file ``name`` once they match the manifest's SHA-256."""
@@ -644,5 +714,6 @@ class Store:
         return raw
 
     def result_array(self, name: str) -> np.ndarray:
-        """A verified ``.npy`` result file (:meth:`read_result`; no pickle)."""
-        return np.load(io.BytesIO(self.read_result(name)), allow_pickle=False)
+        """A verified ``.npy`` result file (:meth:`read_result`; no pickle, numbers, no NaN or
+        Inf: :func:`common.npy_files.load_npy`)."""
+        return load_npy(self.read_result(name), str(self.result / name))

@@ -12,6 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from noisyanchor.common.durations import check_seconds
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.validation import check_count, check_nonnegative, check_positive
 
@@ -51,6 +52,8 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 
 #: A finite number ``> 0``.
 positive_float = _argtype("positive number", lambda t: check_positive(_number(t), "value"))
+#: Seconds to wait or poll: ``> 0`` and at most :data:`common.durations.MAX_AHEAD`.
+seconds = _argtype("seconds", lambda t: check_seconds(_number(t), "value"))
 #: A finite number ``>= 0``.
 nonnegative_float = _argtype("non-negative number",
                              lambda t: check_nonnegative(_number(t), "value"))

@@ -55,6 +55,24 @@ def human_duration(seconds: float) -> str:
     return " ".join(shown)
 
 
+def check_seconds(value: float, what: str) -> float:
+    """``value`` if it is a finite number of seconds in ``(0, MAX_AHEAD]``: every wait, timeout
+    and span a config key or a flag gives goes through here, so none can overflow a clock or a
+    timer (``threading`` refuses waits past about 292 years with ``OverflowError``)."""
+    if not 0.0 < value <= MAX_AHEAD.total_seconds():  # nan and inf too
+        raise InvalidInputError(
+            f"{what} must be a number of seconds > 0 and at most "
+            f"{MAX_AHEAD.total_seconds():.0f} ({MAX_AHEAD.days} days), got {value:g}")
+    return float(value)
+
+
+def check_days(value: int, what: str) -> int:
+    """``value`` if it is a whole number of days from 1 to ``MAX_AHEAD.days`` (a validity)."""
+    if not 1 <= value <= MAX_AHEAD.days:
+        raise InvalidInputError(f"{what} must be 1 to {MAX_AHEAD.days} days, got {value}")
+    return value
+
+
 def parse_duration(text: str) -> dt.timedelta:
     """A span such as ``"7 days"``, ``"1 week 2 days"``, ``"36 h"`` or ``"90 min"``, at most
     :data:`MAX_AHEAD`."""

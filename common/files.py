@@ -1,12 +1,20 @@
-"""Atomic, durable file writes shared by the analyst's store and the participant's state.
+"""Atomic, durable file writes shared by the analyst's store and the participant's state, and
+the one way their files are read.
 
 Bytes go to a temporary file (mode 0600, from ``tempfile.mkstemp``) in the destination folder,
 are fsynced, renamed over the final name with ``os.replace``, and the folder is fsynced: a crash
 leaves either the old file or the new one, never a partial file.
+
+Every file of the store or of a site's state folder is read through :func:`open_under` (or
+:func:`read_under`): opened component by component from the folder's root with ``O_NOFOLLOW``,
+so a symlink anywhere below the root, a path leaving it, or anything but a regular file (a FIFO,
+a device) is refused, and nothing outside the folder is ever read or served through it.
+:func:`refuse_links` checks a whole folder at start.
 """
 
 from __future__ import annotations
 
+import errno
 import glob
 import logging
 import os
@@ -14,8 +22,9 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
-from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.errors import IntegrityError, InvalidInputError
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +88,19 @@ def check_private_key(path: Path, what: str = "private key") -> Path:
     return path
 
 
-def narrow_private(folder: Path) -> None:
-    """Narrow a private folder (0700) and the files directly in it (0600 at most) that others
-    could read or write, with a warning for each: the project wrote them private, so a wider
-    mode is a mistake (a copy, an archive restored, a umask) and is repaired rather than refused,
-    which would leave the site unable to predict. Symlinks are left alone (never followed)."""
+def narrow_private(folder: Path, *, recursive: bool = False) -> None:
+    """Narrow a private folder (0700) and the files directly in it (every file and folder
+    below it with ``recursive``) that others could read or write (0600 at most), with a warning
+    for each: the project wrote them private, so a wider mode is a mistake (a copy, an archive
+    restored, a umask) and is repaired rather than refused, which would leave the site unable
+    to predict or the analyst unable to serve. Symlinks are left alone (never followed; the
+    readers refuse them)."""
     folder = Path(folder)
     if not folder.is_dir() or folder.is_symlink():
         return
-    for path in (folder, *folder.iterdir()):
+    below = ([Path(at) / name for at, dirs, files in os.walk(folder) for name in (*dirs, *files)]
+             if recursive else list(folder.iterdir()))
+    for path in (folder, *below):
         info = path.lstat()
         if stat.S_ISLNK(info.st_mode) or not (stat.S_ISDIR(info.st_mode)
                                               or stat.S_ISREG(info.st_mode)):
@@ -95,9 +108,90 @@ def narrow_private(folder: Path) -> None:
         mode = stat.S_IMODE(info.st_mode)
         if mode & 0o077:
             narrowed = 0o700 if stat.S_ISDIR(info.st_mode) else mode & 0o600
+            if info.st_uid != os.geteuid() and os.geteuid() != 0:
+                # Another user's (a reader in the owner's group): only its owner can narrow it.
+                log.warning("%s is open to others (mode %04o) and not this user's to narrow: "
+                            "its owner should run `chmod %04o %s`", path, mode, narrowed, path)
+                continue
             path.chmod(narrowed)
             log.warning("%s was open to others (mode %04o): narrowed to %04o; check who could "
                         "read it while it was", path, mode, narrowed)
+
+
+def _refused(path: Path, root: Path, what: str) -> IntegrityError:
+    return IntegrityError(f"{path}: {what}; refused: nothing under {root} is read through a "
+                          "symlink or from outside it (remove the link and restore the file)")
+
+
+def open_under(root: Path, path: Path) -> BinaryIO:
+    """File ``path`` inside folder ``root`` opened for reading, following no symlink below
+    ``root``: each folder on the way is opened with ``O_NOFOLLOW | O_DIRECTORY`` relative to the
+    last, the file with ``O_NOFOLLOW``, and it must be a regular file. (``root`` itself is the
+    operator's choice and may be a link.)
+
+    Raises
+    ------
+    IntegrityError
+        ``path`` leaves ``root`` (``..``, another folder), passes a symlink, or is not a regular
+        file; the message names the path.
+    FileNotFoundError
+        It does not exist (callers say what is missing).
+    """
+    root, path = Path(root), Path(path)
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        raise _refused(path, root, "not inside the folder") from None
+    if not parts or any(part in (".", "..") for part in parts):
+        raise _refused(path, root, "not a file inside the folder")
+    folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        # O_NONBLOCK: a FIFO planted under the name must not block the open.
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _refused(path, root, "a symlink (or a file where a folder belongs) on the "
+                           "way") from None
+        raise
+    finally:
+        os.close(folder)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _refused(path, root, "not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def read_under(root: Path, path: Path, limit: int | None = None) -> bytes:
+    """The bytes of ``path`` inside ``root`` (:func:`open_under`), refused (InvalidInputError
+    naming the file and the limit) when it holds more than ``limit`` bytes."""
+    with open_under(root, path) as fh:
+        raw = fh.read() if limit is None else fh.read(limit + 1)
+    if limit is not None and len(raw) > limit:
+        raise InvalidInputError(f"{path} holds more than {limit} bytes, more than such a file "
+                                "ever holds; not read")
+    return raw
+
+
+def refuse_links(root: Path) -> None:
+    """Refuse (IntegrityError naming the first few) any symlink anywhere under folder ``root``:
+    the store and the state folder hold none, so one was planted or restored from elsewhere,
+    and any write through it would land outside the folder. Temporary names
+    (:data:`TMP_PREFIX`) are never read and are swept, whatever their kind, by
+    :func:`sweep_temporaries`: they are left to it."""
+    links = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(TMP_PREFIX)]
+        links += [Path(folder) / name for name in (*dirs, *files)
+                  if not name.startswith(TMP_PREFIX) and os.path.islink(Path(folder) / name)]
+    if links:
+        raise IntegrityError(
+            f"{root} holds {len(links)} symlink(s) ({', '.join(map(str, links[:3]))}); refused: "
+            "nothing under it is read or written through a link (remove them and restore the "
+            "files they stood for)")
 
 
 def stale_prefix(path: Path) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.tabular.columns import MAX_ENCODED_WIDTH, check_count_limit
 from noisyanchor.common.tabular.schema import TabularSchema
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 
@@ -83,6 +84,8 @@ class RecordSchema:
                                     f"named by them; the schema says {self.features}")
         if self.features < 1:
             raise InvalidInputError(f"a schema needs at least 1 feature, got {self.features}")
+        check_count_limit(self.features, MAX_ENCODED_WIDTH,
+                          f"the schema declares {self.features:,} features")
         if self.dtype not in SCHEMA_DTYPES:
             raise InvalidInputError(f"schema dtype must be one of {', '.join(SCHEMA_DTYPES)}, "
                                     f"got {self.dtype!r}")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from noisyanchor.common.durations import check_seconds, parse_deadline
 from noisyanchor.common.errors import ConfigError, InvalidInputError
 from noisyanchor.common.files import check_private_key
 
@@ -56,14 +57,29 @@ def check_distinct_ids(ids: Sequence[str], what: str) -> None:
         seen[key] = value
 
 
+#: Largest project or config file read (bytes): a schema of the most columns a schema may
+#: declare, each with its most categories, fits many times over; a larger file is refused
+#: before it is parsed.
+MAX_CONFIG_BYTES = 32 << 20
+
+
 def read_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file, turning a missing file or a syntax error into a ConfigError."""
+    """Parse a TOML file, turning a missing file, one over :data:`MAX_CONFIG_BYTES` or a
+    syntax error into a ConfigError."""
     path = Path(path)
     try:
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: over {MAX_CONFIG_BYTES >> 20} MiB, more than a config "
+                          "file may hold; not read")
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") \
+            from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
 
@@ -151,13 +167,19 @@ class Table:
         """A boolean value."""
         return self._get(key, default, (bool,), "true or false")
 
+    def seconds(self, key: builtins.str, default: Any = _MISSING) -> Any:
+        """A span in seconds, finite, ``> 0`` and at most
+        :data:`common.durations.MAX_AHEAD` (:func:`common.durations.check_seconds`)."""
+        return self.float(key, default, check=lambda s: check_seconds(s, "the value"))
+
     def datetime(self, key: builtins.str, default: Any = _MISSING) -> Any:
-        """A TOML offset date-time (``2026-12-01T18:00:00Z``), timezone-aware."""
+        """A TOML offset date-time (``2026-12-01T18:00:00Z``), timezone-aware, at most
+        :data:`common.durations.MAX_AHEAD` from now (:func:`common.durations.parse_deadline`:
+        ``9999-12-31`` is a typo, not a deadline)."""
         value = self._get(key, default, (dt.datetime,),
                           "a date-time with a UTC offset, e.g. 2026-12-01T18:00:00Z")
-        if isinstance(value, dt.datetime) and value.tzinfo is None:
-            raise self.error(key, f"{value.isoformat()} has no UTC offset; write it as "
-                             f"{value.isoformat()}Z (UTC) or with +hh:mm")
+        if isinstance(value, dt.datetime):
+            self.checked(key, value, parse_deadline)
         return value
 
     def strs(self, key: builtins.str, default: Any = _MISSING) -> Any:

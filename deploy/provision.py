@@ -35,7 +35,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from noisyanchor.analyst.config import check_screening
-from noisyanchor.common.durations import human_duration, is_relative, parse_deadline
+from noisyanchor.common.durations import (
+    check_days,
+    human_duration,
+    is_relative,
+    parse_deadline,
+)
 from noisyanchor.common.errors import (
     AlreadyExistsError,
     ConfigError,
@@ -126,7 +131,8 @@ def load_project(path: Path) -> Project:
         raise ConfigError(f"{path}: unknown table(s) {', '.join(unknown)}")
     proj = Table(doc, "project", path)
     name = check_id(proj.str("name"), f"{path}: [project] name")
-    days = proj.int("validity_days", DEFAULT_VALIDITY_DAYS, minimum=1)
+    days = proj.int("validity_days", DEFAULT_VALIDITY_DAYS, minimum=1,
+                    check=lambda n: check_days(n, "validity_days"))
     proj.done()
     an = Table(doc, "analyst", path)
     names = tuple(an.strs("names", ["localhost"]))
@@ -396,8 +402,7 @@ def _write_kit(root: Path, name: str, tables: dict, ca: KeptCa, cert: x509.Certi
     # The folders a role writes, made now: a kit mounted read-only (containers) gets volumes
     # mounted on them.
     for folder in (("store", "logs") if name == "analyst" else ("state", "data")):
-        # A site's state is private (as its key): made so, the reader has nothing to narrow.
-        (kit / folder).mkdir(mode=0o700 if folder == "state" else 0o777, exist_ok=True)
+        (kit / folder).mkdir(mode=0o700, exist_ok=True)  # private from the start
     pem = serialization.Encoding.PEM
     write_file(kit / "pki" / "ca.pem", ca.cert.public_bytes(pem))
     write_file(kit / "pki" / f"{name}.pem", cert.public_bytes(pem))

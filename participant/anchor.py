@@ -37,7 +37,7 @@ from noisyanchor.common.errors import (
     NotFoundError,
     UnauthenticatedError,
 )
-from noisyanchor.common.files import atomic_write
+from noisyanchor.common.files import atomic_write, private_dir, read_under
 from noisyanchor.common.progress import COMMIT, PUBLISH_KEYS, Pending
 from noisyanchor.common.sealing import (
     SEED_BYTES,
@@ -80,8 +80,8 @@ def kept_exchange_key(path: Path) -> X25519PrivateKey:
     on first use, so that a restarted participant presents the key the relay already holds."""
     path = Path(path)
     if path.is_file():
-        return exchange_key_from_bytes(path.read_bytes())
-    path.parent.mkdir(parents=True, exist_ok=True)
+        return exchange_key_from_bytes(read_under(path.parent, path, 4096))
+    private_dir(path.parent)
     key = new_exchange_key()
     atomic_write(path, private_bytes(key))
     return key

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import BinaryIO
 
 from noisyanchor.common.errors import ConfigError, InvalidInputError
-from noisyanchor.common.files import narrow_private
+from noisyanchor.common.files import narrow_private, open_under, read_under, refuse_links
 from noisyanchor.common.gdp import DEFAULT_TRANSLATION_SCALE
 from noisyanchor.common.methods import Method, check_sigma, check_v
 from noisyanchor.common.sealing import SEED_BYTES
@@ -117,6 +118,15 @@ class ParticipantConfig:
         """Every method but I-GDP derives something (anchor or common key) from the seed."""
         return self.method_enum.uses_anchor or self.method_enum.shared_key
 
+    def read_state(self, path: Path, limit: int | None = None) -> bytes:
+        """The bytes of ``path`` in the state folder (:func:`common.files.read_under`: no
+        symlink followed, nothing outside the folder, at most ``limit`` bytes)."""
+        return read_under(self.state_dir, path, limit)
+
+    def open_state(self, path: Path) -> BinaryIO:
+        """``path`` in the state folder opened for reading (:func:`common.files.open_under`)."""
+        return open_under(self.state_dir, path)
+
     def with_overrides(self, **changes) -> ParticipantConfig:
         """A copy with command-line overrides (``None`` values are ignored)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -157,7 +167,7 @@ def load_participant_config(path: Path) -> ParticipantConfig:
         tag_column=part.str("tag_column", "split"), label_index=part.int("label_index", -1),
         state_dir=part.path("state_dir", str(Path(path).parent / f"state-{pid}")),
         keep_secrets=part.bool("keep_secrets", False), seed=part.int("seed", None, minimum=0),
-        timeout=part.positive_float("timeout", None),
+        timeout=part.seconds("timeout", None),
         method=method, anchors=anchors, dim=dim,
         projection_seed=projection_seed,
         sigma=proto.float("sigma", 0.0, check=lambda x: check_sigma(method, x)),
@@ -178,7 +188,9 @@ def load_participant_config(path: Path) -> ParticipantConfig:
                       preprocessing_sha256=cfg.preprocessing_sha256 or schema.digest().hex())
     part.done()
     proto.done()
-    narrow_private(cfg.state_dir)  # every command reads its kit: the state is checked each time
+    # Every command reads its kit: the state is checked each time.
+    refuse_links(cfg.state_dir)
+    narrow_private(cfg.state_dir)
     return cfg
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.common.npy_files import NUMERIC, load_npy, load_npz
 from noisyanchor.common.schema import RecordSchema
 from noisyanchor.common.splits import SPLIT_NAMES
 from noisyanchor.common.tabular import TableError, read_table, read_table_chunks
@@ -109,21 +110,22 @@ def _finite_matrix(x: np.ndarray, shown: str, names: tuple[str, ...] | None) -> 
 
 
 def _load_npz(path: Path, shown: str, require_labels: bool) -> LocalData:
-    with np.load(path, allow_pickle=False) as z:
-        needed = {"x", "labels"} if require_labels else {"x"}
-        missing = needed - set(z.files)
-        if missing:
-            raise TableError(shown, f"the .npz file needs arrays {sorted(needed)} (missing "
-                             f"{sorted(missing)}; has {sorted(z.files)})")
-        names = (tuple(str(n) for n in z["feature_names"].reshape(-1))
-                 if "feature_names" in z.files else None)
-        labels = _labels(z["labels"], shown) if "labels" in z.files else None
-        return LocalData(_finite_matrix(z["x"], shown, names), labels,
-                         _tags(z["tags"], shown) if "tags" in z.files else None, names)
+    # NaN/Inf are named by row and column by _finite_matrix and _labels, not by the loader.
+    z = load_npz(path, shown, kinds=NUMERIC + "US", finite=False)
+    needed = {"x", "labels"} if require_labels else {"x"}
+    missing = needed - set(z)
+    if missing:
+        raise TableError(shown, f"the .npz file needs arrays {sorted(needed)} (missing "
+                         f"{sorted(missing)}; has {sorted(z)})")
+    names = (tuple(str(n) for n in z["feature_names"].reshape(-1))
+             if "feature_names" in z else None)
+    labels = _labels(z["labels"], shown) if "labels" in z else None
+    return LocalData(_finite_matrix(z["x"], shown, names), labels,
+                     _tags(z["tags"], shown) if "tags" in z else None, names)
 
 
 def _load_npy(path: Path, shown: str, label_index: int, require_labels: bool) -> LocalData:
-    arr = np.load(path, allow_pickle=False)
+    arr = load_npy(path, shown, finite=False)  # _finite_matrix names the row and column
     if not require_labels:
         return LocalData(_finite_matrix(arr, shown, None), None, None)
     if arr.ndim != 2 or arr.shape[1] < 2:

@@ -158,10 +158,10 @@ def ensure_gain(cfg: ParticipantConfig, key: SiteKey, site: SiteModel, *,
     the site model it was computed for was fetched again."""
     path = cfg.state_dir / GAIN_FILE
     model_file = cfg.state_dir / SITE_MODEL_FILE
-    fetched = (hashlib.sha256(model_file.read_bytes()).hexdigest() if model_file.is_file()
+    fetched = (hashlib.sha256(cfg.read_state(model_file)).hexdigest() if model_file.is_file()
                else None)
     if path.is_file() and not refresh:
-        kept = json.loads(path.read_text())
+        kept = json.loads(cfg.read_state(path, 1 << 20))
         # A gain.json written before the interval was told is computed again.
         if kept.get("site_model_sha256") == fetched and "gain_not_told" in kept:
             return kept

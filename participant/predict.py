@@ -83,7 +83,7 @@ def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
     """
     path = cfg.state_dir / SITE_MODEL_FILE
     if path.is_file() and not refresh:
-        raw = path.read_bytes()
+        raw = cfg.read_state(path)
         site = load_site_model(raw, what=str(path))  # what it is first: a pickle is named
         check_kept_digest(path, raw, "fetch it again with --refresh", since="fetched")
         return _checked(cfg, site, str(path))

@@ -51,6 +51,7 @@ import numpy as np
 
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.gdp import GdpKey, gdp_map
+from noisyanchor.common.npy_files import load_npy, load_npz
 from noisyanchor.common.scoreshield.baseline import GramBaseline
 from noisyanchor.participant.config import ParticipantConfig
 
@@ -188,8 +189,13 @@ def load_key(cfg: ParticipantConfig) -> GdpKey:
             f"no kept secret state at {path}: score queries are sent through this "
             "participant's own GDP map, whose key is kept only when the upload ran with "
             "keep_secrets = true ([participant] keep_secrets or --keep-secrets)")
-    with np.load(path, allow_pickle=False) as kept:
+    with cfg.open_state(path) as fh:
+        kept = load_npz(fh, str(path), kinds="f")
+    try:
         return GdpKey(kept["rotation"], kept["translation"])
+    except KeyError as err:
+        raise InvalidInputError(f"{path} holds no array {err}; not this site's kept secrets") \
+            from None
 
 
 def query_record(cfg: ParticipantConfig, record: Path | None, row_index: int | None) -> np.ndarray:
@@ -197,10 +203,7 @@ def query_record(cfg: ParticipantConfig, record: Path | None, row_index: int | N
     if (record is None) == (row_index is None):
         raise InvalidInputError("give exactly one of --record FILE.npy and --row-index K")
     if record is not None:
-        try:
-            x = np.load(record, allow_pickle=False)
-        except (OSError, ValueError) as err:
-            raise InvalidInputError(f"cannot read the query record {record}: {err}") from None
+        x = load_npy(record, f"the query record {record}")
         if x.ndim == 2 and x.shape[0] == 1:
             x = x[0]
         if x.ndim != 1 or x.dtype.kind not in "iuf":
@@ -394,7 +397,12 @@ def release_budget(cfg: ParticipantConfig, dataset: str = "") -> BudgetReport:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``release`` group (``scores``, ``row``, ``gram``, ``budget``) to the top-level
     parser."""
-    from noisyanchor.common.cliargs import int_at_least, open_unit_float, positive_float
+    from noisyanchor.common.cliargs import (
+        int_at_least,
+        open_unit_float,
+        positive_float,
+        seconds,
+    )
     from noisyanchor.participant.cli import COMMANDS
 
     group = sub.add_parser("release", help=COMMANDS["release"])
@@ -412,7 +420,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--config", type=Path, required=True, help="participant TOML file")
         p.add_argument("--dataset", default="", help="dataset (default: the federation's)")
         p.add_argument("--analyst", default=None, help="override [participant] analyst host:port")
-        p.add_argument("--timeout", type=positive_float, default=None,
+        p.add_argument("--timeout", type=seconds, default=None,
                        help="override [participant] timeout (seconds: retries while the "
                        "analyst is unavailable, and the wait for a Gram release)")
         p.add_argument("--json", action="store_true", help="print the outcome as JSON")
@@ -445,7 +453,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "projections (the paper's), Dykstra, or none")
     gr.add_argument("--max-iter", type=int_at_least(0), default=0,
                     help="cap on the projection's iterations (default: the analyst's, 100)")
-    gr.add_argument("--poll", type=positive_float, default=POLL_SECONDS,
+    gr.add_argument("--poll", type=seconds, default=POLL_SECONDS,
                     help="seconds between two progress polls")
     gr.add_argument("--out", type=Path, required=True, help="where to save the matrix (.npy)")
     sc.set_defaults(handler=_scores)

@@ -27,6 +27,7 @@ from noisyanchor.common.errors import (
 )
 from noisyanchor.common.files import atomic_write, private_dir
 from noisyanchor.common.gdp import anchor_from_seed, gaussian_projection, secret_rng
+from noisyanchor.common.npy_files import load_npz
 from noisyanchor.common.progress import Progress
 from noisyanchor.common.schema import RecordSchema, check_declared
 from noisyanchor.common.splits import split_tags
@@ -116,7 +117,7 @@ def keep_schema(cfg: ParticipantConfig, info: pb.FederationInfo) -> None:
     """Keep the schema the analyst served, so that later uses of this site's records
     (disclosure, release queries, prediction) preprocess them exactly as the upload did."""
     if info.HasField("schema"):
-        cfg.state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(cfg.state_dir)
         atomic_write(schema_path(cfg), info.schema.SerializeToString(deterministic=True))
     else:  # a schema kept from an earlier declaration of this federation no longer applies
         schema_path(cfg).unlink(missing_ok=True)
@@ -130,7 +131,7 @@ def kept_schema(cfg: ParticipantConfig) -> RecordSchema | None:
         return None
     msg = pb.RecordSchema()
     try:
-        msg.ParseFromString(path.read_bytes())
+        msg.ParseFromString(cfg.read_state(path))
     except DecodeError as err:
         raise InvalidInputError(f"{path} is not a kept schema ({err}); remove it and run "
                                 "upload again to fetch the federation's") from None
@@ -352,7 +353,7 @@ def _join(client: AnalystClient, cfg: ParticipantConfig, early: LocalData | None
 
 def _write_secrets(cfg: ParticipantConfig, arrays: dict[str, np.ndarray]) -> Path:
     # Mode 0600 (atomic_write): the secrets never leave this machine unless the colluder says so.
-    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(cfg.state_dir)
     path = cfg.state_dir / SECRETS_FILE
     buf = io.BytesIO()
     np.savez(buf, **arrays)
@@ -574,8 +575,8 @@ def run_collude(cfg: ParticipantConfig) -> Sent:
     if not path.is_file():
         raise NotFoundError(f"no kept secrets at {path}: run 'participant upload' with "
                             "keep_secrets = true first")
-    with np.load(path, allow_pickle=False) as kept:
-        secrets_ = {k: kept[k] for k in kept.files}
+    with cfg.open_state(path) as fh:
+        secrets_ = load_npz(fh, str(path))
     schema = kept_schema(cfg)
     arrays = {"data": working_data(cfg, local_data(cfg, schema).x)} | secrets_
     spec = bundle_spec(cfg.federation_id, cfg.method, arrays, digests=False,

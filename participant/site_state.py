@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from noisyanchor.common.errors import IntegrityError, InvalidInputError, PreconditionError
-from noisyanchor.common.files import atomic_write, private_dir
+from noisyanchor.common.files import atomic_write, private_dir, read_under
 from noisyanchor.common.gdp import GdpKey, gdp_map
 from noisyanchor.common.models.container import dump_arrays, load_arrays
 from noisyanchor.common.splits import SPLIT_NAMES
@@ -61,7 +61,7 @@ def upload_seeds(cfg: ParticipantConfig) -> UploadSeeds:
     OS entropy, written (0600) before anything derived from them leaves the site."""
     path = upload_seed_path(cfg)
     if path.is_file():
-        raw = path.read_bytes()
+        raw = cfg.read_state(path, 4 * SEED_BYTES)
         if len(raw) != 2 * SEED_BYTES:
             raise InvalidInputError(f"{path} is not a pair of {SEED_BYTES}-byte seeds; remove it "
                                     "only if no upload of this site was committed")
@@ -186,7 +186,7 @@ def check_kept_digest(path: Path, raw: bytes, remedy: str, *, since: str = "kept
     actual = hashlib.sha256(raw).hexdigest()
     if not kept.is_file():
         atomic_write(kept, actual.encode())
-    elif kept.read_text().strip() != actual:
+    elif read_under(path.parent, kept, 256).decode(errors="replace").strip() != actual:
         raise IntegrityError(f"{path} was changed since it was {since} (its SHA-256 is not the "
                              f"one in {kept.name}); {remedy}")
 
@@ -199,7 +199,7 @@ def load_site_key(cfg: ParticipantConfig) -> SiteKey:
             f"no kept key at {path}: a site keeps its key when its upload commits "
             f"('noisyanchor participant upload --config ...' with this config and state_dir); "
             "without it new records cannot be mapped as the training records were")
-    loaded = load_arrays(path.read_bytes(), SITE_KEY_FORMAT, what=str(path))
+    loaded = load_arrays(cfg.read_state(path), SITE_KEY_FORMAT, what=str(path))
     meta, arrays = loaded.meta, loaded.arrays
     expected = {"federation_id", "participant", "method", "d_in", "records_sha256",
                 "feature_names"}

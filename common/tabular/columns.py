@@ -20,6 +20,7 @@ chunk; the table reader adds the file, line and column (:mod:`common.tabular.rea
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -33,6 +34,15 @@ MISSING_POLICIES = ("refuse", "fill")
 
 #: What ``unknown`` may say besides naming a declared category.
 UNKNOWN_REFUSE = "refuse"
+
+#: Most typed columns a schema may declare, categories a categorical column may declare, and
+#: encoded columns (``d_in``) a typed schema may encode to: far above a table a federation
+#: aligns (each record is a ``d_in``-vector, each site's map ``d_in x d_in``), and low enough
+#: that every check of a project file, a config or a served schema stays a fraction of a
+#: second. Stated in every refusal, which comes before the columns are built.
+MAX_SCHEMA_COLUMNS = 10_000
+MAX_COLUMN_CATEGORIES = 10_000
+MAX_ENCODED_WIDTH = 100_000
 
 #: Cell texts a boolean column reads as true / false by default (compared in lower case).
 TRUE_TOKENS = ("true", "t", "yes", "y", "1")
@@ -287,14 +297,17 @@ class CategoricalColumn(Column):
         super().__post_init__()
         object.__setattr__(self, "categories", tuple(self.categories))
         where = f"column {self.name!r}"
+        check_count_limit(len(self.categories), MAX_COLUMN_CATEGORIES,
+                          f"{where} declares {len(self.categories):,} categories")
         if len(self.categories) < 2:
             raise InvalidInputError(f"{where}: a categorical column declares at least 2 "
                                     f"categories, got {list(self.categories)}")
         if not all(isinstance(c, str) and c and c == c.strip() for c in self.categories):
             raise InvalidInputError(f"{where}: categories must be non-empty text without "
                                     "surrounding spaces")
-        if len(set(self.categories)) != len(self.categories):
-            raise InvalidInputError(f"{where}: categories repeat: {list(self.categories)}")
+        repeated = _repeated(self.categories)
+        if repeated:
+            raise InvalidInputError(f"{where}: categories repeat: {repeated}")
         if self.unknown != UNKNOWN_REFUSE and self.unknown not in self.categories:
             raise InvalidInputError(f"{where}: unknown must be {UNKNOWN_REFUSE!r} or one of the "
                                     f"categories, got {self.unknown!r}")
@@ -445,13 +458,30 @@ def encode_labels(cells: Sequence[str], classes: Sequence[str]) -> np.ndarray:
     return out
 
 
+def check_count_limit(count: int, limit: int, what: str) -> None:
+    """Refuse ``count`` above ``limit``, stating both (``what`` says what was counted)."""
+    if count > limit:
+        raise InvalidInputError(f"{what}, more than the {limit:,} a schema may declare")
+
+
+def _repeated(texts: Sequence[str]) -> list[str]:
+    """The texts that occur more than once in ``texts`` (the first 5), in linear time."""
+    counts = Counter(texts)
+    return sorted(t for t, n in counts.items() if n > 1)[:5]
+
+
 def check_columns(columns: Sequence[Column]) -> tuple[Column, ...]:
-    """``columns`` as a tuple, refusing an empty list or repeated names."""
+    """``columns`` as a tuple, refusing an empty list, more than :data:`MAX_SCHEMA_COLUMNS`
+    columns or :data:`MAX_ENCODED_WIDTH` encoded columns, or repeated names."""
     columns = tuple(columns)
     if not columns:
         raise InvalidInputError("a schema declares at least one column")
-    names = [c.name for c in columns]
-    repeated = sorted({n for n in names if names.count(n) > 1})
+    check_count_limit(len(columns), MAX_SCHEMA_COLUMNS,
+                      f"the schema declares {len(columns):,} columns")
+    width = sum(c.width for c in columns)
+    check_count_limit(width, MAX_ENCODED_WIDTH,
+                      f"the schema's columns encode to d_in = {width:,} columns")
+    repeated = _repeated([c.name for c in columns])
     if repeated:
         raise InvalidInputError(f"the schema declares column(s) {repeated} more than once")
     encoded = [n for c in columns for n in c.encoded_names]

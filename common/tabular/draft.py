@@ -23,7 +23,13 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from noisyanchor.common.tabular.columns import FALSE_TOKENS, TRUE_TOKENS
+from noisyanchor.common.tabular.columns import (
+    FALSE_TOKENS,
+    MAX_COLUMN_CATEGORIES,
+    MAX_SCHEMA_COLUMNS,
+    TRUE_TOKENS,
+    check_count_limit,
+)
 from noisyanchor.common.tabular.errors import TableError
 from noisyanchor.common.tabular.reader import (
     DECIMAL_COMMA,
@@ -204,9 +210,15 @@ def survey(path: Path, *, label_column: str = "label", tag_column: str = "split"
     path = Path(path)
     shown = str(path)
     check_decimal(decimal, delimiter)
+    check_count_limit(max_categories, MAX_COLUMN_CATEGORIES,
+                      f"max_categories = {max_categories:,} categories")
     with open_table_text(path, shown) as fh:
         rows = table_rows(fh, path, shown, delimiter, decimal)
         header_line, header = table_header(rows, shown, delimiter, decimal)
+        if len(header) > MAX_SCHEMA_COLUMNS + 2:  # the features, the label and the tag
+            raise TableError(shown, f"the header names {len(header):,} columns, more than the "
+                             f"{MAX_SCHEMA_COLUMNS:,} a schema may declare (and the label and "
+                             "tag columns)", line=header_line)
         stats = [ColumnStats(name) for name in header]
         records = 0
         for line, row in rows:

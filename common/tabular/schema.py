@@ -23,12 +23,15 @@ from noisyanchor.common.errors import ConfigError, InvalidInputError
 from noisyanchor.common.tabular.columns import (
     COLUMN_TYPES,
     FALSE_TOKENS,
+    MAX_COLUMN_CATEGORIES,
+    MAX_SCHEMA_COLUMNS,
     TRUE_TOKENS,
     BooleanColumn,
     CategoricalColumn,
     Column,
     NumericColumn,
     check_columns,
+    check_count_limit,
 )
 from noisyanchor.common.tomlconfig import Table
 from noisyanchor.protos.v1 import analyst_pb2 as pb
@@ -70,6 +73,8 @@ class TabularSchema:
         if self.label is not None and (not self.label or self.label in names):
             raise InvalidInputError(f"the label column {self.label!r} must be named and must not "
                                     "also be a feature column")
+        check_count_limit(len(self.label_classes), MAX_COLUMN_CATEGORIES,
+                          f"label_classes declares {len(self.label_classes):,} classes")
         if len(set(self.label_classes)) != len(self.label_classes) or "" in self.label_classes:
             raise InvalidInputError(f"label_classes must be distinct non-empty texts, got "
                                     f"{list(self.label_classes)}")
@@ -122,6 +127,8 @@ class TabularSchema:
         raw = table.value("column", None, (list,), "a list of [[schema.column]] tables")
         if not raw:
             raise table.error("column", "declares no column")
+        table.checked("column", len(raw), lambda n: check_count_limit(
+            n, MAX_SCHEMA_COLUMNS, f"{n:,} [[schema.column]] tables"))
         columns = [_column_from_toml(entry, i, path) for i, entry in enumerate(raw, 1)]
         classes = table.strs("label_classes", [])
         try:
@@ -182,6 +189,8 @@ class TabularSchema:
         schema), checked against the digest the analyst computed."""
         if not msg.columns:
             return None
+        check_count_limit(len(msg.columns), MAX_SCHEMA_COLUMNS,
+                          f"the analyst's schema declares {len(msg.columns):,} columns")
         columns = []
         for spec in msg.columns:
             kind = COLUMN_TYPES.get(spec.type)

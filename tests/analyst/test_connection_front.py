@@ -116,3 +116,66 @@ def test_a_rejected_connection_is_closed_and_a_stranger_connection_refused(front
     with pytest.raises(UnauthenticatedError, match="did not come through"):
         f.claim("ipv4:127.0.0.1:1", "p1")
     assert peer_port("ipv6:[::1]:5000") is None
+
+
+def _claim_all(front: ConnectionFront, caller: str) -> None:
+    for k in range(front.counts()["open"]):
+        front.claim(_peer(front, k), caller)
+
+
+def _claimed_after(front: ConnectionFront, caller: str) -> bool:
+    """Whether a new connection (a site back after a crash) can be claimed for ``caller``."""
+    s = _connect(front)
+    _wait_open(front, 1)
+    front.claim(_peer(front, 0), caller)  # raises while the old ones hold the share
+    return _alive(s)
+
+
+def test_a_killed_site_process_gives_its_connections_back_at_once(front):
+    """SIGKILL: the kernel closes the dead process's sockets, the front sees their end."""
+    import signal
+    import subprocess
+    import sys
+
+    f = front()
+    site = subprocess.Popen([sys.executable, "-c", (
+        "import socket, sys, time\n"
+        f"socks = [socket.create_connection(('127.0.0.1', {f.port})) for _ in range(2)]\n"
+        "for s in socks: s.sendall(b'ping'); s.recv(64)\n"
+        "print('ready', flush=True); time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert site.stdout.readline().strip() == "ready"
+        _wait_open(f, 2)
+        _claim_all(f, "p1")
+        assert f.counts()["claimed"] == 2  # p1's whole share (max_connections_per_caller)
+        site.send_signal(signal.SIGKILL)
+        site.wait(30)
+        _wait_open(f, 0)
+        assert _claimed_after(f, "p1")
+    finally:
+        site.kill()
+        site.wait(30)
+
+
+def test_a_silent_half_open_connection_gives_its_slot_back_within_the_silence_timeout(front):
+    """A host that crashed leaves its connections open with no FIN; here a client that stops
+    reading and sending (the front's copy to it stuck on a full window, as to a dead host):
+    closed once nothing was heard from it for silence_timeout seconds."""
+    f = front(silence_timeout=10.0)  # a margin for the steps before the share is checked
+    stuck, quiet = _connect(f), _connect(f)
+    _wait_open(f, 2)
+    _claim_all(f, "p1")
+    stuck.settimeout(1.0)
+    try:  # echoed back into a socket nobody reads, until every buffer on the way is full
+        stuck.sendall(b"x" * (64 << 20))
+    except TimeoutError:
+        pass
+    held = set(f._by_port)
+    again = _connect(f)
+    _wait_open(f, 3)
+    with pytest.raises(ResourceLimitError):  # the share is held until they fall silent
+        f.claim(f"ipv4:127.0.0.1:{(set(f._by_port) - held).pop()}", "p1")
+    _wait_open(f, 0)  # all closed: the stuck one, the merely quiet one, the refused one
+    assert _claimed_after(f, "p1")
+    for s in (stuck, quiet, again):
+        s.close()

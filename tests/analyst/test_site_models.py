@@ -253,7 +253,7 @@ def test_the_result_from_memory_maps_and_z_on_disk_equals_the_in_memory_path(tmp
 
     fed, _, _ = _federation(tmp_path, rng)
     result = json.loads((fed.store.result / "result.json").read_text())
-    bundles = [read_bundle(fed.store.upload_path(pid))[1] for pid in IDS]
+    bundles = [read_bundle(fed.store.upload_path(pid), root=fed.store.root)[1] for pid in IDS]
     assert not any(isinstance(a, np.memmap) for b in bundles for a in b.values())
     cfg = fed.config
     in_memory = align(fed.method, [b["data"] for b in bundles], [b["anchor"] for b in bundles],

@@ -1,5 +1,6 @@
 """Atomic commits of streamed bundles and the store's crash sweep."""
 
+import hashlib
 import json
 import os
 import stat
@@ -33,7 +34,7 @@ def arrays(rng):
 def test_received_bundle_reads_back_bit_for_bit(tmp_path, arrays):
     spec = bundle_spec("f", "i-gdp", arrays)
     receive_bundle(tmp_path / "a.bundle", BundleStream(spec, iter_chunks(arrays, chunk_size=97)))
-    back_spec, back = read_bundle(tmp_path / "a.bundle")
+    back_spec, back = read_bundle(tmp_path / "a.bundle", root=tmp_path)
     assert back_spec == spec
     for name, arr in arrays.items():
         np.testing.assert_array_equal(back[name], arr)  # exact: raw bytes, no conversion
@@ -94,7 +95,7 @@ def test_trailer_digests_are_verified_and_written_into_the_committed_header(
     monkeypatch.setattr(storage, "WRITEBACK_BYTES", writeback)
     spec, stream = _trailer_stream(arrays)
     assert receive_bundle(tmp_path / "a.bundle", stream) == spec
-    back_spec, back = read_bundle(tmp_path / "a.bundle")
+    back_spec, back = read_bundle(tmp_path / "a.bundle", root=tmp_path)
     assert back_spec == spec and back_spec.receipt("p0") == spec.receipt("p0")
     for name, arr in arrays.items():
         np.testing.assert_array_equal(back[name], arr)
@@ -215,15 +216,15 @@ def test_a_flipped_byte_in_a_committed_bundle_is_named(tmp_path, rng):
     path = tmp_path / "p0.bundle"
     receive_bundle(path, BundleStream(spec, iter([b"".join(
         np.ascontiguousarray(a).tobytes() for a in arrays.values())])))
-    assert verify_bundle(path) == spec
+    assert verify_bundle(path, root=path.parent) == spec
     raw = bytearray(path.read_bytes())
     raw[-45] ^= 0x10  # inside 'data'
     path.write_bytes(bytes(raw))
     with pytest.raises(IntegrityError, match=r"p0\.bundle: array 'data' does not match"):
-        read_bundle(path)
+        read_bundle(path, root=path.parent)
     path.write_bytes(bytes(raw) + b"x")
     with pytest.raises(IntegrityError, match=r"p0\.bundle"):
-        verify_bundle(path)
+        verify_bundle(path, root=path.parent)
 
 
 PUBLIC = {"federation_id": "fed-1", "participants": ["a", "b"], "method": "aa-igdp",
@@ -278,3 +279,69 @@ def test_a_result_file_given_as_a_path_is_moved_in_and_verified(tmp_path):
     assert stat.S_IMODE((store.result / "z.npy").stat().st_mode) == 0o600
     np.testing.assert_array_equal(store.result_array("z.npy"), z)
     store.verify()
+
+
+def _rewrite_with_digests(path, arrays):
+    """``path`` (a committed bundle) holding ``arrays`` instead, its header's digests
+    recomputed: what someone who can write the store could do."""
+    spec, offset = storage.read_bundle_spec(path, root=path.parent)
+    blobs = [np.ascontiguousarray(a).tobytes() for a in arrays.values()]
+    digests = [hashlib.sha256(blob).digest() for blob in blobs]
+    body = b"".join(blobs)
+    header = storage._header_bytes(spec.with_digests(digests))
+    raw = path.read_bytes()
+    path.write_bytes(raw[:len(storage.MAGIC) + 8] + header + body)
+    assert len(header) == offset - len(storage.MAGIC) - 8
+
+
+def test_nan_written_into_a_stored_upload_with_its_digests_is_refused_at_start(tmp_path, arrays):
+    store = Store(tmp_path / "s").open()
+    spec = bundle_spec("f", "i-gdp", arrays)
+    receive_bundle(store.upload_path("p0"), BundleStream(spec, iter_chunks(arrays)))
+    bad = arrays | {"data": arrays["data"].copy()}
+    bad["data"][39, 5] = np.nan
+    _rewrite_with_digests(store.upload_path("p0"), bad)
+    with pytest.raises(IntegrityError, match=r"p0\.bundle: array 'data' contains NaN or Inf"):
+        store.verify()
+    with pytest.raises(IntegrityError, match="NaN or Inf"):
+        read_bundle(store.upload_path("p0"), root=store.root)
+
+
+def test_nan_in_a_result_array_is_refused_naming_it(tmp_path):
+    store = Store(tmp_path / "s").open()
+    store.commit_result({"rotations.npy": npy_bytes(np.full((2, 3, 3), np.inf))})
+    with pytest.raises(InvalidInputError, match=r"rotations\.npy holds NaN or Inf"):
+        store.result_array("rotations.npy")
+
+
+def test_a_symlink_anywhere_in_the_store_pointing_outside_is_refused(tmp_path, arrays):
+    store = Store(tmp_path / "s").open()
+    spec = bundle_spec("f", "i-gdp", arrays)
+    receive_bundle(tmp_path / "outside.bundle", BundleStream(spec, iter_chunks(arrays)))
+    store.upload_path("p0").symlink_to(tmp_path / "outside.bundle")
+    with pytest.raises(IntegrityError, match=r"symlink.*p0\.bundle"):
+        Store(tmp_path / "s").open()
+    with pytest.raises(IntegrityError, match="symlink"):
+        read_bundle(store.upload_path("p0"), root=store.root)
+    with pytest.raises(IntegrityError, match="symlink"):
+        store.check_private()  # status, deadline and attack check the store too
+    store.upload_path("p0").unlink()
+    (store.root / "relay" / "keys").rmdir()
+    (store.root / "relay" / "keys").symlink_to(tmp_path, target_is_directory=True)
+    with pytest.raises(IntegrityError, match="symlink"):
+        store.read(store.keys / "outside.bundle")
+    (store.root / "relay" / "keys").unlink()
+
+
+def test_a_store_open_to_others_is_narrowed_with_a_warning_at_every_command(tmp_path, caplog):
+    store = Store(tmp_path / "s").open()
+    store.commit_result({"a.npy": npy_bytes(np.zeros(2))})
+    (store.root).chmod(0o777)
+    store.uploads.chmod(0o777)
+    (store.result / "a.npy").chmod(0o644)
+    with caplog.at_level("WARNING"):
+        store.check_private()
+    modes = [stat.S_IMODE(p.stat().st_mode) for p in (store.root, store.uploads,
+                                                      store.result / "a.npy")]
+    assert modes == [0o700, 0o700, 0o600]
+    assert caplog.text.count("narrowed to") == 3

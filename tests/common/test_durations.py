@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 
 import pytest
 
+from noisyanchor.common import cliargs
 from noisyanchor.common.durations import (
     MAX_AHEAD,
+    check_seconds,
     human_duration,
     human_time,
     is_relative,
@@ -81,3 +84,17 @@ def test_deadlines_are_bounded_to_what_a_federation_can_use(when, match):
     with pytest.raises(InvalidInputError, match=match):
         parse_deadline(when, NOW)
     assert parse_deadline("in 730 days", NOW) - NOW < MAX_AHEAD
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf"), 1e300,
+                                   MAX_AHEAD.total_seconds() + 1])
+def test_every_span_in_seconds_is_bounded_like_a_deadline(value):
+    with pytest.raises(InvalidInputError, match="at most 63158400"):
+        check_seconds(value, "--timeout")
+    assert check_seconds(MAX_AHEAD.total_seconds(), "--timeout") == MAX_AHEAD.total_seconds()
+
+
+def test_the_command_line_seconds_type_is_the_same_bound():
+    with pytest.raises(argparse.ArgumentTypeError, match="731 days"):
+        cliargs.seconds("1e300")
+    assert cliargs.seconds("2.5") == 2.5

@@ -11,6 +11,7 @@ from cryptography import x509
 
 from noisyanchor import deploy
 from noisyanchor.analyst.config import load_analyst_config
+from noisyanchor.cli import main
 from noisyanchor.common.errors import (
     AlreadyExistsError,
     ConfigError,
@@ -74,6 +75,8 @@ def test_every_site_gets_a_kit_whose_config_loads_and_whose_certificate_names_it
     ('names = ["analyst.example.org"]', 'names = ["bad name"]', "DNS name"),
     ('method = "aa-igdp-an"', 'method = "gdp"', r"\[federation\] method"),
     ("features = 64", "features = 0", r"\[schema\] features"),
+    ("validity_days = 365", "validity_days = 99999999999",
+     r"federation.toml: \[project\] validity_days: validity_days must be 1 to 731 days"),
     ('screening = "refuse"', 'screening = "drop"',
      r"federation.toml: \[federation\] screening: expected one of refuse, exclude, accept"),
     ('# csr = "requests/org-c.csr"', 'csr = "requests/org-c.csr"', "cannot read the CSR"),
@@ -175,7 +178,6 @@ def test_the_project_template_is_complete(project):
 def test_provision_cli_prints_the_kits_and_refuses_a_second_run(project, capsys):
     import json
 
-    from noisyanchor.cli import main
 
     assert main(["provision", "--project", str(project), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -305,3 +307,45 @@ def test_a_schema_file_without_a_schema_or_with_a_bad_column_is_named(tmp_path, 
         provision(project, tmp_path / "kits", schema=draft)
     assert str(draft) in str(refused.value) and ".provision-" not in str(refused.value)
     assert not (tmp_path / "kits").exists()
+
+
+def _typed_project(tmp_path: Path, columns: str) -> Path:
+    """The fair template with ``columns`` as its [[schema.column]] tables."""
+    head = (TEMPLATE.parent / "federation-fair.toml").read_text().split("[schema]")[0]
+    path = tmp_path / "wide.toml"
+    path.write_text(head + '[schema]\nlabel = "y"\n' + columns + "".join(
+        f'[[site]]\nname = "site-{s}"\n' for s in "abc"))
+    return path
+
+
+@pytest.mark.slow
+def test_a_project_of_100000_columns_or_1000000_categories_is_refused_stating_the_limit(
+        tmp_path, capsys):
+    """Checked in time linear in the file, and refused above the stated limits by provision
+    and schema check (8 CPU-s for the three reads here, most of it tomllib parsing the 5 MB and
+    10 MB files; before, a duplicate check by list scans did not finish in 40 s)."""
+    path = _typed_project(tmp_path, "".join(f'[[schema.column]]\nname = "c{i}"\n'
+                                            for i in range(100_000)))
+    with pytest.raises(ConfigError, match=r"wide.toml: \[schema\] column: 100,000 "
+                       r"\[\[schema.column\]\] tables, more than the 10,000 a schema may"):
+        provision(path, tmp_path / "kits")
+    assert main(["schema", "check", "--schema", str(path), "--data", str(path)]) == 1
+    assert "100,000 [[schema.column]] tables, more than the 10,000" in capsys.readouterr().err
+    path.unlink()
+    categories = ", ".join(f'"k{i}"' for i in range(1_000_000))
+    path = _typed_project(tmp_path, f'[[schema.column]]\nname = "c"\ntype = "categorical"\n'
+                          f"categories = [{categories}]\n")
+    with pytest.raises(ConfigError, match=r"declares 1,000,000 categories, more than the "
+                       "10,000 a schema may declare"):
+        provision(path, tmp_path / "kits")
+    assert not (tmp_path / "kits").exists()
+
+
+def test_a_project_file_over_the_size_limit_is_refused_unread(tmp_path, monkeypatch):
+    from noisyanchor.common import tomlconfig
+
+    monkeypatch.setattr(tomlconfig, "MAX_CONFIG_BYTES", 1 << 20)
+    path = tmp_path / "big.toml"
+    path.write_text(TEMPLATE.read_text() + "#" * (1 << 20) + "\n")
+    with pytest.raises(ConfigError, match=r"big.toml: over 1 MiB, more than a config file"):
+        provision(path, tmp_path / "kits")

@@ -169,3 +169,58 @@ def test_one_identity_filling_the_pending_queue_cancels_no_other_sites_call(anal
     with fed.client("p2", timeout=60.0) as c:
         assert c.status().state == "collecting"
     assert "Traceback" not in fed.log.read_text()
+
+
+#: A site process that claims its whole share of connections (one Status call on each), says
+#: so, and waits to be killed.
+_SITE = """
+import sys, time, grpc
+from noisyanchor.protos.v1 import analyst_pb2 as pb, analyst_pb2_grpc as pb_grpc
+port, ca, cert, key, count, fid = sys.argv[1:7]
+creds = grpc.ssl_channel_credentials(open(ca, 'rb').read(), open(key, 'rb').read(),
+                                     open(cert, 'rb').read())
+channels = [grpc.secure_channel(f'127.0.0.1:{port}', creds, options=[
+    ('grpc.ssl_target_name_override', 'localhost'), ('grpc.use_local_subchannel_pool', 1)])
+    for _ in range(int(count))]
+for channel in channels:
+    pb_grpc.AnalystStub(channel).Status(pb.StatusRequest(federation_id=fid), timeout=30)
+print('ready', flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_site_killed_while_holding_its_share_is_admitted_again_when_it_restarts(analyst):
+    """A crashed site process (SIGKILL: no goodbye from gRPC) gives its connections back,
+    so the restarted site is not refused for the share its dead process held."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    fed = analyst(["p0", "p1"], extra={"server": SERVER})
+    cert, key = fed.files.pki.clients["p1"]
+    site = subprocess.Popen([sys.executable, "-c", _SITE, str(fed.port), str(fed.files.pki.ca),
+                             str(cert), str(key), str(SERVER["max_connections_per_caller"]),
+                             FEDERATION], stdout=subprocess.PIPE, text=True)
+    request = pb.StatusRequest(federation_id=FEDERATION)
+    try:
+        assert site.stdout.readline().strip() == "ready"
+        with _channel(fed, "p1") as extra, pytest.raises(grpc.RpcError) as refused:
+            pb_grpc.AnalystStub(extra).Status(request, timeout=30)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # the share is held
+        site.send_signal(signal.SIGKILL)
+        site.wait(30)
+        deadline = time.monotonic() + 60  # at once in practice: the kernel closed the sockets
+        while True:
+            with _channel(fed, "p1") as restarted:
+                try:
+                    assert pb_grpc.AnalystStub(restarted).Status(request, timeout=30).state
+                    break
+                except grpc.RpcError as err:
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"the restarted site is still refused: {err}") \
+                            from None
+            time.sleep(0.5)
+    finally:
+        site.kill()
+        site.wait(30)

@@ -53,8 +53,8 @@ def test_three_hospitals_on_typed_breast_cancer_columns_preprocess_identically(t
     for site in sites:  # the kit pins the digest; the stored upload names the same one
         assert load_participant_config(kits / site / f"{site}.toml").preprocessing_sha256 == \
             digest.hex()
-        assert read_bundle_spec(store / "uploads" / f"{site}.bundle")[0].preprocessing_sha256 \
-            == digest
+        spec = read_bundle_spec(store / "uploads" / f"{site}.bundle", root=store)[0]
+        assert spec.preprocessing_sha256 == digest
     assert run.result["records"] == 569 and run.result["dim"] == 30
     # Logistic regression on the aligned, publicly scaled records; chance is 0.5.
     assert run.result["model"]["balanced_accuracy"] > 0.85, run.result["model"]

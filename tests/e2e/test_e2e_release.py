@@ -133,7 +133,8 @@ def test_query_is_the_record_as_the_participant_uploaded_it(fed, tmp_path):
     np.save(record, np.load(cfg.data)["x"][7][None, :])  # a (1, d_in) row is accepted too
     x = query_record(cfg, record, None)
     np.testing.assert_array_equal(x, query_record(cfg, None, 7))
-    uploaded = read_bundle(fed.analyst.files.store / "uploads" / "p1.bundle")[1]["data"][7]
+    uploaded = read_bundle(fed.analyst.files.store / "uploads" / "p1.bundle",
+                           root=fed.analyst.files.store)[1]["data"][7]
     # t = x O_1 + Psi_1 is row 7 of p1's upload Y_1 (no data noise in aa-igdp; rounding 1e-9)
     np.testing.assert_allclose(transform_query(cfg, x, load_key(cfg)), uploaded, atol=1e-9)
 

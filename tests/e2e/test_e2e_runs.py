@@ -40,7 +40,7 @@ def anchor_traces(store: Path, seed: bytes, anchor: np.ndarray) -> list[str]:
             found.append(f"{path.relative_to(store)}: bytes")
         arrays = []
         if path.suffix == ".bundle":
-            arrays = list(read_bundle(path)[1].values())
+            arrays = list(read_bundle(path, root=path.parent)[1].values())
         elif path.suffix == ".npy":
             arrays = [np.load(path)]
         for arr in arrays:

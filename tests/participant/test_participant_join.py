@@ -159,3 +159,23 @@ def test_a_bad_cell_is_named_before_connecting_even_with_no_analyst(cfg):
                        "number"):
         read_before_connecting(kit)  # the withdrawal could not be sent: logged, not raised
     assert read_before_connecting(cfg) is None  # a kit without the schema reads once joined
+
+
+def test_a_symlink_in_the_state_folder_pointing_outside_is_refused_at_every_command(cfg):
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    (cfg.state_dir / "site-model.bin").symlink_to(cfg.tls.key)  # would read the TLS key
+    with pytest.raises(InvalidInputError, match=r"symlink.*site-model\.bin"):
+        load_participant_config(cfg.tls.key.parent.parent / "site.toml")
+    with pytest.raises(InvalidInputError, match="symlink"):  # and each reader on its own
+        cfg.read_state(cfg.state_dir / "site-model.bin")
+
+
+def test_nan_in_the_kept_secrets_is_refused_naming_the_file_and_array(cfg):
+    from noisyanchor.participant.release_client import load_key
+    from noisyanchor.participant.run import SECRETS_FILE
+
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    np.savez(cfg.state_dir / SECRETS_FILE, rotation=np.eye(2),
+             translation=np.array([0.0, np.nan]))
+    with pytest.raises(InvalidInputError, match=r"secrets\.npz: array 'translation' holds NaN"):
+        load_key(cfg)

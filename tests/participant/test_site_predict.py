@@ -463,3 +463,24 @@ def test_a_refused_chunked_prediction_leaves_no_output(site, monkeypatch):
     with pytest.raises(InvalidInputError, match="refused: --strict; nothing was predicted"):
         write_predictions(out, chunks)
     assert sorted(p.name for p in site["tmp"].iterdir() if "refused" in p.name) == []
+
+
+def test_nan_in_the_kept_site_map_is_refused_naming_the_file_and_array(site):
+    """Issue 30, item 4: the site's map R_i kept with NaN, its whole-file digest written
+    to match (what someone who can write the state folder could do), is refused by name, never
+    used to predict."""
+    import hashlib
+
+    from noisyanchor.common.models.container import dump_arrays, load_arrays
+    from noisyanchor.common.models.site_model import SITE_MODEL_FORMAT
+    from noisyanchor.participant.predict import SITE_MODEL_DIGEST_FILE
+
+    state = site["cfg"].state_dir
+    kept = load_arrays((state / SITE_MODEL_FILE).read_bytes(), SITE_MODEL_FORMAT)
+    rotation = kept.arrays["rotation"].copy()
+    rotation[0, 1] = np.nan
+    raw = dump_arrays(SITE_MODEL_FORMAT, kept.meta, kept.arrays | {"rotation": rotation})
+    atomic_write(state / SITE_MODEL_FILE, raw)
+    atomic_write(state / SITE_MODEL_DIGEST_FILE, hashlib.sha256(raw).hexdigest().encode())
+    with pytest.raises(InvalidInputError, match=r"site-model.*'rotation' holds NaN or Inf"):
+        load_predictor(site["cfg"])

@@ -171,3 +171,17 @@ def test_a_decimal_comma_export_is_drafted_with_decimal_comma_and_named_without(
                                      tmp_path / "x.toml")
     area = next(c for c in schema.columns if c.name == "area")
     assert area.center == pytest.approx(np.mean([100.5 + 10 * i for i in range(40)]))
+
+
+def test_the_draft_refuses_a_table_wider_than_a_schema_may_be(tmp_path, capsys):
+    from noisyanchor.common.tabular.columns import MAX_SCHEMA_COLUMNS
+
+    header = ",".join(f"c{j}" for j in range(MAX_SCHEMA_COLUMNS + 3))
+    (tmp_path / "wide.csv").write_text(header + "\n" + ",".join(["1"] * (MAX_SCHEMA_COLUMNS + 3))
+                                       + "\n")
+    assert main(["schema", "draft", "--data", str(tmp_path / "wide.csv")]) == 1
+    assert "names 10,003 columns, more than the 10,000 a schema may declare" in \
+        capsys.readouterr().err
+    assert main(["schema", "draft", "--data", str(tmp_path / "wide.csv"),
+                 "--max-categories", "10001"]) == 1
+    assert "max_categories = 10,001 categories, more than the 10,000" in capsys.readouterr().err

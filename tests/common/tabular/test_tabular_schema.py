@@ -109,3 +109,44 @@ def test_repeated_columns_and_labels_among_the_features_are_refused():
         TabularSchema((NumericColumn("a"), BooleanColumn("a")))
     with pytest.raises(InvalidInputError, match="must not also be a feature"):
         TabularSchema((NumericColumn("a"),), label="a")
+
+
+def _numeric_columns(n: int) -> str:
+    return "".join(f'[[schema.column]]\nname = "c{i}"\n' for i in range(n))
+
+
+def test_columns_and_categories_are_limited_with_the_limit_in_the_error(tmp_path):
+    from noisyanchor.common.tabular.columns import MAX_COLUMN_CATEGORIES, MAX_SCHEMA_COLUMNS
+    from noisyanchor.protos.v1 import analyst_pb2 as pb
+
+    table, path = _toml(tmp_path, "[schema]\n" + _numeric_columns(MAX_SCHEMA_COLUMNS + 1))
+    with pytest.raises(ConfigError, match=r"\[schema\] column: 10,001 \[\[schema.column\]\] "
+                       "tables, more than the 10,000 a schema may declare"):
+        TabularSchema.from_toml(table, path)
+    table, path = _toml(tmp_path, "[schema]\n" + _numeric_columns(MAX_SCHEMA_COLUMNS))
+    assert len(TabularSchema.from_toml(table, path).columns) == MAX_SCHEMA_COLUMNS
+    many = tuple(f"k{i}" for i in range(MAX_COLUMN_CATEGORIES + 1))
+    with pytest.raises(InvalidInputError, match="declares 10,001 categories, more than the "
+                       "10,000"):
+        CategoricalColumn("c", categories=many)
+    with pytest.raises(InvalidInputError, match="label_classes declares 10,001 classes"):
+        TabularSchema((NumericColumn("a"),), label="y", label_classes=many)
+    # d_in: 20 columns of 10,000 categories each encode to 200,000 columns.
+    wide = tuple(CategoricalColumn(f"c{j}", categories=many[:-1]) for j in range(20))
+    with pytest.raises(InvalidInputError, match="d_in = 200,000 columns, more than the 100,000"):
+        TabularSchema(wide)
+    # The schema an analyst serves is held to the same limits before its columns are built.
+    msg = pb.RecordSchema(features=MAX_SCHEMA_COLUMNS + 1)
+    for i in range(MAX_SCHEMA_COLUMNS + 1):
+        msg.columns.add(name=f"c{i}", type="numeric")
+    with pytest.raises(InvalidInputError, match="the analyst's schema declares 10,001 columns"):
+        TabularSchema.from_proto(msg)
+    with pytest.raises(InvalidInputError, match="declares 1,000,000 features, more than the "
+                       "100,000"):
+        RecordSchema.from_proto(pb.RecordSchema(features=1_000_000, dtype="float64"))
+
+
+def test_a_repeated_category_is_named_not_the_whole_list():
+    cats = (*(f"k{i}" for i in range(5000)), "k7")
+    with pytest.raises(InvalidInputError, match=r"categories repeat: \['k7'\]$"):
+        CategoricalColumn("c", categories=cats)
