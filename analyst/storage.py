@@ -453,7 +453,7 @@ def serving_pid(root: Path) -> int | None:
     serves the store). Read, never locked: a probe taking the lock, even shared, would make an
     analyst starting at that instant refuse the store as in use. A PID reused by another
     process still counts as serving; the caller only waits longer."""
-    holder = _lock_holder(Path(root) / LOCK_FILE)
+    holder = _lock_holder(Path(root), Path(root) / LOCK_FILE)
     if not holder.isdigit():
         return None
     try:

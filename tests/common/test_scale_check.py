@@ -63,8 +63,9 @@ def test_the_box_check_names_the_site_with_one_record_outside(seed, factor):
     rng = np.random.default_rng(seed)
     diameter, _ = sc.box_diameter(SCHEMA)
     xs = [_honest_records(rng, 40) for _ in range(3)]
-    xs[2][17, 0] *= factor  # one value of column 'a' in another unit
-    xs[2][17, 0] += factor  # (and certainly outside: a value of 0 stays 0 times anything)
+    # One value of column 'a' (range [-1, 2]) in another unit, and certainly outside: a value of
+    # 0 stays 0 times anything, and -1 times factor plus factor is 0 again (seed 1777).
+    xs[2][17, 0] = factor * (2 + abs(xs[2][17, 0]))
     ys = [x @ haar_orthogonal(7, rng) + rng.normal(0, 1e3, 7) for x in xs]
     [finding] = sc.box_check(["s0", "s1", "s2"], ys, diameter)
     assert (finding.site, finding.check) == ("s2", "box")
