@@ -72,6 +72,14 @@ DEFAULT_MAX_PENDING_CALLS = 1000
 #: Status calls held honest Status at p99 1.45 s against 0.23 s with 16 (bench_flood (e), load 5).
 DEFAULT_MAX_CONNECTIONS_PER_ADDRESS = 16
 DEFAULT_MAX_CONNECTIONS_PER_CALLER = 8
+
+
+def one_host_connections(participants: int,
+                         per_caller: int = DEFAULT_MAX_CONNECTIONS_PER_CALLER) -> int:
+    """``[server] max_connections_per_address`` of a federation whose sites all run on the
+    analyst's host (the demo, the one-host pilot, the tests): they share one address, so it
+    holds every participant's share of connections (and never less than the default)."""
+    return max(DEFAULT_MAX_CONNECTIONS_PER_ADDRESS, participants * per_caller)
 DEFAULT_CONNECTION_CLAIM_TIMEOUT = 10.0
 
 #: File name of the privacy ledger under ``output_dir`` when ``[privacy] ledger`` is not set.

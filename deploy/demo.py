@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from noisyanchor.analyst.config import DEFAULT_MAX_CONNECTIONS_PER_CALLER, one_host_connections
 from noisyanchor.analyst.federation import FAILED_FILE
 from noisyanchor.common.attacks import relative_error
 from noisyanchor.common.blas import blas_threads
@@ -78,6 +79,8 @@ def write_analyst(root: Path, ids: tuple[str, ...], *, federation_id: str, metho
     ``extra`` adds keys to tables (or whole tables) of the config, e.g. ``{"schema": {...}}``.
     """
     root = Path(root)
+    per_caller = int((extra or {}).get("server", {}).get("max_connections_per_caller",
+                                                        DEFAULT_MAX_CONNECTIONS_PER_CALLER))
     pki = write_pki(root / "pki", ids + tuple(extra_certificates), keep_ca_key=keep_ca_key)
     store, port_file = root / "store", root / "analyst.port"
     tables: dict[str, dict[str, Any]] = {
@@ -87,7 +90,9 @@ def write_analyst(root: Path, ids: tuple[str, ...], *, federation_id: str, metho
                        "accept_collusion": accept_collusion},
         "solver": {"max_iter": max_iter, "tol": tol},
         "server": {"host": "127.0.0.1", "port": 0, "port_file": port_file, "output_dir": store,
-                   "stream_idle_timeout": stream_idle_timeout},
+                   "stream_idle_timeout": stream_idle_timeout,
+                   # every site connects from 127.0.0.1
+                   "max_connections_per_address": one_host_connections(len(ids), per_caller)},
         "tls": {"ca": pki.ca, "cert": pki.server_cert, "key": pki.server_key}}
     for name, keys in (extra or {}).items():
         tables.setdefault(name, {}).update(keys)

@@ -34,7 +34,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from noisyanchor.analyst.config import check_screening
+from noisyanchor.analyst.config import check_screening, one_host_connections
 from noisyanchor.common.durations import (
     check_days,
     human_duration,
@@ -312,6 +312,10 @@ def analyst_tables(project: Project) -> dict[str, dict[str, Any]]:
         tables["model"] = dict(project.model)
     tables["server"] = {"host": project.bind, "port": project.port, "output_dir": "store",
                         "health_port": project.health_port, "log_json": "logs/analyst.jsonl"}
+    if project.bind in ("127.0.0.1", "::1", "localhost"):
+        # Every site of a one-host federation connects from the same loopback address.
+        tables["server"]["max_connections_per_address"] = one_host_connections(
+            len(project.site_names))
     tables["tls"] = {"ca": "pki/ca.pem", "cert": "pki/analyst.pem", "key": "pki/analyst.key"}
     return tables
 

@@ -173,15 +173,21 @@ def test_a_dealer_restarted_with_other_parameters_refuses_its_earlier_seed(analy
 
 def test_a_rerun_after_the_upload_committed_is_refused_and_forgets_its_key(analyst, rng):
     """A participant keeps its exchange key after its upload committed (a screening refusal
-    would send it back to the agreement) and is run again while its upload stands: the
-    agreement resumes, the new upload is refused, the key goes."""
+    would send it back to the agreement) and is run again while its upload stands: answered at
+    once from its kept receipt (issue 34), nothing sent; without the receipt (a state folder
+    restored from before), the agreement resumes, the new upload is refused, the key goes."""
+    from noisyanchor.participant.local_state import receipt_path
+
     fed = analyst(["p0", "p1"], "aa-igdp", dim=D, anchors=16)
     configs = _configs(fed, rng, {"p0": 16, "p1": 16}, timeout=30.0)
     key_file = exchange_key_path(configs[1].state_dir, "e2e")
     kept = private_bytes(kept_exchange_key(key_file))
     with ThreadPoolExecutor(2) as pool:
-        list(pool.map(run_upload, configs))
+        first = list(pool.map(run_upload, configs))[1]
     assert private_bytes(kept_exchange_key(key_file)) == kept
+    again = run_upload(configs[1])
+    assert again.kept_receipt is not None and again.receipt == first.receipt
+    receipt_path(configs[1]).unlink()
     with pytest.raises(AlreadyExistsError, match="exactly once"):
         run_upload(configs[1])
     assert not key_file.exists()
