@@ -22,7 +22,7 @@ SMALL = {"name": "small", "dataset": "digits", "max_records": 500, "participants
          "bootstrap": 5, "seed": 5, "v_range": [0.0, 1.0], "sigma_range": [0.0, 8.0]}
 
 
-@pytest.mark.slow  # a small sweep and its report in worker processes: about 30 s
+@pytest.mark.slow  # a small sweep and its report in worker processes: about 13 s
 @pytest.mark.extended
 def test_plug_in_attacks_and_auditors_reach_the_sweep_and_the_report(tmp_path, toy_plugins):
     """A researcher's package registers an attack and an auditor by entry points; the sweep runs
