@@ -55,8 +55,10 @@ from noisyanchor.common.npy_files import load_npy, load_npz
 from noisyanchor.common.scoreshield.baseline import GramBaseline
 from noisyanchor.participant.config import ParticipantConfig
 
-#: Seconds between two polls of a Gram release's progress.
-POLL_SECONDS = 1.0
+#: Seconds between two polls of a Gram release's progress, at most; the first poll comes
+#: sooner (FIRST_POLL_SECONDS, then 1.5 times longer each time) so that a release computed in a
+#: fraction of a second is not waited for a whole second.
+POLL_SECONDS, FIRST_POLL_SECONDS = 1.0, 0.05
 
 
 @dataclass(frozen=True)
@@ -347,6 +349,7 @@ def release_gram(cfg: ParticipantConfig, epsilon: float, delta: float, *,
                          request_id=rid, adjacency=adjacency)
     ref = pb.ReleaseRef(federation_id=cfg.federation_id, request_id=rid)
     start = time.perf_counter()
+    pause = min(poll, FIRST_POLL_SECONDS)
     with analyst_client(cfg) as client:
         stub = pb_grpc.ReleaseStub(client.channel)
         job = client.call("Gram release", lambda: stub.SubmitGram(query))
@@ -359,7 +362,8 @@ def release_gram(cfg: ParticipantConfig, epsilon: float, delta: float, *,
                     f"Gram release {rid!r} is still {pb.GramJob.State.Name(job.state)} after "
                     f"{cfg.timeout:g} s ([participant] timeout): it is paid and kept on the "
                     f"analyst; fetch it later with --request-id {rid}")
-            time.sleep(poll)
+            time.sleep(pause)
+            pause = min(poll, pause * 1.5)
             job = client.call("Gram release progress", lambda: stub.GetGram(ref))
         if progress is not None:
             progress(job)
@@ -454,7 +458,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     gr.add_argument("--max-iter", type=int_at_least(0), default=0,
                     help="cap on the projection's iterations (default: the analyst's, 100)")
     gr.add_argument("--poll", type=seconds, default=POLL_SECONDS,
-                    help="seconds between two progress polls")
+                    help="seconds between two progress polls, at most (the first "
+                         "come sooner)")
     gr.add_argument("--out", type=Path, required=True, help="where to save the matrix (.npy)")
     sc.set_defaults(handler=_scores)
     ro.set_defaults(handler=_row)

@@ -21,7 +21,7 @@ import pytest
 from benchmarks.hostile_scenario import HostileMix, run_scenario
 from noisyanchor.analyst.edge import REFUSALS_LOGGED
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.extended]  # two 15 s phases
 
 MIX = HostileMix(honest=20, insiders=32, streams_per_insider=5, outsiders=2, outsider_streams=40,
                  rows=20, window=15.0)

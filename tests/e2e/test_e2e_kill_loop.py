@@ -31,7 +31,7 @@ from noisyanchor.participant.release_client import (
     transform_query,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.extended]  # 30 kills: ~1 min
 
 IDS, N_I, D, R = ("p0", "p1", "p2"), 40, 6, 16
 DELTA = 1e-5

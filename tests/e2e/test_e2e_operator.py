@@ -61,6 +61,7 @@ def _run(args: list, log: Path, timeout: float = 120) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # outlives a 75 s deadline by design
 def test_a_late_site_is_named_everywhere_and_a_deadline_extended_meanwhile_is_followed(
         tmp_path):
     """Two sites wait for a third: their messages, `participant status` and `analyst status`

@@ -21,6 +21,7 @@ from noisyanchor.participant.config import load_participant_config
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
+@pytest.mark.extended  # the late site waits a minute by design
 def test_provisioned_sites_started_a_minute_apart_produce_a_model(tmp_path):
     run = run_pilot(tmp_path, free_port(), stagger=3.0, late=60.0)
     assert run.exit_codes == dict.fromkeys(SITES, 0), {s: run.log(s)[-500:] for s in SITES}

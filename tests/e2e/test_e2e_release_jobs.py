@@ -316,6 +316,7 @@ def test_an_uncharged_job_left_by_a_crash_is_removed_at_start(fed):
     assert not res.spend.repeated and fed.charges() == charged + 1
 
 
+@pytest.mark.extended  # n = 1,797 at the defaults: the size is the point
 def test_gram_release_of_the_bundled_digits_at_the_defaults_completes_charged_once(
         tmp_path, capsys):
     """Issue 11: `noisyanchor release gram` on the bundled digits (n = 1,797) with nothing but

@@ -55,20 +55,26 @@ def _secrets(method: str, sigma: float, v: float, colluder) -> tuple[bytes, np.n
     return fed.shared_seed, anchor_from_seed(fed.shared_seed, fed.r, fed.d)
 
 
-@pytest.mark.parametrize("method, sigma, v", [("aa-igdp", 0.0, 0.0), ("aa-igdp-pn", 0.1, 0.0),
-                                              ("aa-igdp-an", 0.0, 0.02)])
-def test_honest_run_matches_the_simulator_and_never_stores_the_anchor(tmp_path, method, sigma,
-                                                                      v):
-    s = run_demo(participants=P, method=method, sigma=sigma, v=v, dim=DIM, colluder=None,
-                 seed=SEED, workdir=tmp_path)
+def _check_honest_run(s: dict, root: Path, method: str, sigma: float, v: float) -> None:
+    """A demo run without a colluder (summary ``s``, folder ``root``) matches the simulator and
+    leaves neither the anchor nor anyone's secrets on disk."""
     assert s["z_matches_inprocess"] and s["z_max_rel_diff"] <= 1e-12
     # The analyst, every site's upload and every site's prediction of its held-back records.
     assert len(s["pids"]) == 2 * P + 1 and len(set(s["pids"].values())) == 2 * P + 1
     assert s["attacks"] == {} and s["tls"]["mutual"]
     assert s["solver"]["name"] == ("gopp" if method == "aa-igdp-an" else "procrustes")
     assert 0.5 < s["utility"]["balanced_accuracy"] <= 1.0
-    assert anchor_traces(tmp_path / "store", *_secrets(method, sigma, v, None)) == []
-    assert not list(tmp_path.rglob("secrets.npz"))  # nobody was told to keep secrets
+    assert anchor_traces(root / "store", *_secrets(method, sigma, v, None)) == []
+    assert not list(root.rglob("secrets.npz"))  # nobody was told to keep secrets
+
+
+# aa-igdp-an (anchor noise, the default method) runs through the demo command below.
+@pytest.mark.parametrize("method, sigma, v", [("aa-igdp", 0.0, 0.0), ("aa-igdp-pn", 0.1, 0.0)])
+def test_honest_run_matches_the_simulator_and_never_stores_the_anchor(tmp_path, method, sigma,
+                                                                      v):
+    s = run_demo(participants=P, method=method, sigma=sigma, v=v, dim=DIM, colluder=None,
+                 seed=SEED, workdir=tmp_path)
+    _check_honest_run(s, tmp_path, method, sigma, v)
 
 
 @pytest.mark.parametrize("method, attack", [("aa-igdp", "known_anchor"), ("c-gdp", "known_secret")])
@@ -119,13 +125,18 @@ def test_demo_command_prints_the_pinned_summary_keys_and_names_its_folder(tmp_pa
     assert "| p1 |" in text and "**op**: error" in text
 
 
-def test_demo_text_ends_with_its_folder(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "noisyanchor", "demo", "--participants", "2",
-                          "--colluder", "-1", "--seed", "4", "--workdir", tmp_path / "here"],
+def test_demo_text_ends_with_its_folder_and_its_honest_run_never_stores_the_anchor(tmp_path):
+    """The demo command's text; the honest anchor-noise run it made is checked as the other
+    honest runs are (one run for both: each demo starts 2p + 1 processes)."""
+    here = tmp_path / "here"
+    out = subprocess.run([sys.executable, "-m", "noisyanchor", "demo", "--participants", str(P),
+                          "--method", "aa-igdp-an", "--sigma", "0", "--v", "0.02", "--dim",
+                          str(DIM), "--colluder", "-1", "--seed", str(SEED), "--workdir", here],
                          capture_output=True, text=True, timeout=600, check=True,
                          env=child_env(), cwd=tmp_path)
     lines = out.stdout.strip().splitlines()
-    assert lines[-1].startswith(f"results in {tmp_path / 'here'} (summary.json, summary.md, "
-                                "fig_sites.png)")
+    assert lines[-1].startswith(f"results in {here} (summary.json, summary.md, fig_sites.png)")
     assert sum(line.startswith("site p") and "records it never uploaded" in line
-               for line in lines) == 2
+               for line in lines) == P
+    _check_honest_run(json.loads((here / "summary.json").read_text()), here, "aa-igdp-an", 0.0,
+                      0.02)

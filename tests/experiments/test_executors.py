@@ -56,6 +56,7 @@ def pool_rows(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # a Dask cluster of worker processes
 def test_a_local_cluster_gives_the_process_pool_rows(pool_rows, tmp_path):
     result = run_sweep(BenchConfig.from_dict(TINY), tmp_path, progress=False, scheduler="local")
     assert result["scheduler"] == "local" and result["ran"] == len(list(tasks(
@@ -66,6 +67,7 @@ def test_a_local_cluster_gives_the_process_pool_rows(pool_rows, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.extended
 def test_a_worker_killed_mid_sweep_loses_nothing_and_writes_nothing_twice(pool_rows, tmp_path):
     cfg = BenchConfig.from_dict(TINY)
     total = len(pool_rows)

@@ -23,6 +23,7 @@ SMALL = {"name": "small", "dataset": "digits", "max_records": 500, "participants
 
 
 @pytest.mark.slow  # a small sweep and its report in worker processes: about 13 s
+@pytest.mark.extended
 def test_plug_in_attacks_and_auditors_reach_the_sweep_and_the_report(tmp_path, toy_plugins):
     """A researcher's package registers an attack and an auditor by entry points; the sweep runs
     and measures them beside the built-ins, and the report's tables name them."""

@@ -359,6 +359,8 @@ def test_mnist_protocol_config_runs_on_user_idx_files(tmp_path, rng, write_idx):
     assert {r["d"] for r in rows} == {100} and {r["r"] for r in rows} == {400}
 
 
+@pytest.mark.slow  # three tasks of the committed digits sweep at its size: ~20 s
+@pytest.mark.extended
 def test_committed_digits_rows_are_reproduced_by_the_current_code():
     """Spot check of experiments/results/digits: a control (with its coupled C-GDP row) and
     two draws, of the last replicated deployments, recomputed from the config the sweep
