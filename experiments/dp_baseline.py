@@ -36,6 +36,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -281,8 +282,7 @@ def run_dp_baseline(config: Path, results: Path, out: Path, *, epsilons=DEFAULT_
 
 
 def _load() -> tuple[float, ...]:
-    import os
-
+    """The load average (1, 5, 15 min) at the end of the run: the machine is shared."""
     return tuple(round(x, 2) for x in os.getloadavg())
 
 
