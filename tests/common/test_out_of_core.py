@@ -37,7 +37,11 @@ def tiny_chunks(monkeypatch):
     monkeypatch.setattr(chunks, "CHUNK_ROWS", 128)  # digits: 15 chunks
 
 
-@pytest.mark.parametrize("name", ["digits", "breast-cancer"])
+#: Digits fits take 5-10 s each on a loaded host: slow.
+NAMES = [pytest.param("digits", marks=pytest.mark.slow), "breast-cancer"]
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_out_of_core_is_within_the_tolerance_of_the_in_memory_fit(tmp_path, tiny_chunks, name):
     x, y, tags = _data(name)
     z = _on_disk(tmp_path, x)
@@ -51,6 +55,7 @@ def test_out_of_core_is_within_the_tolerance_of_the_in_memory_fit(tmp_path, tiny
     assert out.scale == in_memory.scale
 
 
+@pytest.mark.slow
 def test_chunked_scores_are_scikit_learns_balanced_accuracy(tmp_path, tiny_chunks):
     from sklearn.metrics import balanced_accuracy_score
 
@@ -72,7 +77,7 @@ def test_out_of_core_is_deterministic(tmp_path, tiny_chunks):
     assert first.utility == second.utility
 
 
-@pytest.mark.parametrize("name", ["digits", "breast-cancer"])
+@pytest.mark.parametrize("name", NAMES)
 def test_the_exported_model_predicts_at_the_site_as_at_the_analyst(tmp_path, tiny_chunks, name):
     x, y, tags = _data(name)
     z = _on_disk(tmp_path, x)
