@@ -23,10 +23,11 @@ Run: ``python -m benchmarks.bench_scale`` (writes benchmarks/results/scale.json 
 ``--sizes 1000 --no-plot`` for a quick check. BLAS runs one thread in every process.
 
 ``--fit`` measures the downstream fit alone instead (writes benchmarks/results/scale_fit.json):
-a ``z.npy`` of ``--fit-rows`` rows (``D`` columns, three overlapping classes, ``TEST_SHARE`` test
-rows) on disk, then one process per ``[model] fit`` mode memory-maps it, as the analyst does,
-and fits the logistic model: its seconds, peak RSS, the peak sampled anonymous RSS (the part a
-memory limit cannot take back) and the test balanced accuracy.
+for each of ``--fit-rows``, a ``z.npy`` of that many rows (``D`` columns, three overlapping
+classes, ``TEST_SHARE`` test rows) on disk, then one process per ``[model] fit`` mode
+memory-maps it, as the analyst does, and fits the logistic model: its seconds, peak RSS, the
+peak sampled anonymous RSS (the part a memory limit cannot take back) and the test balanced
+accuracy.
 """
 
 from __future__ import annotations
@@ -186,19 +187,23 @@ def fit_run(folder: Path, mode: str) -> dict:
 
 def measure_fit(n: int, work: Path) -> dict:
     """The fit of both modes on the same ``z.npy`` of ``n`` rows."""
-    z_bytes = _child(["--fit-setup", str(work / "fit"), "--n", str(n)])["z_bytes"]
+    folder = work / f"fit-{n}"
+    z_bytes = _child(["--fit-setup", str(folder), "--n", str(n)])["z_bytes"]
     runs = {}
     for mode in ("in-memory", "out-of-core"):
-        runs[mode] = run = _child(["--fit-run", str(work / "fit"), "--mode", mode])
+        runs[mode] = run = _child(["--fit-run", str(folder), "--mode", mode])
         run["added_rss_per_z_byte"] = (run["peak_rss"] - run["rss_before_fit"]) / z_bytes
-        print(f"fit {mode}: {run['seconds']:.1f} s, peak RSS {run['peak_rss'] / 2**20:.0f} MiB "
+        print(f"fit n={n} {mode}: {run['seconds']:.1f} s, peak RSS "
+              f"{run['peak_rss'] / 2**20:.0f} MiB "
               f"(+{run['added_rss_per_z_byte']:.2f}x z.npy of {z_bytes / 2**20:.0f} MiB), "
               f"balanced accuracy {run['balanced_accuracy']:.4f}", file=sys.stderr)
-    return {"rows": n, "d": D, "z_bytes": z_bytes, "runs": runs,
+    row = {"rows": n, "d": D, "z_bytes": z_bytes, "runs": runs,
             "peak_rss_ratio_out_of_core_to_in_memory":
                 runs["out-of-core"]["peak_rss"] / runs["in-memory"]["peak_rss"],
             "balanced_accuracy_difference": runs["out-of-core"]["balanced_accuracy"]
                 - runs["in-memory"]["balanced_accuracy"]}
+    shutil.rmtree(folder)
+    return row
 
 
 def baseline_tree(commit: str, into: Path) -> Path:
@@ -311,7 +316,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fit", action="store_true",
                     help="measure the downstream fit alone, in memory vs out of core "
                          "(writes scale_fit.json beside --out)")
-    ap.add_argument("--fit-rows", type=int, default=1_000_000, help="rows of Z for --fit")
+    ap.add_argument("--fit-rows", type=int, nargs="+", default=[1_000_000, 3_000_000],
+                    help="rows of Z for --fit, one run of each mode per value")
     ap.add_argument("--fit-setup", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--fit-run", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--mode", help=argparse.SUPPRESS)
@@ -324,14 +330,14 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.fit:
         with tempfile.TemporaryDirectory(prefix="bench-scale-fit-") as work:
-            row = measure_fit(args.fit_rows, Path(work))
+            rows = [measure_fit(n, Path(work)) for n in args.fit_rows]
         out = args.out.with_name("scale_fit.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({
             "what": "the logistic downstream fit alone on a memory-mapped z.npy, [model] fit = "
                     "in-memory vs out-of-core, one process each", "model": "logistic",
             "test_share": TEST_SHARE, "blas_threads": 1, "load_average_end": os.getloadavg(),
-            **row}, indent=1) + "\n")
+            "sizes": rows}, indent=1) + "\n")
         return
     if args.setup:
         print(json.dumps({"uploaded_bytes": setup(args.setup, args.n)}))
