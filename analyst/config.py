@@ -267,7 +267,8 @@ class AnalystConfig:
         ``"none"``).
     fit : str
         ``[model] fit``: how the model is fitted, ``auto`` (out of core once its training rows
-        would take more than :data:`common.downstream.IN_MEMORY_MAX_BYTES`), ``in-memory`` or
+        would take more than :data:`common.downstream.IN_MEMORY_MAX_BYTES`, an eighth of the
+        memory the process may use), ``in-memory`` or
         ``out-of-core`` (:data:`common.downstream.FIT_MODES`; logistic only).
     contributions_max_sites : int
         ``[model] contributions_max_sites``: the sites the model is refitted without to measure

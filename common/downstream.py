@@ -27,6 +27,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import resource
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -54,18 +55,28 @@ FIT_MODES = ("auto", "in-memory", "out-of-core")
 OUT_OF_CORE_MODELS = ("logistic",)
 
 
-def _physical_memory() -> int:
-    """This host's physical memory in bytes (``sysconf``; 8 GiB where it cannot say)."""
+def _usable_memory() -> int:
+    """The memory this process may use, in bytes: the least of the host's physical memory
+    (``sysconf``; 8 GiB where it cannot say), the process's address-space limit
+    (``RLIMIT_AS``, e.g. ``prlimit --as``) and a container's cgroup v2 ``memory.max``."""
     try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        limits = [os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")]
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux/macOS
-        return 8 << 30
+        limits = [8 << 30]
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append(soft)
+    with contextlib.suppress(OSError, ValueError):  # no cgroup v2 file, or "max"
+        with open("/sys/fs/cgroup/memory.max") as fh:
+            limits.append(int(fh.read()))
+    return min(limits)
 
 
 #: ``auto`` fits out of core above this many bytes of standardised training rows
-#: (``8 n_train d``): an eighth of physical memory, as the in-memory fit holds about three
-#: copies of them (the rows, the solver's, its gradients') beside ``Z``'s own pages.
-IN_MEMORY_MAX_BYTES = _physical_memory() // 8
+#: (``8 n_train d``): an eighth of the usable memory (:func:`_usable_memory`, read at import),
+#: as the in-memory fit holds about three copies of them (the rows, the solver's, its
+#: gradients') beside ``Z``'s own pages and the rest of the analyst.
+IN_MEMORY_MAX_BYTES = _usable_memory() // 8
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,13 @@ def test_auto_fits_out_of_core_above_the_stated_size(tmp_path, tiny_chunks, monk
     assert fits_out_of_core("in-memory", "logistic", 10**9, 10**3) is False
 
 
+def test_the_stated_size_follows_a_process_memory_limit(monkeypatch):
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (1 << 30, resource.RLIM_INFINITY))
+    assert downstream._usable_memory() <= 1 << 30  # prlimit --as=1GiB: at most that
+
+
 def test_an_unknown_fit_or_an_out_of_core_mlp_is_refused():
     with pytest.raises(InvalidInputError, match="unknown fit 'streaming'; expected one of auto"):
         fits_out_of_core("streaming", "logistic", 10, 2)
