@@ -13,6 +13,12 @@ over :data:`C_GRID`, or the model's own grid in :data:`GRIDS`). Every built-in m
 random state, so every method and noise draw gets the same initialisation and data order (as in
 the paper). Built-in models: L2 logistic regression, a one-hidden-layer MLP, and k-nearest
 neighbours (Euclidean, so also rotation invariant; ``k`` chosen on validation).
+
+How it is fitted (:data:`FIT_MODES`): in memory, or for the logistic model out of core, a chunk
+of rows at a time (:mod:`common.out_of_core`), by default once the training rows would take more
+than :data:`IN_MEMORY_MAX_BYTES`. The search over ``C`` is kept whole: a warm-started search and
+one on a subsample of the training rows chose another ``C`` than it on 3 and 5 of 10 digits
+splits (``benchmarks/bench_search.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import os
+import resource
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -39,6 +47,36 @@ K_GRID = (1, 3, 5, 9, 15)
 #: the four values of :data:`C_GRID` these two won 33 of 34 selections, and each fit costs 300
 #: epochs (the MLP dominated the sweep's time).
 MLP_GRID = (1.0, 10.0)
+#: How the downstream model is fitted (``[model] fit`` of the analyst's config): ``auto`` fits
+#: the logistic model out of core (:mod:`common.out_of_core`) once its standardised training
+#: rows would take more than :data:`IN_MEMORY_MAX_BYTES`, in memory below.
+FIT_MODES = ("auto", "in-memory", "out-of-core")
+#: Models that can be fitted out of core.
+OUT_OF_CORE_MODELS = ("logistic",)
+
+
+def _usable_memory() -> int:
+    """The memory this process may use, in bytes: the least of the host's physical memory
+    (``sysconf``; 8 GiB where it cannot say), the process's address-space limit
+    (``RLIMIT_AS``, e.g. ``prlimit --as``) and a container's cgroup v2 ``memory.max``."""
+    try:
+        limits = [os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")]
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux/macOS
+        limits = [8 << 30]
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append(soft)
+    with contextlib.suppress(OSError, ValueError):  # no cgroup v2 file, or "max"
+        with open("/sys/fs/cgroup/memory.max") as fh:
+            limits.append(int(fh.read()))
+    return min(limits)
+
+
+#: ``auto`` fits out of core above this many bytes of standardised training rows
+#: (``8 n_train d``): an eighth of the usable memory (:func:`_usable_memory`, read at import),
+#: as the in-memory fit holds about three copies of them (the rows, the solver's, its
+#: gradients') beside ``Z``'s own pages and the rest of the analyst.
+IN_MEMORY_MAX_BYTES = _usable_memory() // 8
 
 
 @dataclass(frozen=True)
@@ -240,6 +278,7 @@ def standardised(z: np.ndarray, rows: np.ndarray, mean: np.ndarray,
 def fit_downstream(
     z: np.ndarray, labels: np.ndarray, tags: np.ndarray, *,
     model: str | Callable[[float], Any] = "logistic", rows: np.ndarray | None = None,
+    fit: str = "auto",
 ) -> FittedDownstream:
     """Train on TRAIN rows, select ``C`` on VALIDATION rows (if any), score on TEST rows, and
     keep the fitted model with its preprocessing ``u = (z - mu) / s``.
@@ -257,11 +296,15 @@ def fit_downstream(
         The rows to use (default all): the others are neither trained on, chosen on nor
         scored, as if ``z``, ``labels`` and ``tags`` held only these rows, without copying
         ``z`` (the leave-one-site-out refits).
+    fit : str
+        One of :data:`FIT_MODES` (:func:`fits_out_of_core`).
 
     Only the training, validation and test rows are standardised (each in its own array, in
     chunks of :data:`common.chunks.CHUNK_ROWS`), never a copy of the whole of ``z``: ``z`` may
-    be a memory map larger than the memory.
+    be a memory map larger than the memory. Out of core not even these: each chunk is
+    standardised as it is read (:func:`common.out_of_core.fit_out_of_core`).
     """
+    name = model
     model, grid = _model_and_grid(model)
     score = _balanced_accuracy()
     z = np.asarray(z, dtype=float)
@@ -283,6 +326,8 @@ def fit_downstream(
         raise InvalidInputError("the training rows hold a single class; a classifier needs at "
                                 "least two")
     mean, scale = standardisation(z, tr)
+    if fits_out_of_core(fit, name, int(tr.sum()), z.shape[1]):
+        return _fit_out_of_core(z, labels, (tr, va, te), mean, scale, grid)
     x_tr = standardised(z, tr, mean, scale)
     if va.any():
         best_c, val, fitted, converged, missed = _select(
@@ -297,6 +342,41 @@ def fit_downstream(
     utility = Utility(float(score(labels[te], tested)), val_score, best_c, int(tr.sum()),
                       int(te.sum()), converged=converged, fits_not_converged=missed)
     return FittedDownstream(utility, fitted, mean, scale)
+
+
+def fits_out_of_core(fit: str, model: str | Callable[[float], Any], n_train: int,
+                     d: int) -> bool:
+    """Whether ``fit`` (one of :data:`FIT_MODES`) fits ``model`` out of core on ``n_train``
+    training rows of width ``d``: ``auto`` above :data:`IN_MEMORY_MAX_BYTES` for the models of
+    :data:`OUT_OF_CORE_MODELS` (the others are always fitted in memory).
+
+    Raises
+    ------
+    InvalidInputError
+        An unknown mode, or ``out-of-core`` for a model that cannot be.
+    """
+    if fit not in FIT_MODES:
+        raise InvalidInputError(f"unknown fit {fit!r}; expected one of {', '.join(FIT_MODES)}")
+    if fit == "out-of-core" and model not in OUT_OF_CORE_MODELS:
+        raise InvalidInputError(f"only the {', '.join(OUT_OF_CORE_MODELS)} model can be fitted "
+                                f"out of core, not {model!r}")
+    if fit == "auto":
+        return model in OUT_OF_CORE_MODELS and 8 * n_train * d > IN_MEMORY_MAX_BYTES
+    return fit == "out-of-core"
+
+
+def _fit_out_of_core(z: np.ndarray, labels: np.ndarray, tags: tuple[np.ndarray, ...],
+                     mean: np.ndarray, scale: float, grid: tuple[float, ...]
+                     ) -> FittedDownstream:
+    """:func:`common.out_of_core.fit_out_of_core` as a :class:`FittedDownstream`; the chunks'
+    order drawn from a fixed seed, as every built-in model fixes its random state."""
+    from noisyanchor.common.out_of_core import fit_out_of_core
+
+    tr, _, te = tags
+    done = fit_out_of_core(z, labels, tags, mean, scale, grid, np.random.default_rng(0))
+    utility = Utility(done.test, done.validation, done.c, int(tr.sum()), int(te.sum()),
+                      converged=done.converged, fits_not_converged=done.fits_not_converged)
+    return FittedDownstream(utility, done.estimator, mean, scale)
 
 
 def held_out_metrics(labels: np.ndarray, predicted: np.ndarray) -> dict[str, Any]:
