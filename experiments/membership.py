@@ -14,13 +14,21 @@ their test records (same participants, same population, never trained on). Two a
   the features ``[log p(y | z), log max_k p(k | z), entropy of p(. | z)]`` of the shadow models'
   in/out records scores the candidates.
 
+* LiRA (Carlini et al., S&P 2022; :mod:`experiments.lira`), online and offline, with the
+  shadow models of the returned model's recipe on random halves of the attacker's population
+  (the public pool mapped through ``N_c``; online also the candidates).
+
 Against ``Z``. The attacker is the analyst with a reconstruction ``X^`` of the targets' rows (the
 strongest attack of a threat): score ``-min_j ||x F - x^_j||``. Members are the targets'
-uploaded records, non-members records of the same population never uploaded nor public.
+uploaded records *other than the ones the attacker already knows* (the known-input attacker's
+``m`` records of each target, :func:`unknown_rows`): a record it was given proves nothing;
+non-members are records of the same population never uploaded nor public.
 
 Each attack is summarised by the area under its ROC curve (AUC; 0.5 is chance) and the true
-positive rate at 1% false positives (the largest TPR of the empirical ROC with FPR <= 0.01;
-0.01 is chance): the average-case and the worst-case view of the same scores.
+positive rate at 1% and 0.1% false positives (the largest TPR of the empirical ROC with FPR at
+most that; chance is the FPR): the average-case and the worst-case view of the same scores.
+With fewer than 1,000 non-members, "FPR <= 0.1%" means no false positive at all
+(``fpr_resolution`` is one non-member's share).
 """
 
 from __future__ import annotations
@@ -29,17 +37,18 @@ from typing import Any
 
 import numpy as np
 
-from noisyanchor.common.downstream import MODELS, FittedDownstream, fit_model
+from noisyanchor.common.downstream import BENCH_MODELS, FittedDownstream, fit_model
 from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.experiments.lira import label_probability, lira, logit_confidence
 
-#: False-positive rate at which the true-positive rate is reported.
-LOW_FPR = 0.01
+#: False-positive rates at which the true-positive rate is reported, by JSON key.
+LOW_FPRS = {"tpr_at_1pct_fpr": 0.01, "tpr_at_0_1pct_fpr": 0.001}
 #: Probability floor before logarithms (k-NN gives exact zeros).
 _FLOOR = 1e-12
 
 
 def roc_metrics(members: np.ndarray, non_members: np.ndarray) -> dict[str, Any]:
-    """AUC and TPR at :data:`LOW_FPR` of scores that should be higher for members."""
+    """AUC and TPR at each of :data:`LOW_FPRS` of scores that should be higher for members."""
     from sklearn.metrics import roc_auc_score, roc_curve
 
     members, non_members = np.asarray(members, float), np.asarray(non_members, float)
@@ -49,8 +58,17 @@ def roc_metrics(members: np.ndarray, non_members: np.ndarray) -> dict[str, Any]:
     scores = np.r_[members, non_members]
     fpr, tpr, _ = roc_curve(truth, scores)
     return {"auc": float(roc_auc_score(truth, scores)),
-            "tpr_at_1pct_fpr": float(tpr[fpr <= LOW_FPR].max(initial=0.0)),
+            **{key: float(tpr[fpr <= at].max(initial=0.0)) for key, at in LOW_FPRS.items()},
+            "fpr_resolution": 1.0 / len(non_members),
             "members": len(members), "non_members": len(non_members)}
+
+
+def unknown_rows(rows: np.ndarray, known: np.ndarray | None) -> np.ndarray:
+    """Mask of a target's records (bank indices ``rows``) the attacker does not already know
+    (``known``: bank indices of its known records, None for none): the members it is scored
+    on."""
+    rows = np.asarray(rows)
+    return np.ones(len(rows), dtype=bool) if known is None else ~np.isin(rows, known)
 
 
 def features(model: FittedDownstream, z: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -59,9 +77,7 @@ def features(model: FittedDownstream, z: np.ndarray, y: np.ndarray) -> np.ndarra
     est = model.estimator
     prob = np.clip(est.predict_proba((np.asarray(z, float) - model.center) / model.scale),
                    _FLOOR, 1.0)
-    column = {c: k for k, c in enumerate(est.classes_.tolist())}
-    idx = np.asarray([column.get(label, -1) for label in np.asarray(y).tolist()])
-    own = np.where(idx >= 0, prob[np.arange(len(prob)), np.maximum(idx, 0)], _FLOOR)
+    own = label_probability(prob, est.classes_, y, _FLOOR)
     return np.column_stack([np.log(own), np.log(prob.max(axis=1)),
                             -np.sum(prob * np.log(prob), axis=1)])
 
@@ -70,7 +86,8 @@ def _refit(model: FittedDownstream, name: str, z: np.ndarray,
            y: np.ndarray) -> tuple[FittedDownstream, bool]:
     """A shadow: the returned model's recipe (``name`` and its chosen hyper-parameter) trained on
     ``z`` with the returned preprocessing; and whether its optimiser converged."""
-    est, converged = fit_model(MODELS[name], model.utility.c, (z - model.center) / model.scale, y)
+    est, converged = fit_model(BENCH_MODELS[name], model.utility.c,
+                               (z - model.center) / model.scale, y)
     return FittedDownstream(model.utility, est, model.center, model.scale), converged
 
 
@@ -85,7 +102,7 @@ def model_membership(model: FittedDownstream, name: str, members: tuple[np.ndarr
     model : FittedDownstream
         The returned model.
     name : str
-        Its recipe (a key of :data:`common.downstream.MODELS`), for the shadows.
+        Its recipe (a key of :data:`common.downstream.BENCH_MODELS`), for the shadows.
     members, non_members : (z, y) pairs
         Candidates in the model's frame as the attacker computes them, with their labels.
     shadow : (z, y) pair or None
@@ -117,6 +134,36 @@ def model_membership(model: FittedDownstream, name: str, members: tuple[np.ndarr
                           np.vstack(train_x), np.concatenate(train_y))
     out["shadow"] = {**roc_metrics(attack.decision_function(fm), attack.decision_function(fn)),
                      "shadow_models": len(train_x), "shadow_models_converged": converged}
+    out.update(lira_membership(model, name, members, non_members, shadow, rng, shadow_models))
+    return out
+
+
+def _confidence(model: FittedDownstream, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``phi`` of :func:`experiments.lira.logit_confidence` under a fitted model."""
+    est = model.estimator
+    return logit_confidence(est.predict_proba((np.asarray(z, float) - model.center) / model.scale),
+                            est.classes_, y)
+
+
+def lira_membership(model: FittedDownstream, name: str, members: tuple[np.ndarray, np.ndarray],
+                    non_members: tuple[np.ndarray, np.ndarray],
+                    shadow: tuple[np.ndarray, np.ndarray], rng: np.random.Generator,
+                    shadow_models: int) -> dict[str, Any]:
+    """LiRA online (``lira``) and offline (``lira_offline``) against the returned model, with
+    ``shadow_models`` shadows of its recipe each (:mod:`experiments.lira`); arguments as
+    :func:`model_membership`'s."""
+    zc = np.vstack([members[0], non_members[0]])
+    yc = np.concatenate([members[1], non_members[1]])
+    n = len(members[1])
+
+    def fit(z: np.ndarray, y: np.ndarray) -> FittedDownstream:
+        return _refit(model, name, z, y)[0]
+
+    out = {}
+    for key, online in (("lira", True), ("lira_offline", False)):
+        got = lira(_confidence, fit, model, (zc, yc), shadow, rng, shadow_models, online)
+        out[key] = {**roc_metrics(got.scores[:n], got.scores[n:]),
+                    "shadow_models": got.shadow_models, "global_variance": True}
     return out
 
 
