@@ -111,7 +111,11 @@ def model_membership(model: FittedDownstream, name: str, members: tuple[np.ndarr
         ``K``.
     """
     fm, fn = features(model, *members), features(model, *non_members)
-    out = {"loss_threshold": roc_metrics(fm[:, 0], fn[:, 0])}
+    # the returned model's accuracy on members vs non-members: its overfitting, the signal
+    out: dict[str, Any] = {"accuracy": {
+        kind: float(np.mean(model.predict(z) == y)) for kind, (z, y) in
+        (("members", members), ("non_members", non_members))},
+        "loss_threshold": roc_metrics(fm[:, 0], fn[:, 0])}
     if shadow is None:
         return out
     from sklearn.linear_model import LogisticRegression
