@@ -150,10 +150,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "figure")
     ps.add_argument("--results", required=True, help="the sweep's results folder")
     ps.add_argument("--out", required=True, help="where membership.json and the figure go")
+    ps.add_argument("--json", action="store_true", help="print membership.json's content")
     ps.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     summary = make(Path(args.results), Path(args.out))
-    print(f"{len(summary['entries'])} rows summarised into {args.out}/membership.json")
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{len(summary['entries'])} rows summarised into {args.out}/membership.json")
     return 0
