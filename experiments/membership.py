@@ -183,3 +183,49 @@ def z_membership(reconstruction: np.ndarray, members: np.ndarray,
         return -np.sqrt(np.maximum(d2.min(axis=1), 0.0))
 
     return roc_metrics(score(np.asarray(members, float)), score(np.asarray(non_members, float)))
+
+
+def attribute_inference(reconstruction: np.ndarray, targets: np.ndarray,
+                        public: np.ndarray) -> dict[str, Any]:
+    """Attribute inference from ``Z`` (tabular data, working space = the columns): the attacker
+    knows every column of a target record ``x`` but one, ``j``; it takes the reconstructed row
+    nearest to ``x`` on the other columns and reads its column ``j``. Without ``Z`` the best it
+    has is a least-squares regression of column ``j`` on the others, fitted on the public pool.
+    Done for every ``j`` in turn.
+
+    Parameters
+    ----------
+    reconstruction : (n, d) ndarray
+        ``X^``, the attacker's reconstruction of the targets' rows.
+    targets : (t, d) ndarray
+        The target records (their true columns), members of ``Z``.
+    public : (m, d) ndarray
+        The public pool (the attacker's own records).
+
+    Returns
+    -------
+    dict
+        Per column the RMSE through ``Z`` (``rmse_z``), by the regression (``rmse_public``) and
+        of the pool's mean (``rmse_mean``); ``median_gain``: the median over columns of
+        ``1 - rmse_z / rmse_public`` (> 0: ``Z`` tells more than the public data).
+    """
+    recon, x, pool = (np.asarray(a, float) for a in (reconstruction, targets, public))
+    d = x.shape[1]
+    if recon.shape[1] != d or pool.shape[1] != d or d < 2:
+        raise InvalidInputError(f"attribute inference needs rows of one width >= 2; got "
+                                f"{recon.shape}, {x.shape}, {pool.shape}")
+    per = []
+    for j in range(d):  # one held-out column at a time (d is a table's width: tens)
+        rest = np.delete(np.arange(d), j)
+        d2 = (np.sum(x[:, rest] ** 2, axis=1)[:, None] + np.sum(recon[:, rest] ** 2, axis=1)
+              - 2 * x[:, rest] @ recon[:, rest].T)
+        via_z = recon[np.argmin(d2, axis=1), j]
+        design = np.column_stack([pool[:, rest], np.ones(len(pool))])
+        coef, *_ = np.linalg.lstsq(design, pool[:, j], rcond=None)
+        via_pool = np.column_stack([x[:, rest], np.ones(len(x))]) @ coef
+        per.append({"rmse_z": float(np.sqrt(np.mean((via_z - x[:, j]) ** 2))),
+                    "rmse_public": float(np.sqrt(np.mean((via_pool - x[:, j]) ** 2))),
+                    "rmse_mean": float(np.sqrt(np.mean((pool[:, j].mean() - x[:, j]) ** 2)))})
+    gains = [1 - c["rmse_z"] / c["rmse_public"] for c in per if c["rmse_public"] > 0]
+    return {"columns": per, "median_gain": float(np.median(gains)) if gains else None,
+            "targets": len(x)}

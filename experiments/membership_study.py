@@ -65,8 +65,9 @@ def _cell(got: dict[str, Any]) -> dict[str, Any]:
 
 def summarise(rows: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
     """One entry per row with membership results: method, noise, utility, the returned
-    ``model``'s accuracy on members and non-members (its train-test gap), and every attack's
-    cell (:func:`_cell`)."""
+    ``model``'s accuracy on members and non-members (its train-test gap), every attack's
+    cell (:func:`_cell`) and, for tables, attribute inference's median gain over the public
+    regression per threat."""
     out = []
     for r in rows:
         mi = r.get("membership")
@@ -78,7 +79,10 @@ def summarise(rows: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
                     "accuracy": mi["model"][model].get("accuracy"),
                     "model": {a: _cell(g) for a, g in mi["model"][model].items()
                               if a in MODEL_ATTACKS},
-                    "z": {t: _cell(g) for t, g in (mi.get("z") or {}).items() if t in Z_THREATS}})
+                    "z": {t: _cell(g) for t, g in (mi.get("z") or {}).items() if t in Z_THREATS},
+                    "attribute": {t: {k: g[k] for k in ("attack", "median_gain", "targets")}
+                                  for t, g in (mi.get("attribute") or {}).items()
+                                  if t in Z_THREATS}})
     return sorted(out, key=lambda e: (e["method"], e["draw"]))
 
 

@@ -100,3 +100,18 @@ def test_the_attackers_known_records_are_not_scored_as_members(rng):
     assert counted["auc"] > scored["auc"] + 0.1  # the known records were the whole signal
     assert scored["auc"] == pytest.approx(0.5, abs=0.1)
     assert unknown_rows(rows, None).all()
+
+
+def test_attribute_inference_reads_the_column_from_an_exact_reconstruction(rng):
+    """With ``Z`` reconstructed exactly the held-out column is read back exactly (RMSE 0,
+    gain 1); with a reconstruction unrelated to the targets it is no better than the public
+    regression (gain below 0)."""
+    from noisyanchor.experiments.membership import attribute_inference
+
+    x = rng.standard_normal((150, 5))
+    pool = rng.standard_normal((200, 5))
+    exact = attribute_inference(x, x, pool)
+    assert all(c["rmse_z"] == pytest.approx(0.0, abs=1e-9) for c in exact["columns"])
+    assert exact["median_gain"] == pytest.approx(1.0)
+    unrelated = attribute_inference(rng.standard_normal((150, 5)), x, pool)
+    assert unrelated["median_gain"] < 0
