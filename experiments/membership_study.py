@@ -123,10 +123,13 @@ def draw(entries: list[dict[str, Any]], path: Path, title: str) -> None:
             ax = axes[row][col]
             ax.set_xlabel(f"{xlabel} ({method}; points at 0: the C-GDP control)")
             ax.legend(fontsize=7, loc="best")
-    axes[0][0].set_title("against the returned model: private-data noise", fontsize=9)
-    axes[0][1].set_title("against the returned model: anchor noise", fontsize=9)
-    axes[1][0].set_title("against Z: private-data noise", fontsize=9)
-    axes[1][1].set_title("against Z: anchor noise", fontsize=9)
+    for col, x_key, method, _ in arms:
+        util = [e["utility"] for e in entries if e["method"] == method and not e["control"]]
+        kind = "private-data" if x_key == "sigma" else "anchor"
+        where = (f"utility {min(util):.2f}-{max(util):.2f} vs C-GDP "
+                 f"{control[0]['utility']:.2f}" if util and control else "")
+        axes[0][col].set_title(f"against the returned model: {kind} noise\n{where}", fontsize=9)
+        axes[1][col].set_title(f"against Z: {kind} noise", fontsize=9)
     fig.suptitle(title + " (95% intervals: Wilson for TPR, Hanley-McNeil for AUC)",
                  fontsize=10)
     save_figure(plt, fig, path)
