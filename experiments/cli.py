@@ -1,5 +1,5 @@
 """Subcommands of the evaluation bench: ``simulate`` and
-``experiment {sweep,report,scores,laws,certificate,dp-baseline}``.
+``experiment {sweep,report,scores,laws,certificate,dp-baseline,membership}``.
 
 Each ``experiment`` subcommand lives in its own module with ``register(sub)``, listed in
 ``EXPERIMENT_MODULES``; this keeps the modules independent of one another.
@@ -16,7 +16,8 @@ EXPERIMENT_MODULES: tuple[str, ...] = ("noisyanchor.experiments.sweep",
                                        "noisyanchor.experiments.score_release",
                                        "noisyanchor.experiments.laws",
                                        "noisyanchor.experiments.certificate",
-                                       "noisyanchor.experiments.dp_baseline")
+                                       "noisyanchor.experiments.dp_baseline",
+                                       "noisyanchor.experiments.membership_study")
 
 
 #: Top-level commands of this role and their one-line help (see :mod:`noisyanchor.cli`).

@@ -63,6 +63,7 @@ REFUSED = {
     "experiment certificate": ["--out", "{tmp}/c", "--size", "1,2,3"],
     "experiment dp-baseline": ["--config", "{tmp}/none.toml", "--results", "{tmp}/none",
                                "--out", "{tmp}/o"],
+    "experiment membership": ["--results", "{tmp}/none", "--out", "{tmp}/o"],
     "analyst status": ["--config", "{tmp}/none.toml"],
     "analyst deadline": ["--config", "{tmp}/none.toml"],
     "attack": ["--store", "{tmp}/none"],
