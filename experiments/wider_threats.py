@@ -37,6 +37,7 @@ from noisyanchor.common.attacks import (
     available_attacks,
     relative_error,
 )
+from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.gdp import anchor_from_seed, sample_key
 from noisyanchor.common.linalg import center_rows
 from noisyanchor.common.methods import make_upload
@@ -234,8 +235,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     ps.set_defaults(handler=_run)
 
 
+def _levels(text: str) -> tuple[float, ...]:
+    """The ``--v`` levels, refused unless each is a number >= 0."""
+    try:
+        vs = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InvalidInputError(f"--v {text!r}: expected comma-separated numbers") from None
+    if not vs or any(not v >= 0 for v in vs):
+        raise InvalidInputError(f"--v {text!r}: expected anchor-noise levels >= 0")
+    return vs
+
+
 def _run(args: argparse.Namespace) -> int:
-    vs = tuple(float(x) for x in args.v.split(",") if x.strip())
+    vs = _levels(args.v)
     res = run_study(Path(args.out), vs=vs, seeds=args.seeds, participants=args.participants,
                     seed=args.seed,
                     command=f"noisyanchor experiment wider-threats --out {args.out} --v {args.v} "

@@ -61,6 +61,7 @@ REFUSED = {
     "experiment scores": ["--render", "{tmp}/none.json"],
     "experiment laws": ["--out", "{tmp}/afile"],
     "experiment certificate": ["--out", "{tmp}/c", "--size", "1,2,3"],
+    "experiment wider-threats": ["--out", "{tmp}/w", "--v", "x"],
     "analyst status": ["--config", "{tmp}/none.toml"],
     "analyst deadline": ["--config", "{tmp}/none.toml"],
     "attack": ["--store", "{tmp}/none"],
