@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from noisyanchor.common.alignment import align
 from noisyanchor.common.anchor_distribution import run_anchor_tests
@@ -125,8 +126,11 @@ def run_seed(seed: int, v: float, *, participants: int, dim: int, ks: tuple[int,
 
 
 def _mean_sd(values: list[float]) -> dict[str, float]:
-    return {"mean": float(np.mean(values)), "sd": float(np.std(values, ddof=1))
-            if len(values) > 1 else 0.0}
+    """Mean, sd and the t interval's half-width (95%) of the mean over deployments."""
+    n = len(values)
+    sd = float(np.std(values, ddof=1)) if n > 1 else 0.0
+    half = float(stats.t.ppf(0.975, n - 1) * sd / np.sqrt(n)) if n > 1 else 0.0
+    return {"mean": float(np.mean(values)), "sd": sd, "ci95_half_width": half}
 
 
 def summarise(rows: list[dict[str, Any]], ks: tuple[int, ...]) -> dict[str, Any]:
@@ -137,22 +141,31 @@ def summarise(rows: list[dict[str, Any]], ks: tuple[int, ...]) -> dict[str, Any]
         sel = [r for r in rows if r["v"] == v]
         colluders = {a: {str(k): _mean_sd([r["by_k"][str(k)][a] for r in sel]) for k in ks}
                      for a in ATTACKS}
+        # Paired within each deployment: the same uploads at every k.
+        change = {a: {str(k): _mean_sd([r["by_k"][str(k)][a] - r["by_k"][str(ks[0])][a]
+                                        for r in sel]) for k in ks[1:]} for a in ATTACKS}
         best = {str(k): _mean_sd([min(r["by_k"][str(k)].values()) for r in sel]) for k in ks}
         crafted = {}
         for kind in ANCHOR_KINDS:
-            refused = {r["crafted"][kind]["refused_by"] for r in sel}
+            refused = {r["crafted"][kind]["refused_by"] for r in sel} - {None}
+            refused_in = sum(r["crafted"][kind]["refused_by"] is not None for r in sel)
             errs = [min(r["crafted"][kind]["errors"].values()) for r in sel]
             base = [min(r["crafted"]["protocol"]["errors"].values()) for r in sel]
+            gain = [b - e for b, e in zip(base, errs, strict=True)]
+            # A refused anchor stops the federation before any upload: nothing to attack.
+            kept = [g for g, r in zip(gain, sel, strict=True)
+                    if r["crafted"][kind]["refused_by"] is None]
             crafted[kind] = {
-                "refused_by": sorted(str(x) for x in refused),
-                "refused_in": sum(r["crafted"][kind]["refused_by"] is not None for r in sel),
+                "refused_by": sorted(refused), "refused_in": refused_in,
                 "best_error_without_detection": _mean_sd(errs),
-                "gain_without_detection": _mean_sd([b - e for b, e in zip(base, errs,
-                                                                          strict=True)]),
+                "gain_without_detection": _mean_sd(gain),
+                "uploads_with_detection": len(sel) - refused_in,
+                "gain_with_detection": float(np.sum(kept) / len(sel)),
                 "best_attack": max(ATTACKS, key=lambda a, kind=kind: sum(
                     min(r["crafted"][kind]["errors"], key=r["crafted"][kind]["errors"].get)
                     == a for r in sel))}
         out[f"{v:g}"] = {"deployments": len(sel), "colluders": colluders,
+                         "change_from_first_k": change,
                          "best_by_k": best, "crafted": crafted}
     return out
 
@@ -178,45 +191,45 @@ def run_study(out: Path, *, vs: tuple[float, ...], seeds: int, ks: tuple[int, ..
 
 
 def figure(summary: dict[str, Any], path: Path) -> None:
-    """Left: the target's error against k per attack (one line style per v, mean and sd over
-    deployments). Right: the best attack's error per dealt anchor without detection, refused
-    anchors hatched with the test that refuses them."""
+    """One panel per ``v``: the target's error against k per attack (mean over deployments,
+    95% t interval). Last panel: the best attack's error per dealt anchor without detection,
+    refused anchors hatched."""
     from noisyanchor.experiments.figures import pyplot, save_figure
 
     plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4))
+    blocks = summary["by_v"]
+    fig, axes = plt.subplots(1, len(blocks) + 1, figsize=(4.2 * (len(blocks) + 1), 4.2))
     ks = summary["ks"]
-    styles = ["-", "--", ":", "-."]
-    for j, (v, block) in enumerate(summary["by_v"].items()):
+    for ax, (v, block) in zip(axes, blocks.items(), strict=False):
         for n, attack in enumerate(ATTACKS):
-            m = [block["colluders"][attack][str(k)]["mean"] for k in ks]
-            s = [block["colluders"][attack][str(k)]["sd"] for k in ks]
-            left.errorbar(np.array(ks) + 0.03 * (n - 3), m, yerr=s, ls=styles[j % 4],
-                          marker="o", ms=3, capsize=2, color=f"C{n}",
-                          label=f"{attack}, v = {v}")
-    left.set_xticks(ks)
-    left.set_xlabel(f"k colluders (of p = {summary['participants']})")
-    left.set_ylabel("target's relative error (mean, sd)")
-    left.set_yscale("log")
-    left.set_title("k colluders disclosing jointly")
-    left.legend(fontsize=6, ncol=2)
-    width = 0.8 / len(summary["by_v"])
-    for j, (v, block) in enumerate(summary["by_v"].items()):
+            per = block["colluders"][attack]
+            ax.errorbar(np.array(ks) + 0.04 * (n - 3), [per[str(k)]["mean"] for k in ks],
+                        yerr=[per[str(k)]["ci95_half_width"] for k in ks], marker="o", ms=3,
+                        capsize=2, color=f"C{n}", label=attack if ax is axes[0] else None)
+        ax.set_xticks(ks)
+        ax.set_yscale("log")
+        ax.set_xlabel(f"k colluders of p = {summary['participants']}")
+        ax.set_title(f"v = {v} ({float(v) / summary['v_pt']:.2g} v_PT)", fontsize=10)
+    axes[0].set_ylabel("target's relative error (mean, 95% interval)")
+    right = axes[-1]
+    width = 0.8 / len(blocks)
+    for j, (v, block) in enumerate(blocks.items()):
         for n, kind in enumerate(ANCHOR_KINDS):
             c = block["crafted"][kind]
-            refused = c["refused_in"] > 0
             right.bar(n + j * width, c["best_error_without_detection"]["mean"], width,
-                      yerr=c["best_error_without_detection"]["sd"], capsize=2,
-                      color=f"C{j}", hatch="//" if refused else None, edgecolor="k",
+                      yerr=c["best_error_without_detection"]["ci95_half_width"], capsize=2,
+                      color=f"C{j}", hatch="//" if c["refused_in"] else None, edgecolor="k",
                       label=f"v = {v}" if n == 0 else None)
-    right.bar(0, 0, 0, hatch="//", color="w", edgecolor="k",
-              label="refused by the participants' test")
-    right.set_xticks(np.arange(len(ANCHOR_KINDS)) + width * (len(summary["by_v"]) - 1) / 2)
+    right.bar(0, 0, 0, hatch="//", color="w", edgecolor="k", label="refused by the test")
+    right.set_xticks(np.arange(len(ANCHOR_KINDS)) + width * (len(blocks) - 1) / 2)
     right.set_xticklabels([k.replace("_", "\n") for k in ANCHOR_KINDS], fontsize=7)
     right.set_yscale("log")
     right.set_ylabel("best attack's relative error, no detection")
-    right.set_title("dealer's anchor (colluding dealer)")
-    right.legend(fontsize=7)
+    right.set_title("anchor dealt by a colluding dealer, k = 1", fontsize=10)
+    right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(ATTACKS), fontsize=8,
+               bbox_to_anchor=(0.5, -0.06))
     save_figure(plt, fig, path)
 
 
