@@ -9,10 +9,11 @@ they are). ``public``: the analyst alone with a public sample of the population.
 comes in :class:`SideKnowledge`.
 
 The colluder ``c`` discloses its data ``X_c``, its secret state ``(O_c, Psi_c, noise)`` and the
-anchor ``A``. Let ``a = A^T 1 / r``, ``Ac = A - 1 a^T``, ``b_i = B_i^T 1 / r``,
-``Bc_i = B_i - 1 b_i^T``; every anchor attack estimates ``O^_i`` then
-``Psi^_i = b_i - O^_i^T a`` and inverts the data upload ``Y_i``. Decoding through ``F^+`` is left
-to :func:`common.gdp.decode`.
+anchor ``A``; several colluders disclose jointly (:class:`AttackerView` takes their
+disclosures: the record prior pools their records, ``am`` calibrates on all their keys).
+Let ``a = A^T 1 / r``, ``Ac = A - 1 a^T``, ``b_i = B_i^T 1 / r``, ``Bc_i = B_i - 1 b_i^T``;
+every anchor attack estimates ``O^_i`` then ``Psi^_i = b_i - O^_i^T a`` and inverts the data
+upload ``Y_i``. Decoding through ``F^+`` is left to :func:`common.gdp.decode`.
 
 Built-in attacks (:data:`ATTACK_NAMES`; formulas in SPEC.md section 3):
 
@@ -239,8 +240,7 @@ class AttackerView:
                                         "anchor and the anchor uploads")
             first = np.asarray(self.disclosures[0].anchor)
             differ = [dc.colluder for dc in self.disclosures[1:]
-                      if np.shape(dc.anchor) != first.shape
-                      or not np.array_equal(np.asarray(dc.anchor), first)]
+                      if not np.array_equal(np.asarray(dc.anchor), first)]
             if differ:
                 raise InvalidInputError(f"colluder(s) {differ} disclosed another anchor than "
                                         f"colluder {colluders[0]}")
