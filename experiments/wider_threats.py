@@ -77,7 +77,7 @@ def crafted_anchor(kind: str, fed: Federation) -> np.ndarray:
         out = np.zeros((r, d))
         out[:d + 1] = anchor_from_seed(fed.shared_seed, d + 1, d)
         return out
-    raise ValueError(f"anchor kind {kind!r} is not one of {ANCHOR_KINDS}")
+    raise InvalidInputError(f"anchor kind {kind!r} is not one of {ANCHOR_KINDS}")
 
 
 def _uploads(fed: Federation, anchor: np.ndarray, v: float) -> list[Any]:
