@@ -64,6 +64,7 @@ REFUSED = {
     "experiment dp-baseline": ["--config", "{tmp}/none.toml", "--results", "{tmp}/none",
                                "--out", "{tmp}/o"],
     "experiment membership": ["--results", "{tmp}/none", "--out", "{tmp}/o"],
+    "experiment wider-threats": ["--out", "{tmp}/w", "--v", "x"],
     "analyst status": ["--config", "{tmp}/none.toml"],
     "analyst deadline": ["--config", "{tmp}/none.toml"],
     "attack": ["--store", "{tmp}/none"],
