@@ -13,6 +13,7 @@ References: SPEC.md section 3.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,20 +34,24 @@ from noisyanchor.common.gdp import GdpKey
 from noisyanchor.common.methods import Method
 
 
-def _noise_level(v: float | None, disclosed: dict[str, np.ndarray]) -> tuple[float | None, str]:
+def _noise_level(v: float | None, disclosed: list[dict[str, np.ndarray]],
+                 ) -> tuple[float | None, str]:
     """``v`` for the anchor attacks and where it came from: the operator's value, else the
-    colluder's disclosed anchor noise ``V_c = v W_c`` (``v^ = ||V_c||_F / sqrt(r d)``), else None
-    (the attacks estimate it from the residuals of every uploaded anchor)."""
+    colluders' disclosed anchor noise ``V_c = v W_c`` pooled
+    (``v^ = sqrt(sum_c ||V_c||_F^2 / (k r d))``), else None (the attacks estimate it from the
+    residuals of every uploaded anchor)."""
     if v is not None:
         return v, "given"
-    noise = disclosed.get("anchor_noise")
-    if noise is not None and noise.size:
-        return float(np.linalg.norm(noise) / np.sqrt(noise.size)), "colluder's anchor noise"
+    noises = [n for n in (d.get("anchor_noise") for d in disclosed) if n is not None and n.size]
+    if noises:
+        total = sum(float(np.sum(n**2)) for n in noises)
+        return float(np.sqrt(total / sum(n.size for n in noises))), "colluder's anchor noise"
     return None, "anchor residuals"
 
 
 def attack_store(store_dir: Path, out_dir: Path | None = None,
-                 colluder: str | None = None, v: float | None = None, *, alone: bool = False,
+                 colluder: str | Sequence[str] | None = None, v: float | None = None, *,
+                 alone: bool = False,
                  public: np.ndarray | None = None,
                  known: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
     """Run every attack of the federation's method (built-in and plug-in, see
@@ -60,8 +65,10 @@ def attack_store(store_dir: Path, out_dir: Path | None = None,
     out_dir : Path, optional
         Destination of ``<attack>/<participant>.npy`` and ``summary.json`` (default
         ``store_dir/attack``).
-    colluder : str, optional
-        Which disclosure to use when several participants disclosed.
+    colluder : str or sequence of str, optional
+        Which disclosure to use when several participants disclosed, or several used jointly
+        (``"all"``: every disclosure in the store); the summary's ``colluder`` is the first,
+        ``colluders`` every one.
     v : float, optional
         The anchor-noise level, if known (default: from the colluder's disclosed anchor noise,
         else estimated from the residuals of the uploaded anchors).
@@ -87,15 +94,21 @@ def attack_store(store_dir: Path, out_dir: Path | None = None,
     if unknown:
         raise InvalidInputError(f"known records of {unknown}: not participants of this "
                                 f"federation ({participants})")
+    colluders: list[str] = []
     if alone:
         pass
     elif colluder is None:
         if len(disclosed) != 1:
             raise PreconditionError(f"the store holds disclosures from {disclosed}; exactly one "
-                                    "is needed (or name one with --colluder)")
-        colluder = disclosed[0]
-    if not alone and colluder not in disclosed:
-        raise NotFoundError(f"no disclosure from {colluder!r} in {store.root}")
+                                    "is needed (or name one or several with --colluder, or "
+                                    "--colluder all)")
+        colluders = [disclosed[0]]
+    else:
+        colluders = ([colluder] if isinstance(colluder, str) else list(colluder))
+        colluders = list(disclosed) if colluders == ["all"] else list(dict.fromkeys(colluders))
+    for c in colluders:
+        if c not in disclosed:
+            raise NotFoundError(f"no disclosure from {c!r} in {store.root}")
     missing = sorted(set(participants) - set(store.committed(store.uploads)))
     if missing:
         raise PreconditionError(f"uploads of {missing} are missing from {store.root}")
@@ -105,19 +118,19 @@ def attack_store(store_dir: Path, out_dir: Path | None = None,
             raise PreconditionError("the alignment has not finished (no result/rotations.npy)")
         rotations = store.result_array("rotations.npy")  # verified against the manifest
     bundles = [read_bundle(store.upload_path(pid), root=store.root)[1] for pid in participants]
-    disclosure, source = None, None
-    if colluder is not None:
-        _, secrets_ = read_bundle(store.disclosure_path(colluder), root=store.root)
-        level, source = _noise_level(v, secrets_)
-        disclosure = Disclosure(participants.index(colluder), secrets_["data"],
-                                GdpKey(secrets_["rotation"], secrets_["translation"]),
-                                secrets_.get("anchor"), level)
-        if method.uses_anchor and disclosure.anchor is None:
-            raise InvalidInputError(f"the disclosure of {colluder!r} lacks the anchor")
+    secrets_ = [read_bundle(store.disclosure_path(c), root=store.root)[1] for c in colluders]
+    level, source = _noise_level(v, secrets_) if colluders else (None, None)
+    disclosures = []
+    for c, sec in zip(colluders, secrets_, strict=True):
+        if method.uses_anchor and sec.get("anchor") is None:
+            raise InvalidInputError(f"the disclosure of {c!r} lacks the anchor")
+        disclosures.append(Disclosure(participants.index(c), sec["data"],
+                                      GdpKey(sec["rotation"], sec["translation"]),
+                                      sec.get("anchor"), level))
     side = SideKnowledge({participants.index(pid): rows for pid, rows in (known or {}).items()},
                          public)
     sizes = sorted({len(rows) for rows in side.known_records.values()}) or DEFAULT_KNOWN_RECORDS
-    run = attack_all(AttackerView(method, disclosure, [b["data"] for b in bundles],
+    run = attack_all(AttackerView(method, disclosures or None, [b["data"] for b in bundles],
                                   [b.get("anchor") for b in bundles], rotations, side=side),
                      available_attacks(known_records=[m for m in sizes if m >= 2]))
     recon = run.reconstructions
@@ -131,7 +144,8 @@ def attack_store(store_dir: Path, out_dir: Path | None = None,
             atomic_write(path, npy_bytes(x_hat))
             files[name][participants[i]] = str(path)
     summary = {"federation_id": meta["federation_id"], "method": method.value,
-               "colluder": colluder, "targets": [p for p in participants if p != colluder],
+               "colluder": colluders[0] if colluders else None, "colluders": colluders,
+               "targets": [p for p in participants if p not in colluders],
                "space": "working", "out_dir": str(out), "reconstructions": files,
                "skipped": run.skipped,
                "diagnostics": {name: {participants[i]: facts for i, facts in per.items()}

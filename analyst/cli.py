@@ -79,8 +79,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     attack.add_argument("--store", type=Path, required=True, help="the analyst's output_dir")
     attack.add_argument("--out", type=Path, default=None,
                         help="where to write reconstructions (default: STORE/attack)")
-    attack.add_argument("--colluder", default=None, metavar="ID",
-                        help="participant whose disclosure to use (default: the only one)")
+    attack.add_argument("--colluder", action="append", default=None, metavar="ID",
+                        help="participant whose disclosure to use (default: the only one); "
+                             "repeatable: several colluders' disclosures used jointly, 'all' "
+                             "for every one in the store")
     attack.add_argument("--v", type=nonnegative_float, default=None,
                         help="anchor-noise level v for the corrected attacks (default: from the "
                              "colluder's disclosed anchor noise, else estimated from the anchor "
@@ -222,7 +224,7 @@ def _attack(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     who = ("the analyst alone" if summary["colluder"] is None
-           else f"colluder {summary['colluder']}")
+           else f"colluder(s) {', '.join(summary['colluders'])}")
     print(f"attacks by {who} on {summary['method']}: "
           f"{len(summary['targets'])} targets, reconstructions in {summary['out_dir']}")
     for name, files in summary["reconstructions"].items():

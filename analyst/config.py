@@ -12,7 +12,7 @@ from typing import Any
 
 from noisyanchor.analyst.contributions import DEFAULT_MAX_SITES
 from noisyanchor.common.blas import check_blas_threads
-from noisyanchor.common.downstream import MODELS, sklearn_available
+from noisyanchor.common.downstream import FIT_MODES, MODELS, OUT_OF_CORE_MODELS, sklearn_available
 from noisyanchor.common.errors import ConfigError, InvalidInputError
 from noisyanchor.common.gopp import check_method, check_precision, check_stopping
 from noisyanchor.common.methods import Method, check_sigma, check_v
@@ -273,6 +273,11 @@ class AnalystConfig:
         Downstream model fitted on the training rows of ``Z`` after the alignment, its held-out
         metrics written to ``result.json`` (a name of :data:`common.downstream.MODELS`, or
         ``"none"``).
+    fit : str
+        ``[model] fit``: how the model is fitted, ``auto`` (out of core once its training rows
+        would take more than :data:`common.downstream.IN_MEMORY_MAX_BYTES`, an eighth of the
+        memory the process may use), ``in-memory`` or
+        ``out-of-core`` (:data:`common.downstream.FIT_MODES`; logistic only).
     contributions_max_sites : int
         ``[model] contributions_max_sites``: the sites the model is refitted without to measure
         what each contributed (:mod:`analyst.contributions`; one extra fit each, sampled
@@ -335,6 +340,7 @@ class AnalystConfig:
     projection_seed: int | None = None
     translation_scale: float | None = None
     model: str = "logistic"
+    fit: str = "auto"
     contributions_max_sites: int = DEFAULT_MAX_SITES
     report_projection_cost: bool = False
     stopping: str = "objective"
@@ -546,8 +552,9 @@ def _schema_dtype(dtype: str) -> str:
 
 def _model(doc: dict, path: Path) -> dict[str, Any]:
     """``[model]``: ``name``, a built-in downstream model, or ``"none"``, refused at load when
-    scikit-learn is missing (the alignment would otherwise end without its model); and
-    ``contributions_max_sites`` (>= 0)."""
+    scikit-learn is missing (the alignment would otherwise end without its model); ``fit``, one
+    of :data:`common.downstream.FIT_MODES` (``out-of-core`` only for the models that can be);
+    and ``contributions_max_sites`` (>= 0)."""
     table = Table(doc, "model", path, required=False)
     name = table.str("name", "logistic")
     if name != "none" and name not in MODELS:
@@ -556,6 +563,12 @@ def _model(doc: dict, path: Path) -> dict[str, Any]:
         raise table.error("name", f"the {name!r} model needs scikit-learn, which is not "
                           "installed: pip install 'noisyanchor[eval]', or set name = \"none\" "
                           "to align without a downstream model")
+    fit = table.str("fit", "auto")
+    if fit not in FIT_MODES:
+        raise table.error("fit", f"expected one of {', '.join(FIT_MODES)}, got {fit!r}")
+    if fit == "out-of-core" and name not in OUT_OF_CORE_MODELS:
+        raise table.error("fit", f"only the {', '.join(OUT_OF_CORE_MODELS)} model can be fitted "
+                          f"out of core, not {name!r}")
     cap = table.int("contributions_max_sites", DEFAULT_MAX_SITES, minimum=0)
     table.done()
-    return {"model": name, "contributions_max_sites": cap}
+    return {"model": name, "fit": fit, "contributions_max_sites": cap}

@@ -126,7 +126,7 @@ def choose_left_out(federation_id: str, participants: list[str] | tuple[str, ...
 
 def leave_one_site_out(z: np.ndarray, labels: np.ndarray, tags: np.ndarray, owners: np.ndarray,
                        *, participants: list[str] | tuple[str, ...], full: np.ndarray,
-                       left_out: tuple[int, ...], model: str) -> LeaveOneOut:
+                       left_out: tuple[int, ...], model: str, fit: str = "auto") -> LeaveOneOut:
     """Refit ``model`` without each site of ``left_out`` and score it on every other site.
 
     Parameters
@@ -145,6 +145,8 @@ def leave_one_site_out(z: np.ndarray, labels: np.ndarray, tags: np.ndarray, owne
         The sites ``j`` to refit without (:func:`choose_left_out`).
     model : str
         The federation's model family (:data:`common.downstream.MODELS`).
+    fit : str
+        How it is fitted (:data:`common.downstream.FIT_MODES`), as the federation's.
     """
     p = len(participants)
     test = tags == TEST
@@ -153,7 +155,7 @@ def leave_one_site_out(z: np.ndarray, labels: np.ndarray, tags: np.ndarray, owne
     start = time.perf_counter()
     for i, j in enumerate(left_out):  # one refit per site, each a full search: kept a loop
         try:  # j's rows masked out, not copied out: Z is not copied per refit
-            fitted = fit_downstream(z, labels, tags, model=model, rows=owners != j)
+            fitted = fit_downstream(z, labels, tags, model=model, rows=owners != j, fit=fit)
         except InvalidInputError as err:
             errors[participants[j]] = str(err)
             continue
@@ -254,7 +256,7 @@ def site_view(contributions: dict[str, Any], pid: str) -> dict[str, Any]:
 def contributions_result(*, federation_id: str, participants: list[str], z: np.ndarray,
                          labels: np.ndarray, tags: np.ndarray, owners: np.ndarray,
                          per_site: dict[str, dict[str, Any]], model: str | None,
-                         max_sites: int) -> dict[str, Any]:
+                         max_sites: int, fit: str = "auto") -> dict[str, Any]:
     """``result.json``'s ``contributions``: measured (:func:`operator_view`) or why not."""
     if max_sites == 0:
         return not_computed("off ([model] contributions_max_sites = 0)", max_sites)
@@ -264,7 +266,7 @@ def contributions_result(*, federation_id: str, participants: list[str], z: np.n
     full = np.array([np.nan if per_site[pid]["balanced_accuracy"] is None
                      else per_site[pid]["balanced_accuracy"] for pid in participants])
     loo = leave_one_site_out(z, labels, tags, owners, participants=participants, full=full,
-                             left_out=left_out, model=model)
+                             left_out=left_out, model=model, fit=fit)
     view = operator_view(loo, max_sites=max_sites)
     log.info("contributions: %d extra %s fits in %.1f s%s", len(left_out), model, loo.seconds,
              " (sampled)" if view["sampled"] else "")

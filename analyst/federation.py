@@ -705,7 +705,8 @@ class Federation:
          model_files) = downstream_result(
             federation_id=cfg.federation_id, method=self.method,
             participants=list(sites), model_name=cfg.model, alignment=alignment,
-            labels=labels, tags=tags, contributions_max_sites=cfg.contributions_max_sites)
+            labels=labels, tags=tags, contributions_max_sites=cfg.contributions_max_sites,
+            fit=cfg.fit)
         return {
             "z.npy": z_file,
             "labels.npy": npy_bytes(labels),

@@ -30,7 +30,7 @@ import numpy as np
 
 from noisyanchor.analyst.contributions import DEFAULT_MAX_SITES, contributions_result, site_view
 from noisyanchor.common.alignment import Alignment, solver_for
-from noisyanchor.common.chunks import rows_of
+from noisyanchor.common.chunks import CHUNK_ROWS, row_chunks, rows_of
 from noisyanchor.common.downstream import held_out_metrics
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.methods import Method
@@ -61,26 +61,33 @@ def digest(data: bytes) -> str:
 
 
 def _fit(name: str, z: np.ndarray, labels: np.ndarray, tags: np.ndarray,
-         owners: np.ndarray) -> tuple[dict[str, Any], Classifier | None, str]:
-    """The model's summary for ``result.json``, the exported model (None when there is none)
-    and why it is not returned to the sites (empty when it is)."""
+         owners: np.ndarray, fit: str) -> tuple[dict[str, Any], Classifier | None, str]:
+    """The model's summary for ``result.json`` (with ``fit``, how it was fitted), the exported
+    model (None when there is none) and why it is not returned to the sites (empty when it
+    is)."""
     if name == "none":
         return {"name": "none"}, None, ("the federation fits no downstream model ([model] name "
                                         "= \"none\" in the analyst's config)")
-    from noisyanchor.common.downstream import fit_downstream, with_participant_only
+    from noisyanchor.common.downstream import (
+        fit_downstream,
+        fits_out_of_core,
+        with_participant_only,
+    )
 
     start = time.perf_counter()
     try:  # one fit on Z; its metrics and the participant-only baseline come from it
-        fitted = fit_downstream(z, labels, tags, model=name)
+        fitted = fit_downstream(z, labels, tags, model=name, fit=fit)
         utility = with_participant_only(fitted.utility, labels, tags, owners, model=name)
     except InvalidInputError as err:
         log.warning("downstream model %s not fitted: %s", name, err)
         return {"name": name, "error": str(err)}, None, f"the {name} model was not fitted: {err}"
-    summary: dict[str, Any] = {"name": name, **asdict(utility)}
+    out_of_core = fits_out_of_core(fit, name, utility.n_train, z.shape[1])
+    summary: dict[str, Any] = {"name": name, **asdict(utility),
+                               "fit": "out-of-core" if out_of_core else "in-memory"}
     model = None
-    try:
+    try:  # checked on a chunk of test rows: gathering them all would hold a fifth of Z
         model = export_estimator(fitted.estimator, fitted.center, fitted.scale,
-                                 rows_of(z, tags == TEST))
+                                 rows_of(z, _first_rows(tags == TEST, CHUNK_ROWS)))
     except InvalidInputError as err:
         log.warning("downstream model %s not exported: %s", name, err)
         summary["error"] = f"not exported: {err}"
@@ -94,8 +101,8 @@ def _fit(name: str, z: np.ndarray, labels: np.ndarray, tags: np.ndarray,
 
 def downstream_result(*, federation_id: str, method: Method, participants: list[str],
                       model_name: str, alignment: Alignment, labels: np.ndarray,
-                      tags: np.ndarray, contributions_max_sites: int = DEFAULT_MAX_SITES
-                      ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any],
+                      tags: np.ndarray, contributions_max_sites: int = DEFAULT_MAX_SITES,
+                      fit: str = "auto") -> tuple[dict[str, Any], dict[str, Any], dict[str, Any],
                                  dict[str, bytes]]:
     """Fit, export and score the downstream model, measure what each site contributed and
     package every site's part.
@@ -115,7 +122,7 @@ def downstream_result(*, federation_id: str, method: Method, participants: list[
     """
     z = alignment.z
     owners = np.concatenate([np.full(b - a, i) for i, (a, b) in enumerate(alignment.row_ranges)])
-    summary, model, withheld = _fit(model_name, z, labels, tags, owners)
+    summary, model, withheld = _fit(model_name, z, labels, tags, owners, fit)
     files: dict[str, bytes] = {}
     per_site: dict[str, dict[str, Any]] = {}
     if model is not None:
@@ -123,10 +130,10 @@ def downstream_result(*, federation_id: str, method: Method, participants: list[
         summary |= {"file": MODEL_FILE, "sha256": digest(files[MODEL_FILE])}
         for pid, (a, b) in zip(participants, alignment.row_ranges, strict=True):
             test = tags[a:b] == TEST
-            predicted = model.predict(rows_of(z[a:b], test))  # the test rows only
+            predicted = predict_rows(model, z[a:b], test)  # the test rows only
             per_site[pid] = (held_out_metrics(labels[a:b][test], predicted)
                              | site_gain(model_name, z[a:b], labels[a:b], tags[a:b],
-                                         predicted))
+                                         predicted, fit=fit))
         summary["sites"] = per_site
     if withheld:
         summary["returned_to_sites"] = False
@@ -134,7 +141,7 @@ def downstream_result(*, federation_id: str, method: Method, participants: list[
     contributions = contributions_result(
         federation_id=federation_id, participants=participants, z=z, labels=labels, tags=tags,
         owners=owners, per_site=per_site, model=None if model is None else model_name,
-        max_sites=contributions_max_sites)
+        max_sites=contributions_max_sites, fit=fit)
     sites: dict[str, Any] = {}
     federation_metrics = {k: v for k, v in summary.items() if k not in ("sites", "file",
                                                                        "sha256")}
@@ -152,8 +159,28 @@ def downstream_result(*, federation_id: str, method: Method, participants: list[
     return summary, sites, contributions, files
 
 
+def _first_rows(flags: np.ndarray, count: int) -> np.ndarray:
+    """``flags`` with only its first ``count`` set entries kept."""
+    kept = np.zeros_like(flags)
+    kept[np.flatnonzero(flags)[:count]] = True
+    return kept
+
+
+def predict_rows(model: Classifier, z: np.ndarray, flags: np.ndarray) -> np.ndarray:
+    """``model``'s labels for the flagged rows of ``z``, predicted a chunk at a time (each
+    chunk's pages let go of once read): only the labels are kept."""
+    out = np.empty(int(np.count_nonzero(flags)), dtype=model.classes.dtype)
+    filled = 0
+    for rows in row_chunks(len(z), release=z):
+        if flags[rows].any():
+            part = model.predict(z[rows][flags[rows]])
+            out[filled:filled + len(part)] = part
+            filled += len(part)
+    return out
+
+
 def site_gain(model_name: str, z_site: np.ndarray, labels: np.ndarray, tags: np.ndarray,
-              federation: np.ndarray) -> dict[str, Any]:
+              federation: np.ndarray, *, fit: str = "auto") -> dict[str, Any]:
     """The federation's model against a local-only model of the same family and search trained
     on one site's own rows of ``Z`` (its records in the common frame), on its test rows, with
     the paired interval (:func:`common.comparison.against_local_only`): one extra fit per site.
@@ -170,6 +197,8 @@ def site_gain(model_name: str, z_site: np.ndarray, labels: np.ndarray, tags: np.
         Their labels and split tags.
     federation : (n_test,) ndarray
         The federation model's predicted labels on the site's test rows.
+    fit : str
+        How the local-only model is fitted (:data:`common.downstream.FIT_MODES`).
     """
     from noisyanchor.common.comparison import (
         FEDERATION_TRAINED_ON,
@@ -178,7 +207,8 @@ def site_gain(model_name: str, z_site: np.ndarray, labels: np.ndarray, tags: np.
         comparison_fields,
     )
 
-    compared, _ = against_local_only(z_site, labels, tags, federation, model=model_name)
+    compared, _ = against_local_only(z_site, labels, tags, federation, model=model_name,
+                                     fit=fit)
     return comparison_fields(compared) | {
         "federation_trained_on": FEDERATION_TRAINED_ON,
         "local_only_trained_on": f"this site's own training rows of Z; {LOCAL_ONLY_SEARCH}; "

@@ -21,6 +21,13 @@ every 10 ms from ``/proc/self/status``: file-backed pages (memory maps of the up
 
 Run: ``python -m benchmarks.bench_scale`` (writes benchmarks/results/scale.json and .png);
 ``--sizes 1000 --no-plot`` for a quick check. BLAS runs one thread in every process.
+
+``--fit`` measures the downstream fit alone instead (writes benchmarks/results/scale_fit.json):
+for each of ``--fit-rows``, a ``z.npy`` of that many rows (``D`` columns, three overlapping
+classes, ``TEST_SHARE`` test rows) on disk, then one process per ``[model] fit`` mode
+memory-maps it, as the analyst does, and fits the logistic model: its seconds, peak RSS, the
+peak sampled anonymous RSS (the part a memory limit cannot take back) and the test balanced
+accuracy.
 """
 
 from __future__ import annotations
@@ -133,6 +140,72 @@ def run(store: Path) -> dict:
             "contributions_matrix": result["contributions"].get("matrix")}
 
 
+def fit_setup(folder: Path, n: int) -> int:
+    """``z.npy`` (``n x D``, written a chunk at a time), ``labels.npy`` and ``tags.npy`` in
+    ``folder``; the bytes of ``z.npy``."""
+    from noisyanchor.common.chunks import row_chunks
+    from noisyanchor.common.splits import TEST, TRAIN
+
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    centres = 0.2 * rng.standard_normal((3, D))
+    y = rng.integers(0, 3, n)
+    z = np.lib.format.open_memmap(folder / "z.npy", mode="w+", dtype=np.float64, shape=(n, D))
+    for rows in row_chunks(n, release=z):
+        z[rows] = centres[y[rows]] + rng.standard_normal((rows.stop - rows.start, D))
+    z.flush()
+    del z
+    np.save(folder / "labels.npy", y)
+    np.save(folder / "tags.npy", np.where(rng.random(n) < TEST_SHARE, TEST, TRAIN).astype("i1"))
+    return (folder / "z.npy").stat().st_size
+
+
+def fit_run(folder: Path, mode: str) -> dict:
+    """The logistic model fitted on the memory-mapped ``z.npy`` of ``folder`` with ``[model]
+    fit = mode``; the memory and the time."""
+    from noisyanchor.common.downstream import fit_downstream
+
+    z = np.load(folder / "z.npy", mmap_mode="r")
+    labels, tags = np.load(folder / "labels.npy"), np.load(folder / "tags.npy")
+    import sklearn.linear_model  # noqa: F401 - imported before the baseline RSS is read
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    sampler = _Sampler()
+    sampler.start()
+    start = time.perf_counter()
+    fitted = fit_downstream(z, labels, tags, fit=mode)
+    seconds = time.perf_counter() - start
+    sampler.stop.set()
+    sampler.join()
+    return {"fit": mode, "estimator": type(fitted.estimator).__name__, "seconds": seconds,
+            "rss_before_fit": before,
+            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "peak_rss_anon_sampled": sampler.peaks["RssAnon"],
+            "peak_rss_file_sampled": sampler.peaks["RssFile"],
+            "balanced_accuracy": fitted.utility.balanced_accuracy, "c": fitted.utility.c}
+
+
+def measure_fit(n: int, work: Path) -> dict:
+    """The fit of both modes on the same ``z.npy`` of ``n`` rows."""
+    folder = work / f"fit-{n}"
+    z_bytes = _child(["--fit-setup", str(folder), "--n", str(n)])["z_bytes"]
+    runs = {}
+    for mode in ("in-memory", "out-of-core"):
+        runs[mode] = run = _child(["--fit-run", str(folder), "--mode", mode])
+        run["added_rss_per_z_byte"] = (run["peak_rss"] - run["rss_before_fit"]) / z_bytes
+        print(f"fit n={n} {mode}: {run['seconds']:.1f} s, peak RSS "
+              f"{run['peak_rss'] / 2**20:.0f} MiB "
+              f"(+{run['added_rss_per_z_byte']:.2f}x z.npy of {z_bytes / 2**20:.0f} MiB), "
+              f"balanced accuracy {run['balanced_accuracy']:.4f}", file=sys.stderr)
+    row = {"rows": n, "d": D, "z_bytes": z_bytes, "runs": runs,
+            "peak_rss_ratio_out_of_core_to_in_memory":
+                runs["out-of-core"]["peak_rss"] / runs["in-memory"]["peak_rss"],
+            "balanced_accuracy_difference": runs["out-of-core"]["balanced_accuracy"]
+                - runs["in-memory"]["balanced_accuracy"]}
+    shutil.rmtree(folder)
+    return row
+
+
 def baseline_tree(commit: str, into: Path) -> Path:
     """The code of ``commit`` laid out as the installed package (``pyproject.toml``'s
     package-dir), importable by putting the returned folder first on ``PYTHONPATH``."""
@@ -240,7 +313,32 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--setup", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--run", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--fit", action="store_true",
+                    help="measure the downstream fit alone, in memory vs out of core "
+                         "(writes scale_fit.json beside --out)")
+    ap.add_argument("--fit-rows", type=int, nargs="+", default=[1_000_000, 3_000_000],
+                    help="rows of Z for --fit, one run of each mode per value")
+    ap.add_argument("--fit-setup", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--fit-run", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--mode", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.fit_setup:
+        print(json.dumps({"z_bytes": fit_setup(args.fit_setup, args.n)}))
+        return
+    if args.fit_run:
+        print(json.dumps(fit_run(args.fit_run, args.mode)))
+        return
+    if args.fit:
+        with tempfile.TemporaryDirectory(prefix="bench-scale-fit-") as work:
+            rows = [measure_fit(n, Path(work)) for n in args.fit_rows]
+        out = args.out.with_name("scale_fit.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({
+            "what": "the logistic downstream fit alone on a memory-mapped z.npy, [model] fit = "
+                    "in-memory vs out-of-core, one process each", "model": "logistic",
+            "test_share": TEST_SHARE, "blas_threads": 1, "load_average_end": os.getloadavg(),
+            "sizes": rows}, indent=1) + "\n")
+        return
     if args.setup:
         print(json.dumps({"uploaded_bytes": setup(args.setup, args.n)}))
         return

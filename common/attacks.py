@@ -9,10 +9,11 @@ they are). ``public``: the analyst alone with a public sample of the population.
 comes in :class:`SideKnowledge`.
 
 The colluder ``c`` discloses its data ``X_c``, its secret state ``(O_c, Psi_c, noise)`` and the
-anchor ``A``. Let ``a = A^T 1 / r``, ``Ac = A - 1 a^T``, ``b_i = B_i^T 1 / r``,
-``Bc_i = B_i - 1 b_i^T``; every anchor attack estimates ``O^_i`` then
-``Psi^_i = b_i - O^_i^T a`` and inverts the data upload ``Y_i``. Decoding through ``F^+`` is left
-to :func:`common.gdp.decode`.
+anchor ``A``; several colluders disclose jointly (:class:`AttackerView` takes their
+disclosures: the record prior pools their records, ``am`` calibrates on all their keys).
+Let ``a = A^T 1 / r``, ``Ac = A - 1 a^T``, ``b_i = B_i^T 1 / r``, ``Bc_i = B_i - 1 b_i^T``;
+every anchor attack estimates ``O^_i`` then ``Psi^_i = b_i - O^_i^T a`` and inverts the data
+upload ``Y_i``. Decoding through ``F^+`` is left to :func:`common.gdp.decode`.
 
 Built-in attacks (:data:`ATTACK_NAMES`; formulas in SPEC.md section 3):
 
@@ -182,9 +183,11 @@ class AttackerView:
     Parameters
     ----------
     method : Method or str
-    disclosure : Disclosure or None
-        The colluder's disclosure; None: the analyst alone (every participant is a target and
-        colluder attacks are skipped).
+    disclosure : Disclosure, sequence of Disclosure, or None
+        The colluder's disclosure, or those of ``k`` colluders used jointly (every one is left
+        out of the targets; their records pool into the record prior, their keys into the
+        alignment-map calibration ``Q^ = Pi(sum_c O_c R_c)``); None: the analyst alone (every
+        participant is a target and colluder attacks are skipped).
     data : list of p (n_i, d) ndarrays
         Uploaded ``Y_i``.
     anchors : list of p (r, d) ndarrays, optional
@@ -195,35 +198,52 @@ class AttackerView:
         Known records and a public sample (the attacks without a colluder).
     """
 
-    def __init__(self, method: Method | str, disclosure: Disclosure | None,
+    def __init__(self, method: Method | str,
+                 disclosure: Disclosure | Sequence[Disclosure] | None,
                  data: Sequence[np.ndarray], anchors: Sequence[np.ndarray | None] | None = None,
                  rotations: np.ndarray | None = None, *,
                  side: SideKnowledge | None = None) -> None:
         self.method = Method.parse(method)
-        self.disclosure = disclosure
+        #: Every colluder's disclosure (empty for the analyst alone).
+        self.disclosures: tuple[Disclosure, ...] = (
+            () if disclosure is None else (disclosure,) if isinstance(disclosure, Disclosure)
+            else tuple(disclosure))
+        #: The first colluder's disclosure (None for the analyst alone).
+        self.disclosure = self.disclosures[0] if self.disclosures else None
         self.side = SideKnowledge() if side is None else side
         p = len(data)
-        c = None if disclosure is None else disclosure.colluder
-        if c is not None and not 0 <= c < p:
-            raise InvalidInputError(f"colluder index {c} is not a participant index in [0, {p})")
+        colluders = [dc.colluder for dc in self.disclosures]
+        for c in colluders:
+            if not 0 <= c < p:
+                raise InvalidInputError(f"colluder index {c} is not a participant index in "
+                                        f"[0, {p})")
+        if len(set(colluders)) != len(colluders):
+            raise InvalidInputError(f"colluder indices {colluders} repeat a participant")
         self.data = [as_matrix(y, "data upload") for y in data]
         self.anchors: list[np.ndarray] | None = (
             None if anchors is None or any(b is None for b in anchors)
             else [np.asarray(b) for b in anchors])
         self.rotations = rotations
-        self.targets = [i for i in range(p) if i != c]
+        self.targets = [i for i in range(p) if i not in colluders]
         self._parts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         #: ``{attack name: {target: JSON-ready facts}}`` attacks leave with :meth:`note`.
         self.diagnostics: dict[str, dict[int, dict[str, Any]]] = {}
         #: Scratch space an attack may fill once and reuse for every target, by attack name.
         self.cache: dict[str, Any] = {}
         check_nonnegative(self.side.data_noise, "data noise sigma")
-        if disclosure is not None and disclosure.anchor_noise is not None:
-            check_nonnegative(disclosure.anchor_noise, "anchor noise level v")
-        if self.method.uses_anchor and disclosure is not None and (
-                disclosure.anchor is None or self.anchors is None):
-            raise InvalidInputError(f"attacks on {self.method.value} need the disclosed anchor "
-                                    "and the anchor uploads")
+        for dc in self.disclosures:
+            if dc.anchor_noise is not None:
+                check_nonnegative(dc.anchor_noise, "anchor noise level v")
+        if self.method.uses_anchor and self.disclosures:
+            if any(dc.anchor is None for dc in self.disclosures) or self.anchors is None:
+                raise InvalidInputError(f"attacks on {self.method.value} need the disclosed "
+                                        "anchor and the anchor uploads")
+            first = np.asarray(self.disclosures[0].anchor)
+            differ = [dc.colluder for dc in self.disclosures[1:]
+                      if not np.array_equal(np.asarray(dc.anchor), first)]
+            if differ:
+                raise InvalidInputError(f"colluder(s) {differ} disclosed another anchor than "
+                                        f"colluder {colluders[0]}")
 
     @property
     def colluder(self) -> Disclosure:
@@ -324,20 +344,27 @@ class AttackerView:
 
     @cached_property
     def noise_level(self) -> float:
-        """``v``: disclosed, else :attr:`estimated_noise_level`."""
-        v = self.colluder.anchor_noise
+        """``v``: disclosed (by the first colluder that discloses it), else
+        :attr:`estimated_noise_level`."""
+        self.colluder  # noqa: B018 (raises NotApplicable for the analyst alone)
+        v = next((dc.anchor_noise for dc in self.disclosures if dc.anchor_noise is not None),
+                 None)
         return self.estimated_noise_level if v is None else float(v)
 
     @cached_property
     def record_prior(self) -> RecordPrior:
-        """Gaussian model of the records fitted on the colluder's disclosed ``X_c``."""
-        return RecordPrior.from_records(self.colluder.data)
+        """Gaussian model of the records fitted on every colluder's disclosed ``X_c``, pooled."""
+        self.colluder  # noqa: B018 (raises NotApplicable for the analyst alone)
+        return RecordPrior.from_records(np.vstack([dc.data for dc in self.disclosures]))
 
     @cached_property
     def am_calibration(self) -> np.ndarray:
-        """``Q^ = Pi(O_c R_c)``."""
-        c = self.colluder.colluder
-        return polar_factor(np.asarray(self.colluder.key.rotation) @ self.alignment(c))
+        """``Q^ = Pi(sum_c O_c R_c)`` over the colluders: each ``O_c R_c`` is the common frame's
+        map up to colluder ``c``'s own alignment error, and the sum averages the ``k`` errors
+        (one colluder: ``Pi(O_c R_c)``)."""
+        self.colluder  # noqa: B018 (raises NotApplicable for the analyst alone)
+        return polar_factor(sum(np.asarray(dc.key.rotation) @ self.alignment(dc.colluder)
+                                for dc in self.disclosures))
 
     def alignment(self, i: int) -> np.ndarray:
         """The analyst's ``R_i``."""

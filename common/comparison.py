@@ -212,7 +212,7 @@ def _compare(labels: np.ndarray, first: np.ndarray, second: np.ndarray | None, m
 
 
 def against_local_only(x: np.ndarray, labels: np.ndarray, tags: np.ndarray,
-                       federation: np.ndarray, *, model: str,
+                       federation: np.ndarray, *, model: str, fit: str = "auto",
                        rng: np.random.Generator | None = None
                        ) -> tuple[PairedComparison, FittedDownstream | None]:
     """The federation's model against a local-only model of the same family and search, on one
@@ -232,6 +232,8 @@ def against_local_only(x: np.ndarray, labels: np.ndarray, tags: np.ndarray,
         The federation model's predicted labels on the site's test rows, in order.
     model : str
         The federation's model name (:data:`common.downstream.MODELS`).
+    fit : str
+        How it is fitted (:data:`common.downstream.FIT_MODES`).
 
     Returns
     -------
@@ -243,7 +245,7 @@ def against_local_only(x: np.ndarray, labels: np.ndarray, tags: np.ndarray,
     test = np.asarray(tags) == TEST
     labels = np.asarray(labels)
     try:
-        local = fit_downstream(x, labels, tags, model=model)
+        local = fit_downstream(x, labels, tags, model=model, fit=fit)
     except InvalidInputError as err:
         return paired_comparison(labels[test], federation, None,
                                  second_missing=f"no local-only model: {err}", rng=rng), None

@@ -12,7 +12,15 @@ unfitted scikit-learn-style classifier (``fit``/``predict``) for hyper-parameter
 over :data:`C_GRID`, or the model's own grid in :data:`GRIDS`). Every built-in model fixes its
 random state, so every method and noise draw gets the same initialisation and data order (as in
 the paper). Built-in models: L2 logistic regression, a one-hidden-layer MLP, and k-nearest
-neighbours (Euclidean, so also rotation invariant; ``k`` chosen on validation).
+neighbours (Euclidean, so also rotation invariant; ``k`` chosen on validation); and for the
+membership bench an MLP without penalty that overfits on purpose (``mlp-overfit``, in
+:data:`BENCH_MODELS` only).
+
+How it is fitted (:data:`FIT_MODES`): in memory, or for the logistic model out of core, a chunk
+of rows at a time (:mod:`common.out_of_core`), by default once the training rows would take more
+than :data:`IN_MEMORY_MAX_BYTES`. The search over ``C`` is kept whole: a warm-started search and
+one on a subsample of the training rows chose another ``C`` than it on 3 and 5 of 10 digits
+splits (``benchmarks/bench_search.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import os
+import resource
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -39,6 +49,36 @@ K_GRID = (1, 3, 5, 9, 15)
 #: the four values of :data:`C_GRID` these two won 33 of 34 selections, and each fit costs 300
 #: epochs (the MLP dominated the sweep's time).
 MLP_GRID = (1.0, 10.0)
+#: How the downstream model is fitted (``[model] fit`` of the analyst's config): ``auto`` fits
+#: the logistic model out of core (:mod:`common.out_of_core`) once its standardised training
+#: rows would take more than :data:`IN_MEMORY_MAX_BYTES`, in memory below.
+FIT_MODES = ("auto", "in-memory", "out-of-core")
+#: Models that can be fitted out of core.
+OUT_OF_CORE_MODELS = ("logistic",)
+
+
+def _usable_memory() -> int:
+    """The memory this process may use, in bytes: the least of the host's physical memory
+    (``sysconf``; 8 GiB where it cannot say), the process's address-space limit
+    (``RLIMIT_AS``, e.g. ``prlimit --as``) and a container's cgroup v2 ``memory.max``."""
+    try:
+        limits = [os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")]
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux/macOS
+        limits = [8 << 30]
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append(soft)
+    with contextlib.suppress(OSError, ValueError):  # no cgroup v2 file, or "max"
+        with open("/sys/fs/cgroup/memory.max") as fh:
+            limits.append(int(fh.read()))
+    return min(limits)
+
+
+#: ``auto`` fits out of core above this many bytes of standardised training rows
+#: (``8 n_train d``): an eighth of the usable memory (:func:`_usable_memory`, read at import),
+#: as the in-memory fit holds about three copies of them (the rows, the solver's, its
+#: gradients') beside ``Z``'s own pages and the rest of the analyst.
+IN_MEMORY_MAX_BYTES = _usable_memory() // 8
 
 
 @dataclass(frozen=True)
@@ -82,6 +122,17 @@ def _mlp(c: float) -> Any:
                          random_state=0)
 
 
+def _mlp_overfit(c: float) -> Any:
+    """The MLP of :func:`_mlp` without its L2 penalty (``c`` is unused): an instrument of the
+    membership bench, not a model to deploy. On digits projected to h = 16 (960 training rows)
+    it fits its training rows to 0.99 accuracy against 0.88 on test rows, where the
+    regularised models' gap is a few points; a model that remembers its rows is what a
+    membership attack needs in order to be able to succeed."""
+    from sklearn.neural_network import MLPClassifier
+
+    return MLPClassifier(hidden_layer_sizes=(64,), alpha=0.0, max_iter=300, random_state=0)
+
+
 def _knn(k: float) -> Any:
     """``k`` nearest neighbours (uniform vote, Euclidean distance)."""
     from sklearn.neighbors import KNeighborsClassifier
@@ -91,8 +142,11 @@ def _knn(k: float) -> Any:
 
 #: Built-in downstream models by name: ``c -> unfitted estimator``.
 MODELS: dict[str, Callable[[float], Any]] = {"logistic": _logistic, "mlp": _mlp, "knn": _knn}
+#: Every model the evaluation bench may fit: :data:`MODELS` and the membership bench's
+#: overfit MLP, which no analyst config accepts.
+BENCH_MODELS: dict[str, Callable[[float], Any]] = {**MODELS, "mlp-overfit": _mlp_overfit}
 #: Hyper-parameter grids of the built-in models that do not search :data:`C_GRID`.
-GRIDS: dict[str, tuple[float, ...]] = {"knn": K_GRID, "mlp": MLP_GRID}
+GRIDS: dict[str, tuple[float, ...]] = {"knn": K_GRID, "mlp": MLP_GRID, "mlp-overfit": (1.0,)}
 
 
 def sklearn_available() -> bool:
@@ -176,10 +230,10 @@ def _model_and_grid(model: str | Callable[[float], Any]
                     ) -> tuple[Callable[[float], Any], tuple[float, ...]]:
     if not isinstance(model, str):
         return model, C_GRID
-    if model not in MODELS:
+    if model not in BENCH_MODELS:
         raise InvalidInputError(f"unknown downstream model {model!r}; expected one of "
-                                f"{', '.join(MODELS)}")
-    return MODELS[model], GRIDS.get(model, C_GRID)
+                                f"{', '.join(BENCH_MODELS)}")
+    return BENCH_MODELS[model], GRIDS.get(model, C_GRID)
 
 
 def _balanced_accuracy() -> Callable[[np.ndarray, np.ndarray], float]:
@@ -240,6 +294,7 @@ def standardised(z: np.ndarray, rows: np.ndarray, mean: np.ndarray,
 def fit_downstream(
     z: np.ndarray, labels: np.ndarray, tags: np.ndarray, *,
     model: str | Callable[[float], Any] = "logistic", rows: np.ndarray | None = None,
+    fit: str = "auto",
 ) -> FittedDownstream:
     """Train on TRAIN rows, select ``C`` on VALIDATION rows (if any), score on TEST rows, and
     keep the fitted model with its preprocessing ``u = (z - mu) / s``.
@@ -257,11 +312,15 @@ def fit_downstream(
         The rows to use (default all): the others are neither trained on, chosen on nor
         scored, as if ``z``, ``labels`` and ``tags`` held only these rows, without copying
         ``z`` (the leave-one-site-out refits).
+    fit : str
+        One of :data:`FIT_MODES` (:func:`fits_out_of_core`).
 
     Only the training, validation and test rows are standardised (each in its own array, in
     chunks of :data:`common.chunks.CHUNK_ROWS`), never a copy of the whole of ``z``: ``z`` may
-    be a memory map larger than the memory.
+    be a memory map larger than the memory. Out of core not even these: each chunk is
+    standardised as it is read (:func:`common.out_of_core.fit_out_of_core`).
     """
+    name = model
     model, grid = _model_and_grid(model)
     score = _balanced_accuracy()
     z = np.asarray(z, dtype=float)
@@ -283,6 +342,8 @@ def fit_downstream(
         raise InvalidInputError("the training rows hold a single class; a classifier needs at "
                                 "least two")
     mean, scale = standardisation(z, tr)
+    if fits_out_of_core(fit, name, int(tr.sum()), z.shape[1]):
+        return _fit_out_of_core(z, labels, (tr, va, te), mean, scale, grid)
     x_tr = standardised(z, tr, mean, scale)
     if va.any():
         best_c, val, fitted, converged, missed = _select(
@@ -297,6 +358,41 @@ def fit_downstream(
     utility = Utility(float(score(labels[te], tested)), val_score, best_c, int(tr.sum()),
                       int(te.sum()), converged=converged, fits_not_converged=missed)
     return FittedDownstream(utility, fitted, mean, scale)
+
+
+def fits_out_of_core(fit: str, model: str | Callable[[float], Any], n_train: int,
+                     d: int) -> bool:
+    """Whether ``fit`` (one of :data:`FIT_MODES`) fits ``model`` out of core on ``n_train``
+    training rows of width ``d``: ``auto`` above :data:`IN_MEMORY_MAX_BYTES` for the models of
+    :data:`OUT_OF_CORE_MODELS` (the others are always fitted in memory).
+
+    Raises
+    ------
+    InvalidInputError
+        An unknown mode, or ``out-of-core`` for a model that cannot be.
+    """
+    if fit not in FIT_MODES:
+        raise InvalidInputError(f"unknown fit {fit!r}; expected one of {', '.join(FIT_MODES)}")
+    if fit == "out-of-core" and model not in OUT_OF_CORE_MODELS:
+        raise InvalidInputError(f"only the {', '.join(OUT_OF_CORE_MODELS)} model can be fitted "
+                                f"out of core, not {model!r}")
+    if fit == "auto":
+        return model in OUT_OF_CORE_MODELS and 8 * n_train * d > IN_MEMORY_MAX_BYTES
+    return fit == "out-of-core"
+
+
+def _fit_out_of_core(z: np.ndarray, labels: np.ndarray, tags: tuple[np.ndarray, ...],
+                     mean: np.ndarray, scale: float, grid: tuple[float, ...]
+                     ) -> FittedDownstream:
+    """:func:`common.out_of_core.fit_out_of_core` as a :class:`FittedDownstream`; the chunks'
+    order drawn from a fixed seed, as every built-in model fixes its random state."""
+    from noisyanchor.common.out_of_core import fit_out_of_core
+
+    tr, _, te = tags
+    done = fit_out_of_core(z, labels, tags, mean, scale, grid, np.random.default_rng(0))
+    utility = Utility(done.test, done.validation, done.c, int(tr.sum()), int(te.sum()),
+                      converged=done.converged, fits_not_converged=done.fits_not_converged)
+    return FittedDownstream(utility, done.estimator, mean, scale)
 
 
 def held_out_metrics(labels: np.ndarray, predicted: np.ndarray) -> dict[str, Any]:

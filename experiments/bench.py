@@ -77,7 +77,7 @@ class BenchConfig:
         the participants' seeds are the same for every ``p`` (paired by draw index). None (both):
         the uploaded records are split among ``p`` participants (the total is fixed).
     model, models : str, list of str
-        Downstream models (names from :data:`common.downstream.MODELS`), each selected on
+        Downstream models (names from :data:`common.downstream.BENCH_MODELS`), each selected on
         validation and scored on every draw; ``model`` is the one the figures use.
     auditor, auditors : str, list of str
         Linkage auditors (:mod:`experiments.auditors`, plug-ins included); ``auditor`` is the one
@@ -179,7 +179,7 @@ class BenchConfig:
             lo, hi = getattr(self, key)
             if not 0 <= lo <= hi:
                 raise InvalidInputError(f"config key {key!r}: need 0 <= low <= high")
-        from noisyanchor.common.downstream import MODELS
+        from noisyanchor.common.downstream import BENCH_MODELS as MODELS
 
         auditors = available_auditors()
         for one, many, known in (("model", "models", MODELS), ("auditor", "auditors", auditors)):

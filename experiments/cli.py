@@ -1,5 +1,6 @@
 """Subcommands of the evaluation bench: ``simulate`` and
-``experiment {sweep,report,scores,laws,certificate}``.
+``experiment {sweep,report,scores,laws,certificate,dp-baseline,membership,
+wider-threats}``.
 
 Each ``experiment`` subcommand lives in its own module with ``register(sub)``, listed in
 ``EXPERIMENT_MODULES``; this keeps the modules independent of one another.
@@ -15,7 +16,10 @@ EXPERIMENT_MODULES: tuple[str, ...] = ("noisyanchor.experiments.sweep",
                                        "noisyanchor.experiments.report",
                                        "noisyanchor.experiments.score_release",
                                        "noisyanchor.experiments.laws",
-                                       "noisyanchor.experiments.certificate")
+                                       "noisyanchor.experiments.certificate",
+                                       "noisyanchor.experiments.dp_baseline",
+                                       "noisyanchor.experiments.membership_study",
+                                       "noisyanchor.experiments.wider_threats")
 
 
 #: Top-level commands of this role and their one-line help (see :mod:`noisyanchor.cli`).

@@ -73,7 +73,9 @@ class SimulationConfig:
     """Parameters of one in-process run (``noisyanchor simulate``).
 
     ``v`` None: :data:`common.methods.DEFAULT_ANCHOR_NOISE` for AA-I-GDP (anchor noise), 0
-    for the other methods (which have no anchor noise).
+    for the other methods (which have no anchor noise). ``colluders``: how many participants
+    collude, ``colluder`` and the next ``k - 1`` indices (mod ``p``); their disclosures are used
+    jointly (:class:`common.attacks.AttackerView`).
     """
 
     dataset: str = "digits"
@@ -84,6 +86,7 @@ class SimulationConfig:
     sigma: float = 0.0
     v: float | None = None
     colluder: int | None = 0
+    colluders: int = 1
     seed: int | None = None
     max_iter: int = 500
     tol: float = 1e-7
@@ -167,6 +170,9 @@ def prepare(config: SimulationConfig) -> Federation:
     check_nonnegative(config.v, "v")
     if config.colluder is not None and not 0 <= config.colluder < p:
         raise InvalidInputError(f"colluder must be a participant index in [0, {p})")
+    if not 1 <= config.colluders < p:
+        raise InvalidInputError(f"colluders k must be in [1, {p - 1}] (at least one target), "
+                                f"got {config.colluders}")
     plan = SeedPlan(config.seed)
     data = load_dataset(config.dataset, plan.rng("data"))
     projection_seed = plan.int_seed("projection")
@@ -184,6 +190,14 @@ def prepare(config: SimulationConfig) -> Federation:
     if method.uses_anchor and fed.r < fed.d + 1:
         raise InvalidInputError(f"anchors r={fed.r} must be >= d + 1 = {fed.d + 1}")
     return fed
+
+
+def colluder_indices(config: SimulationConfig) -> list[int]:
+    """The ``k`` colluders: ``colluder`` and the next ``k - 1`` indices mod ``p`` (none
+    without a colluder)."""
+    if config.colluder is None:
+        return []
+    return [(config.colluder + j) % config.participants for j in range(config.colluders)]
 
 
 def participant_upload(fed: Federation, i: int) -> tuple[Upload, SecretState]:
@@ -278,11 +292,12 @@ def simulate(config: SimulationConfig, federation: Federation | None = None, *,
     skipped: dict[str, str] = {}
     diagnostics: dict[str, dict[str, Any]] = {}
     noise_estimate = None
-    if config.colluder is not None:
-        c = config.colluder
+    colluders = colluder_indices(config)
+    if colluders:
         anchor = anchor_from_seed(fed.shared_seed, r, d) if method.uses_anchor else None
-        disclosure = Disclosure(c, fed.working(c), states[c].key, anchor, config.v)
-        run = attack_all(AttackerView(method, disclosure, [u.data for u in uploads],
+        disclosures = [Disclosure(c, fed.working(c), states[c].key, anchor, config.v)
+                       for c in colluders]
+        run = attack_all(AttackerView(method, disclosures, [u.data for u in uploads],
                                       [u.anchor for u in uploads], alignment.rotations,
                                       side=side), attacks)
         reconstructions, skipped = run.reconstructions, run.skipped
@@ -311,6 +326,7 @@ def simulate(config: SimulationConfig, federation: Federation | None = None, *,
         "v": config.v,
         "v_pt": phase_transition_v(p, d, r) if method.uses_anchor else None,
         "colluder": config.colluder,
+        "colluders": colluders,
         "seed": config.seed,
         "solver": solver,
         "attacks": errors,

@@ -32,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "the only method with anchor noise; 0 for the others)")
     ps.add_argument("--colluder", type=int_at_least(-1), default=0,
                     help="index of the colluding participant (-1: none)")
+    ps.add_argument("--colluders", type=int_at_least(1), default=1, metavar="K",
+                    help="K colluders, --colluder and the next K - 1 indices, disclosing "
+                         "jointly (default 1)")
     ps.add_argument("--seed", type=int_at_least(0), default=None,
                     help="root seed for a reproducible run (default: OS entropy)")
     ps.add_argument("--max-iter", type=int_at_least(0), default=500, help="GPM iteration cap T_max")
@@ -64,7 +67,8 @@ def _run(args: argparse.Namespace) -> int:
     config = SimulationConfig(
         dataset=args.dataset, method=args.method, participants=args.participants,
         anchors=args.anchors, dim=args.dim, sigma=args.sigma, v=args.v,
-        colluder=None if args.colluder < 0 else args.colluder, seed=args.seed,
+        colluder=None if args.colluder < 0 else args.colluder, colluders=args.colluders,
+        seed=args.seed,
         max_iter=args.max_iter, tol=args.tol, precision=args.precision, stopping=args.stopping,
         gopp_method=args.gopp_method, utility=not args.no_utility)
     summary = simulate(config).summary()

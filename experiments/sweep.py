@@ -366,9 +366,17 @@ def _membership(bench: Bench, task: Task, fed: Federation, alignment: Alignment,
                 strongest: dict[str, Any]) -> dict[str, Any] | None:
     """Membership inference (:mod:`experiments.membership`): against every returned model, by
     the colluder's site (its own key and map) on the controls and every ``membership_every``-th
-    draw; against ``Z`` with the strongest reconstruction of each threat (primary auditor)."""
+    draw; against ``Z`` with the strongest reconstruction of each threat (primary auditor), the
+    known-input attacker's known records left out of the members for every threat (one member
+    set for all); without a projection (a table's columns) also attribute inference from the
+    same reconstructions (:func:`experiments.membership.attribute_inference`)."""
     from noisyanchor.common.splits import TEST, TRAIN
-    from noisyanchor.experiments.membership import model_membership, z_membership
+    from noisyanchor.experiments.membership import (
+        attribute_inference,
+        model_membership,
+        unknown_rows,
+        z_membership,
+    )
 
     cfg = bench.config
     every = cfg.membership_every
@@ -393,12 +401,19 @@ def _membership(bench: Bench, task: Task, fed: Federation, alignment: Alignment,
                             cfg.shadow_models) for m in cfg.models}}
     if len(bench.holdout) and reconstructions:
         held = bench.working(bench.holdout)
-        members = np.vstack([fed.working(i) for i in targets])
+        # the known-input attacker's own records of each target prove nothing: not scored
+        members = np.vstack([fed.working(i)[unknown_rows(bench.rows[i], bench.known.get(i))]
+                             for i in targets])
         best = strongest["linkage"][cfg.auditor]
-        out["z"] = {aset: {"attack": pick["attack"],
-                           **z_membership(np.vstack([reconstructions[pick["attack"]][i]
-                                                     for i in targets]), members, held)}
-                    for aset, pick in best.items() if pick is not None}
+        recon = {aset: np.vstack([reconstructions[pick["attack"]][i] for i in targets])
+                 for aset, pick in best.items() if pick is not None}
+        out["z"] = {aset: {"attack": best[aset]["attack"], **z_membership(x, members, held)}
+                    for aset, x in recon.items()}
+        if fed.projection is None:  # a table's columns: one inferred from the others via Z
+            public = bench.working(np.flatnonzero(bench.public))
+            out["attribute"] = {aset: {"attack": best[aset]["attack"],
+                                       **attribute_inference(x, members, public)}
+                                for aset, x in recon.items()}
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from noisyanchor.common.anchor_distribution import check_protocol_anchor
 from noisyanchor.common.gdp import (
     DEFAULT_TRANSLATION_SCALE,
     anchor_from_seed,
@@ -27,6 +28,7 @@ def compute_upload(
     sigma: float = 0.0,
     v: float = 0.0,
     translation_scale: float = DEFAULT_TRANSLATION_SCALE,
+    anchor: np.ndarray | None = None,
 ) -> tuple[Upload, SecretState]:
     """Participant ``i``'s upload ``(Y_i, B_i)`` and secret state from its working data.
 
@@ -45,6 +47,11 @@ def compute_upload(
         ``r``.
     sigma, v, translation_scale : float
         Private-data noise, anchor noise, scale ``s`` of ``Psi_i ~ N(0, s^2 I)``.
+    anchor : (r, d) ndarray, optional
+        An anchor handed over instead of derived from ``shared_seed`` (the threat bench's dealer
+        of a crafted anchor). Every anchor, derived or handed over, must pass the protocol's
+        distribution tests (:func:`common.anchor_distribution.check_protocol_anchor`), else
+        :class:`~common.errors.IntegrityError` names the failed test.
     """
     method = Method.parse(method)
     d = np.shape(x)[1]
@@ -52,5 +59,10 @@ def compute_upload(
         key = key_from_seed(shared_seed, d, translation_scale=translation_scale)
     else:
         key = sample_key(d, rng, translation_scale=translation_scale)
-    anchor = anchor_from_seed(shared_seed, anchors, d) if method.uses_anchor else None
+    if method.uses_anchor:
+        # Cheap (O(r d^2)) and refuses a dealer's crafted anchor before anything is uploaded.
+        anchor = check_protocol_anchor(anchor_from_seed(shared_seed, anchors, d)
+                                       if anchor is None else anchor)
+    else:
+        anchor = None
     return make_upload(method, x, key, anchor=anchor, sigma=sigma, v=v, rng=rng)

@@ -7,7 +7,10 @@ Every model starts with the rotation-equivariant preprocessing of
 rows of ``Z``, ``s`` one global scale), then:
 
 * ``logistic``: decisions ``u W^T + w0``; probabilities by softmax over the classes, or for two
-  classes ``sigmoid(d)`` of the single decision (as scikit-learn's ``LogisticRegression``);
+  classes ``sigmoid(d)`` of the single decision (as scikit-learn's ``LogisticRegression``); the
+  out-of-core fit's ``SGDClassifier`` (log loss, one-vs-rest beyond two classes) is exported as
+  one too: the same labels, its probabilities the softmax of its decisions
+  (:mod:`common.out_of_core`);
 * ``mlp``: hidden layers ``a_{l+1} = act(a_l W_l + w_l)``, output by softmax (logistic for two
   classes), as ``MLPClassifier``;
 * ``knn``: the ``k`` nearest training rows (Euclidean, ties to the lower row index), uniform
@@ -374,8 +377,9 @@ def load_model(raw: bytes, *, what: str = "the model file") -> Classifier:
 
 def export_estimator(estimator: Any, center: np.ndarray, scale: float,
                      check_rows: np.ndarray | None = None) -> Classifier:
-    """The numpy model of a fitted scikit-learn ``LogisticRegression``, ``MLPClassifier`` or
-    ``KNeighborsClassifier`` (uniform weights, Euclidean) behind ``u = (z - center) / scale``.
+    """The numpy model of a fitted scikit-learn ``LogisticRegression``, ``SGDClassifier`` (log
+    loss), ``MLPClassifier`` or ``KNeighborsClassifier`` (uniform weights, Euclidean) behind
+    ``u = (z - center) / scale``.
 
     Parameters
     ----------
@@ -384,8 +388,8 @@ def export_estimator(estimator: Any, center: np.ndarray, scale: float,
     center : (d,) ndarray
     scale : float
     check_rows : (n, d) ndarray, optional
-        Rows of ``Z``: both must give the same labels and probabilities within
-        :data:`EXPORT_ATOL` on them, else the export is refused.
+        Rows of ``Z``: both must give the same labels and probabilities (an SGD model: decisions)
+        within :data:`EXPORT_ATOL` on them, else the export is refused.
 
     Raises
     ------
@@ -399,7 +403,9 @@ def export_estimator(estimator: Any, center: np.ndarray, scale: float,
     classes = classes.astype(np.int64)
     kind = type(estimator).__name__
     model: Classifier
-    if kind == "LogisticRegression":
+    linear = kind == "LogisticRegression" or (kind == "SGDClassifier"
+                                              and estimator.loss == "log_loss")
+    if linear:
         model = LogisticModel(classes, pre, np.array(estimator.coef_, dtype=np.float64),
                               np.array(estimator.intercept_, dtype=np.float64))
     elif kind == "MLPClassifier":
@@ -420,12 +426,17 @@ def export_estimator(estimator: Any, center: np.ndarray, scale: float,
     model = model_from_arrays(*model.to_arrays())  # the same checks as a loaded file
     if check_rows is not None and len(check_rows):
         u = pre.apply(check_rows)
-        theirs = estimator.predict_proba(u)
-        ours = model.predict_proba(check_rows)
+        if kind == "SGDClassifier" and isinstance(model, LogisticModel):
+            # One-vs-rest probabilities of its own (not the file's softmax): the decisions.
+            theirs = estimator.decision_function(u).reshape(len(u), -1)
+            ours = model._decision(u)
+        else:
+            theirs = estimator.predict_proba(u)
+            ours = model.predict_proba(check_rows)
         if not np.array_equal(estimator.predict(u), model.predict(check_rows)) or \
                 not np.allclose(ours, theirs, rtol=0, atol=EXPORT_ATOL):
             raise InvalidInputError(
                 f"the exported {model.name} model does not reproduce scikit-learn's "
-                f"predictions (largest probability difference "
+                f"predictions (largest difference "
                 f"{float(np.max(np.abs(ours - theirs))):.2g})")
     return model

@@ -130,6 +130,10 @@ def test_every_transport_limit_is_a_key_and_reaches_grpc_with_port_sharing_off(w
     ('name = "logistic"', 'name = "forest"', r"\[model\] name: expected one of"),
     ("# contributions_max_sites = 20", "contributions_max_sites = -1",
      r"\[model\] contributions_max_sites must be >= 0"),
+    ('# fit = "auto"', 'fit = "streaming"',
+     r"\[model\] fit: expected one of auto, in-memory, out-of-core, got 'streaming'"),
+    ('name = "logistic"', 'name = "mlp"\nfit = "out-of-core"',
+     r"\[model\] fit: only the logistic model can be fitted out of core, not 'mlp'"),
     ("# health_port = 50052", "health_port = 70000",
      r"\[server\] health_port: port must be in 0..65535"),
 ])
@@ -192,6 +196,7 @@ def test_the_template_declares_schema_deadline_and_protocol(workdir):
     assert (a.dealer, a.projection_seed, a.translation_scale, a.model) == (
         "org-a", None, 100.0, "logistic")
     assert a.contributions_max_sites == 20  # the default: the line is commented out
+    assert a.fit == "auto"
     assert a.health_port is None and a.log_json is None
 
 

@@ -142,6 +142,12 @@ def test_attack_names_its_colluder_when_several_disclosed(tmp_path, uploads, toy
         if name != "toy_centred":
             for pid, path in files.items():
                 assert relative_error(np.load(path), xs["abc".index(pid)]) < 1e-8, name
+    # Several colluders jointly (issue 33, item 5): both disclosures, one target left.
+    for chosen in (["a", "b"], "all"):
+        joint = attack_store(store, tmp_path / "joint", colluder=chosen)
+        assert joint["colluders"] == ["a", "b"] and joint["targets"] == ["c"]
+        path = joint["reconstructions"]["am"]["c"]
+        assert relative_error(np.load(path), xs[2]) < 1e-8  # exact without noise
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(toy_plugins),
                                                         os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-m", "noisyanchor", "attack", "--store", str(store),

@@ -271,3 +271,27 @@ def test_the_result_from_memory_maps_and_z_on_disk_equals_the_in_memory_path(tmp
             model["sites"][pid]["balanced_accuracy"], abs=1e-12)
     for j, row in contributions["matrix"].items():
         assert result["contributions"]["matrix"][j] == pytest.approx(row, abs=1e-12)
+
+
+def test_an_out_of_core_fit_is_exported_and_scored_as_the_in_memory_one(tmp_path, rng):
+    """``[model] fit = "out-of-core"``: result.json says so, and every site's part holds a
+    logistic model that gives its rows of Z the labels the analyst scored."""
+    fed = Federation(_config(tmp_path, fit="out-of-core"), Store(tmp_path / "store"))
+    for k, pid in enumerate(IDS):
+        x, y, tags = _records(rng, N)
+        up, _ = compute_upload("aa-igdp-an", x, np.random.default_rng(k),
+                               shared_seed=b"s" * 32, anchors=R, v=0.01)
+        _upload(fed, pid, {"data": up.data, "anchor": up.anchor, "labels": y, "tags": tags})
+    fed.wait(60)
+    assert fed.state == "done"
+    result = json.loads((fed.store.result / "result.json").read_text())
+    assert result["model"]["fit"] == "out-of-core" and result["model"]["name"] == "logistic"
+    z = np.load(fed.store.result / "z.npy")
+    labels = np.load(fed.store.result / "labels.npy")
+    for pid in IDS:
+        part = load_site_model(fed.site_model(pid))
+        a, b = result["row_ranges"][pid]
+        test = np.load(fed.store.result / "tags.npy")[a:b] == TEST
+        assert part.model.name == "logistic"
+        assert result["model"]["sites"][pid]["accuracy"] == pytest.approx(float(np.mean(
+            part.model.predict(z[a:b][test]) == labels[a:b][test])), abs=1e-12)

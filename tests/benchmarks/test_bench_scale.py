@@ -26,3 +26,14 @@ def test_quick_run_measures_both_codes_on_the_same_uploads(tmp_path):
         assert run["peak_rss_anon_sampled"] > 0
     assert row["same_result"] == {"balanced_accuracy_difference": 0.0,
                                   "contributions_equal_to_1e-12": True}
+
+
+def test_the_fit_section_measures_both_modes_on_the_same_z(tmp_path):
+    bench_scale.main(["--fit", "--fit-rows", "3000", "--out", str(tmp_path / "scale.json")])
+    (report,) = json.loads((tmp_path / "scale_fit.json").read_text())["sizes"]
+    assert report["rows"] == 3000 and report["z_bytes"] >= 3000 * bench_scale.D * 8
+    runs = report["runs"]
+    assert runs["in-memory"]["estimator"] == "LogisticRegression"
+    assert runs["out-of-core"]["estimator"] == "SGDClassifier"
+    for run in runs.values():
+        assert run["peak_rss"] >= run["rss_before_fit"] > 0 and 0 < run["balanced_accuracy"] <= 1

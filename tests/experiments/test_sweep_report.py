@@ -247,6 +247,7 @@ def test_claims_need_the_stated_minimum_of_draws(tiny):
 def test_membership_inference_is_reported_per_method_and_noise_beside_utility(tiny):
     rows = _rows(tiny[1])
     with_mi = [r for r in rows if r["membership"]]
+    cfg, benches = BenchConfig.from_toml(tiny[0]), {}
     assert {r["draw"] for r in with_mi} == {-1, 0, 5}  # the controls and every 5th draw
     for r in with_mi:
         for model in MODELS:
@@ -254,8 +255,16 @@ def test_membership_inference_is_reported_per_method_and_noise_beside_utility(ti
             assert 0 <= mi["loss_threshold"]["auc"] <= 1
             assert 0 <= mi["loss_threshold"]["tpr_at_1pct_fpr"] <= 1
             assert mi["shadow"]["shadow_models"] == 2
+            assert mi["lira"]["shadow_models"] == mi["lira_offline"]["shadow_models"] == 2
+            assert 0 <= mi["lira"]["tpr_at_0_1pct_fpr"] <= mi["lira"]["tpr_at_1pct_fpr"] <= 1
         z = r["membership"].get("z")
         assert z is None or all(0 <= v["auc"] <= 1 for v in z.values())
+        # the known-input attacker's own records of each target are not scored as members
+        bench = benches.setdefault(r["replicate"], prepare_bench(cfg, 3,
+                                                                 replicate=r["replicate"]))
+        unknown = sum(len(rows) - len(bench.known[i]) for i, rows in enumerate(bench.rows)
+                      if i != cfg.colluder)
+        assert z is None or {v["members"] for v in z.values()} == {unknown}
     summary = json.loads((tiny[1] / "summary.json").read_text())["studies"]["3"]
     table = summary["membership"]
     assert {"c-gdp", "aa-igdp", "i-gdp", "aa-igdp-an", "aa-igdp-pn", "c-gdp-pn"} <= set(table)
