@@ -155,7 +155,9 @@ class GoppResult:
     gopp_residual : float
         ``sum_i ||Bc_i||_F^2 - tr(R^T G R) / p`` (the GOPP loss at the solution).
     certificate_min_eig : float or None
-        ``lambda_min(Lambda - G)`` with ``Lambda_ii = sym((G R)_i R_i^T)``; None if not computed.
+        ``lambda_min(Lambda - G)`` with ``Lambda_ii = sym((G R)_i R_i^T)``; None if not computed;
+        a proven upper bound of it, below ``-certificate_tol``, when the certificate stopped
+        early (``certificate_early_exit``).
     certificate_tol : float
         Tolerance used: certified when ``certificate_min_eig >= -certificate_tol``.
     certified : bool
@@ -197,6 +199,10 @@ class GoppResult:
         Iteration after which ``method="auto"`` switched the extrapolated steps on.
     switch_reason : str
         Why (the measured contraction rate), empty when it did not.
+    certificate_early_exit : str
+        Why the certificate stopped before computing ``lambda_min`` (the bound that proved it
+        below ``-certificate_tol``, :func:`common.gopp_certificate.certify`); empty when it ran
+        to the end.
     """
 
     rotations: np.ndarray
@@ -224,6 +230,7 @@ class GoppResult:
     switched_at: int | None = None
     switch_reason: str = ""
     stop_reason: str = ""
+    certificate_early_exit: str = ""
 
 
 class _GramOperator:
@@ -270,9 +277,10 @@ def certificate_min_eig(op: _GramOperator, r_blocks: np.ndarray, gr: np.ndarray)
     return _certify(op, r_blocks, gr).min_eig
 
 
-def _certify(op: _GramOperator, r_blocks: np.ndarray, gr: np.ndarray) -> Certificate:
+def _certify(op: _GramOperator, r_blocks: np.ndarray, gr: np.ndarray,
+             tol: float | None = None) -> Certificate:
     with blas_threads(_certificate_threads(op)):
-        return certify(op.k, r_blocks, gr)
+        return certify(op.k, r_blocks, gr, tol=tol)
 
 
 def _certificate_threads(op: _GramOperator) -> int:
@@ -676,6 +684,7 @@ def solve_gopp(
     precision: str = "auto",
     stopping: str = "objective",
     method: str = "auto",
+    certificate_early_exit: bool = True,
 ) -> GoppResult:
     """Solve the centered GOPP by spectral initialisation and the generalized power method.
 
@@ -719,6 +728,10 @@ def solve_gopp(
         increments of ``G R`` where ``precision`` allows them, stopped by the gain rule of
         ``stopping="objective"`` (:class:`_StoppingRule`). ``GoppResult.method`` and
         ``switch_reason`` say what ran, ``stopped_by`` and ``stop_reason`` why it stopped.
+    certificate_early_exit : bool
+        Stop the certificate, not certified, once a proven upper bound of ``lambda_min`` is
+        below ``-EARLY_EXIT_MARGIN`` times its tolerance (default; the verdict is the full
+        certificate's, :func:`common.gopp_certificate.certify`). False: ``lambda_min`` in full.
 
     Returns
     -------
@@ -760,12 +773,12 @@ def solve_gopp(
 
     cert_start = time.perf_counter()
     cert = None
+    cert_tol = CERTIFICATE_RTOL * max(lambda_1, 1.0)
     if certify:
         threads["certificate"] = _certificate_threads(op)
-        cert = _certify(op, run.rotations, run.gr)
+        cert = _certify(op, run.rotations, run.gr, cert_tol if certificate_early_exit else None)
     min_eig = None if cert is None else cert.min_eig
     cert_seconds = time.perf_counter() - cert_start if certify else 0.0
-    cert_tol = CERTIFICATE_RTOL * max(lambda_1, 1.0)
     return GoppResult(
         rotations=run.rotations,
         means=means,
@@ -788,6 +801,7 @@ def solve_gopp(
         stopped_by=rule.stopped_by,
         blas_threads=threads,
         certificate_path="" if cert is None else cert.path,
+        certificate_early_exit="" if cert is None else cert.early_exit,
         method="gpm+momentum" if accelerate or run.switched_at is not None else "gpm",
         switched_at=run.switched_at,
         switch_reason=run.switch_reason,
