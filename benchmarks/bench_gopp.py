@@ -17,6 +17,11 @@ Three measurements per size, anchors ``B_i = A O_i + 1 Psi_i^T + v W_i`` at ``v 
 (c) above ``v_PT`` (``1.5 v_PT``), capped at 500 iterations: the same runs, objective reached and
     time.
 
+``--sections early-exit`` (issue 31) times, on one CPU at the CelebA size and 1.5 ``v_PT``
+(``--exit-size`` for another), the default solve with the certificate's early exit, the same
+solve with the full certificate, and the paper's 500-iteration GPM (certificate off):
+``gopp_early_exit.json``, with each solve's time over the paper GPM's (floor 0.2).
+
 Peak memory is the tracemalloc peak of a short run (spectral start, 3 iterations, and for ours the
 certificate), so it counts numpy's arrays (the baseline's dense ``G`` included) but not BLAS
 threads' private buffers.
