@@ -110,12 +110,12 @@ def idle_cpus(read: Callable[[], CpuTimes | None] | None = None,
     (:class:`CpuTimes`); then :func:`threads_for_idle`. Why ``/proc/stat`` over a window and not
     ``os.getloadavg``: the load average is a one-minute moving average of runnable tasks, so it
     lags a neighbour that started or stopped by a minute and counts this process's own threads
-    of the previous solve; the count of runnable tasks at one instant (the policy before issue
-    31, three reads 1 ms apart) saw a busy neighbour as absent whenever one read fell between
-    its time slices, and granted a second thread that then ran 2-5x slower. Python threads of
-    this process that compute still count as busy: they compete for the same cores. Where the
-    times cannot be read (not Linux), every CPU counts as idle; where the window saw no tick,
-    one thread.
+    of the previous solve; the count of runnable tasks (the policy before issue 31, the smallest
+    of three reads 1 ms apart) is a sample of instants, not of time spent busy, and issue 31
+    saw it grant a second thread beside a busy process, which then ran 2-5x slower. Python
+    threads of this process that compute still count as busy: they compete for the same cores.
+    Where the times cannot be read (not Linux), every CPU counts as idle; where the window saw
+    no tick, one thread.
 
     Parameters
     ----------
