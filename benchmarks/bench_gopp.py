@@ -403,6 +403,7 @@ def early_exit(size: tuple[int, int, int], *, factor: float = EXIT_FACTOR, cap: 
     :data:`EXIT_FLOOR`)."""
     p, d, r = size
     listed = list(make_anchors(p, d, r, factor, seed=2))
+    cpus = os.sched_getaffinity(0)
     _use_threads(threads)
     try:
         print(f"p={p} d={d} r={r} {factor} v_PT: paper GPM, {cap} iterations", file=sys.stderr,
@@ -423,8 +424,9 @@ def early_exit(size: tuple[int, int, int], *, factor: float = EXIT_FACTOR, cap: 
                           "certificate_early_exit": res.certificate_early_exit,
                           "blas_threads": res.blas_threads,
                           "ratio_to_paper_gpm": res.seconds / paper.seconds}
-    finally:
-        _use_threads(os.cpu_count() or 1)
+    finally:  # the CPUs this process had before
+        os.sched_setaffinity(0, cpus)
+        configure_blas(announce=False)
     ours, full = runs["ours"], runs["ours-full-certificate"]
     return {"p": p, "d": d, "r": r, "factor": factor, "v_pt": phase_transition_v(p, d, r),
             "threads": threads, "cap": cap, "loadavg": os.getloadavg(), "runs": runs,
