@@ -311,10 +311,11 @@ class _Secular:
                 tol = LOBPCG_TOL_NEAR if newton <= 1e-6 * scale else LOBPCG_TOL_FAR
                 top = self._lobpcg_top(inv, block, tol)
                 if top is not None and not top[3]:
-                    # unconverged, but its Newton step still bounds lambda_min from above
-                    bound = s - max(self._newton_step(inv, top[0], top[1]), 0.0)
-                    if np.isfinite(bound) and self._gives_up(bound):
-                        return float(bound)
+                    if self.give_up is not None:
+                        # unconverged, but its Newton step still bounds lambda_min from above
+                        bound = s - max(self._newton_step(inv, top[0], top[1]), 0.0)
+                        if np.isfinite(bound) and self._gives_up(bound):
+                            return float(bound)
                     top = None
             if top is None:
                 if block is not None:
