@@ -23,8 +23,8 @@ When the secular start is outside the equation's domain (an indefinite ``Lambda_
 Early exit (``certify(..., tol=...)``, issue 31): the secular paths stop, "not certified", as
 soon as an upper bound of ``lambda_min`` is below ``-EARLY_EXIT_MARGIN * tol``. Above ``v_PT``
 this is the first Newton step, where the full run took several (15-21 s at the CelebA size).
-The verdict is the full certificate's: the bounds only decrease, so the full run would have
-ended below them too.
+The verdict is the full certificate's: the full run would have ended at ``lambda_min``, below
+every such bound.
 
 References: SPEC.md section 2 (certificate); issue 24 (matrix-free certificate); issue 31 (early
 exit).
@@ -149,8 +149,9 @@ def certify(k: np.ndarray, r_blocks: np.ndarray, gr: np.ndarray, *,
         ``U < -EARLY_EXIT_MARGIN * tol`` (:attr:`Certificate.early_exit` says which bound and
         after how many Newton steps; ``min_eig`` is then ``U``). The bounds: every Newton
         iterate of the secular equation, including one taken from a top eigenvector LOBPCG did
-        not converge on (:class:`_Secular`). The Newton iterates only decrease, so the full run
-        would end below ``U`` too: the verdict is the same, and a solution with
+        not converge on (:class:`_Secular`). The full run ends at ``lambda_min <= U`` (to
+        ``SECULAR_ATOL``, far below the margin of one more ``tol``): the verdict is the same,
+        and a solution with
         ``lambda_min >= -tol`` never meets the rule (each ``U >= lambda_min``), so it is
         certified exactly as without ``tol``. None: no early exit. The dense path (one
         eigensolve) and the Lanczos fallback have none.
