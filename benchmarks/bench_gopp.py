@@ -17,6 +17,11 @@ Three measurements per size, anchors ``B_i = A O_i + 1 Psi_i^T + v W_i`` at ``v 
 (c) above ``v_PT`` (``1.5 v_PT``), capped at 500 iterations: the same runs, objective reached and
     time.
 
+``--sections early-exit`` (issue 31) times, on one CPU at the CelebA size and 1.5 ``v_PT``
+(``--exit-size`` for another), the default solve with the certificate's early exit, the same
+solve with the full certificate, and the paper's 500-iteration GPM (certificate off):
+``gopp_early_exit.json``, with each solve's time over the paper GPM's (floor 0.2).
+
 Peak memory is the tracemalloc peak of a short run (spectral start, 3 iterations, and for ours the
 certificate), so it counts numpy's arrays (the baseline's dense ``G`` included) but not BLAS
 threads' private buffers.
@@ -58,6 +63,7 @@ from noisyanchor.common.theory import phase_transition_v
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gopp.json"
 PEER_RESULTS = RESULTS.with_name("gopp_peers.json")
+EXIT_RESULTS = RESULTS.with_name("gopp_early_exit.json")
 
 #: ``(p, d, r)``: the paper's CelebA size and the many-participants size of the issue.
 FULL_SIZES = ((10, 400, 1600), (50, 100, 400))
@@ -378,6 +384,58 @@ def peer_comparison(anchors: np.ndarray, threads: int, *, cap: int,
             "ours_iterations_to_paper_objective": int(reached[0]) if len(reached) else None}
 
 
+#: ``(p, d, r)``, ``v / v_PT`` and cap of the certificate's early-exit measurement (issue 31): the
+#: CelebA size above ``v_PT``, against the paper's 500-iteration GPM.
+EXIT_SIZE, EXIT_FACTOR, EXIT_CAP = (10, 400, 1600), 1.5, 500
+QUICK_EXIT_SIZE = (10, 60, 240)
+
+#: Issue 31's floor: the default solve, certificate included, within this fraction of the time of
+#: the paper's capped GPM (certificate off) at the CelebA size above ``v_PT``.
+EXIT_FLOOR = 0.2
+
+
+def early_exit(size: tuple[int, int, int], *, factor: float = EXIT_FACTOR, cap: int = EXIT_CAP,
+               threads: int = 1) -> dict:
+    """The default solve (certificate with its early exit) and the same solve with the full
+    certificate (``certificate_early_exit=False``), each against the paper's capped GPM, at
+    ``size`` and ``factor v_PT`` on ``threads`` CPUs (issue 31): seconds, the certificate's
+    share, objective and verdict, and ``seconds / paper GPM seconds`` (floor
+    :data:`EXIT_FLOOR`)."""
+    p, d, r = size
+    listed = list(make_anchors(p, d, r, factor, seed=2))
+    cpus = os.sched_getaffinity(0)
+    _use_threads(threads)
+    try:
+        print(f"p={p} d={d} r={r} {factor} v_PT: paper GPM, {cap} iterations", file=sys.stderr,
+              flush=True)
+        paper = solve_gopp(listed, max_iter=cap, method="gpm", stopping="absolute",
+                           certify=False)
+        runs = {"paper-gpm": {"seconds": paper.seconds, "iterations": paper.iterations,
+                              "objective": paper.objective}}
+        for name, early in (("ours", True), ("ours-full-certificate", False)):
+            print(f"  {name}", file=sys.stderr, flush=True)
+            res = solve_gopp(listed, max_iter=cap, certificate_early_exit=early)
+            runs[name] = {"seconds": res.seconds, "certificate_seconds": res.certificate_seconds,
+                          "iterations": res.iterations, "objective": res.objective,
+                          "certified": res.certified,
+                          "certificate_min_eig": res.certificate_min_eig,
+                          "certificate_tol": res.certificate_tol,
+                          "certificate_path": res.certificate_path,
+                          "certificate_early_exit": res.certificate_early_exit,
+                          "blas_threads": res.blas_threads,
+                          "ratio_to_paper_gpm": res.seconds / paper.seconds}
+    finally:  # the CPUs this process had before
+        os.sched_setaffinity(0, cpus)
+        configure_blas(announce=False)
+    ours, full = runs["ours"], runs["ours-full-certificate"]
+    return {"p": p, "d": d, "r": r, "factor": factor, "v_pt": phase_transition_v(p, d, r),
+            "threads": threads, "cap": cap, "loadavg": os.getloadavg(), "runs": runs,
+            "objective_rel_diff_early_vs_full": abs(ours["objective"] - full["objective"])
+            / abs(full["objective"]),
+            "same_verdict": ours["certified"] == full["certified"],
+            "floor": EXIT_FLOOR, "floor_met": bool(ours["ratio_to_paper_gpm"] <= EXIT_FLOOR)}
+
+
 def gopp_module_factor(anchors: np.ndarray) -> np.ndarray:
     """The solver's factor ``K`` of ``G = K^T K`` for ``anchors``."""
     from noisyanchor.common.gopp import _GramOperator
@@ -480,6 +538,21 @@ def peers_table(report: dict) -> str:
                              f"gap {x['objective_gap_to_best']:.2e}  "
                              f"certified {x['certified']} ({x['certificate_min_eig']:.2e})")
     lines.append(f"floors: {json.dumps(report.get('floors', {}))}")
+    return "\n".join(lines)
+
+
+def exit_table(report: dict) -> str:
+    """Human-readable summary of :func:`early_exit`."""
+    lines = [f"p={report['p']} d={report['d']} r={report['r']} at {report['factor']} v_PT, "
+             f"{report['threads']} thread(s), load {report['loadavg'][0]:.1f}"]
+    for name, x in report["runs"].items():
+        extra = (f"  certificate {x['certificate_seconds']:.2f} s, certified {x['certified']} "
+                 f"({x['certificate_min_eig']:.3g}), {x['ratio_to_paper_gpm']:.3f} of the paper "
+                 f"GPM's time" if "certified" in x else "")
+        lines.append(f"    {name:22s} {x['seconds']:9.2f} s  it {x['iterations']:4d}{extra}")
+    lines.append(f"    same objective (rel diff {report['objective_rel_diff_early_vs_full']:.1e}), "
+                 f"same verdict {report['same_verdict']}; floor {report['floor']} met "
+                 f"{report['floor_met']}")
     return "\n".join(lines)
 
 
@@ -652,12 +725,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sections", default="fixed,rules",
                         help="comma-separated: fixed,rules (issue 2/14 measurements, gopp.json) "
                              "and/or peers (issue 24: peers, 1 and 2 threads, floors; "
-                             "gopp_peers.json)")
+                             "gopp_peers.json) and/or early-exit (issue 31: the certificate's "
+                             "early exit above v_PT, 1 thread; gopp_early_exit.json)")
     parser.add_argument("--peer-threads", default=",".join(map(str, PEER_THREADS)),
                         help="comma-separated CPU counts of the peer rows (default 1,2)")
     parser.add_argument("--skip-peers", default="",
                         help="peers not to run, ';'-separated: NAME (qc-procrustes, pymanopt) "
                              "or NAME:P,D,R:FACTOR for one row")
+    parser.add_argument("--exit-size", default=None,
+                        help="P,D,R of --sections early-exit (default the CelebA size "
+                             f"{','.join(map(str, EXIT_SIZE))})")
     parser.add_argument("--replot", action="store_true",
                         help="only redraw the chart of an existing JSON (--out or the default; "
                              "with --sections peers, gopp_peers.json's)")
@@ -669,6 +746,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     configure_blas()
     sections = set(args.sections.split(","))
+    if "early-exit" in sections:
+        size = (tuple(int(x) for x in args.exit_size.split(",")) if args.exit_size
+                else QUICK_EXIT_SIZE if args.quick else EXIT_SIZE)
+        exit_report = {"meta": _meta(args.quick), **early_exit(size, cap=100 if args.quick
+                                                               else EXIT_CAP)}
+        exit_report["meta"]["loadavg_end"] = os.getloadavg()
+        exit_out = args.out if args.out is not None and sections == {"early-exit"} else (
+            None if args.quick else EXIT_RESULTS)
+        if exit_out is not None:
+            exit_out.parent.mkdir(parents=True, exist_ok=True)
+            exit_out.write_text(json.dumps(exit_report, indent=2) + "\n")
+        print(exit_table(exit_report))
+        sections.discard("early-exit")
+        if not sections:
+            return 0
     if "peers" in sections:
         peer_out = args.out if args.out is not None and sections == {"peers"} else (
             None if args.quick else PEER_RESULTS)

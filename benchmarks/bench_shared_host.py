@@ -7,7 +7,12 @@ Workloads, each run in this process with the threads the policy chooses:
 * a DP Gram release at n = 1,000 at the default projector (``release_gram``, epsilon = 1,
   delta = 1e-5, record-level sensitivity);
 * GOPP to the default stopping rule, certificate included, at p = 50, d = 100, r = 400 and at
-  the CelebA size p = 10, d = 400, r = 1,600 (both at 0.5 v_PT).
+  the CelebA size p = 10, d = 400, r = 1,600 (both at 0.5 v_PT), under the policy (idle time
+  over a window, issue 31) and under the policy before it (the count of runnable tasks, three
+  reads 1 ms apart: :func:`runnable_count_idle_cpus`).
+
+Beside that, ``decisions``: how often each policy grants more than one BLAS thread, alone and
+beside the competitor (:data:`DECISIONS` decisions each).
 
 Each is timed alone, then beside a competitor: a separate process spinning on one core
 (``python -c "while True: pass"``) that the benchmark starts before and stops after. The floor
@@ -16,9 +21,10 @@ ideal on 2 cores). The straightforward baseline is the same ``eigh`` at the BLAS
 default thread count (every CPU, busy-waiting OpenBLAS threads), alone and beside the competitor;
 ``--baseline-all`` times every workload that way (the release and GOPP can then take minutes).
 
-``--crossover`` instead measures, alone, where a second BLAS thread starts to pay for ``eigh``
-and for matrix products (the constants ``EIGH_CROSSOVER`` and ``GEMM_CROSSOVER_FLOPS`` of
-``common/blas.py``); it needs a quiet machine to mean anything.
+``--only TEXT`` keeps the workloads whose name contains TEXT. ``--crossover`` instead measures,
+alone, where a second BLAS thread starts to pay for ``eigh`` and for matrix products (the
+constants ``EIGH_CROSSOVER`` and ``GEMM_CROSSOVER_FLOPS`` of ``common/blas.py``); it needs a
+quiet machine to mean anything.
 
 Run: ``flock /work/bench.lock python -m benchmarks.bench_shared_host`` (writes
 ``benchmarks/results/shared_host.json`` and a bar chart beside it; ``--quick`` for small sizes,
@@ -34,6 +40,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -43,6 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.bench_gopp import make_anchors
+from noisyanchor.common import blas
 from noisyanchor.common.blas import (
     available_cpus,
     blas_settings,
@@ -60,6 +68,52 @@ FLOOR = 3.0
 
 #: Seconds the competitor spins before a timed run, so that it is running at full speed.
 COMPETITOR_WARMUP = 0.5
+
+#: Thread decisions of each policy counted alone and beside the competitor.
+DECISIONS = 40
+
+#: Reads of the runnable-task count by the policy before issue 31 (the smallest was kept).
+RUNNABLE_SAMPLES = 3
+
+
+def runnable_count_idle_cpus() -> int:
+    """The policy before issue 31, kept to compare: CPUs less the other runnable tasks of
+    ``/proc/loadavg`` (less this thread and this process's runnable threads that Python did not
+    start), the smallest of :data:`RUNNABLE_SAMPLES` reads 1 ms apart."""
+    cpus = available_cpus()
+    others = []
+    for i in range(RUNNABLE_SAMPLES):
+        if i:
+            time.sleep(0.001)
+        try:
+            with open("/proc/loadavg") as fh:
+                total = int(fh.read().split()[3].split("/")[0])
+        except (OSError, IndexError, ValueError):
+            return cpus
+        python = {t.native_id for t in threading.enumerate()}
+        native = sum(1 for tid, (state, _, _) in blas._thread_stats().items()
+                     if state == "R" and tid not in python)
+        others.append(max(0, total - 1 - native))
+    return max(1, cpus - min(others))
+
+
+#: The policies compared: name and the idle-CPU measure each uses.
+POLICIES = {"idle window": None, "runnable count (before issue 31)": runnable_count_idle_cpus}
+
+
+@contextmanager
+def idle_policy(name: str) -> Iterator[None]:
+    """Run the block under the policy ``name`` of :data:`POLICIES` (the current one: None)."""
+    measure = POLICIES[name]
+    if measure is None:
+        yield
+        return
+    current = blas.idle_cpus
+    blas.idle_cpus = measure
+    try:
+        yield
+    finally:
+        blas.idle_cpus = current
 
 
 @contextmanager
@@ -116,15 +170,17 @@ def _gram_release(n: int, *, default_threads: bool = False) -> Workload:
     return Workload(f"Gram release n={n}, default projector{label}", run)
 
 
-def _gopp(p: int, d: int, r: int, *, default_threads: bool = False) -> Workload:
+def _gopp(p: int, d: int, r: int, *, default_threads: bool = False,
+          policy: str = "idle window") -> Workload:
     anchors = list(make_anchors(p, d, r, 0.5, seed=1))
 
     def run() -> dict:
-        with _threads(default_threads):
+        with _threads(default_threads), idle_policy(policy):
             res = solve_gopp(anchors)
         return {**res.blas_threads, "iterations": res.iterations, "certified": res.certified}
 
-    label = " (library default threads)" if default_threads else ""
+    label = (" (library default threads)" if default_threads
+             else "" if policy == "idle window" else f" ({policy})")
     return Workload(f"GOPP p={p} d={d} r={r}, 0.5 v_PT{label}", run)
 
 
@@ -134,7 +190,7 @@ def workloads(quick: bool, baseline_all: bool) -> list[Workload]:
     gram_n = 200 if quick else 1000
     gopp_sizes = ((8, 10, 40), (4, 20, 80)) if quick else ((50, 100, 400), (10, 400, 1600))
     ours = ([_eigh(n) for n in eigh_sizes] + [_gram_release(gram_n)]
-            + [_gopp(*size) for size in gopp_sizes])
+            + [_gopp(*size, policy=policy) for size in gopp_sizes for policy in POLICIES])
     baselines = [_eigh(n, default_threads=True) for n in eigh_sizes]
     if baseline_all:
         baselines += ([_gram_release(gram_n, default_threads=True)]
@@ -166,10 +222,26 @@ def _timed(work: Workload, repeat: int) -> dict:
     return {"seconds": float(np.median(seconds)), "runs": seconds, "threads": threads}
 
 
-def shared_host(quick: bool, repeat: int, baseline_all: bool) -> list[dict]:
+def decisions(count: int = DECISIONS) -> list[dict]:
+    """Each policy's thread count for a large product, ``count`` times alone and beside the
+    competitor: how often it grants more than one thread."""
+    rows = []
+    for name in POLICIES:
+        row: dict = {"policy": name}
+        for side in ("alone", "with_competitor"):
+            with Competitor() if side == "with_competitor" else nullcontext(), \
+                    idle_policy(name):
+                counts = [blas.gemm_threads(1e12, blas.once()) for _ in range(count)]
+            row[side] = {"granted_more_than_one": sum(c > 1 for c in counts) / count,
+                         "counts": counts}
+        rows.append(row)
+    return rows
+
+
+def shared_host(quick: bool, repeat: int, baseline_all: bool, only: str = "") -> list[dict]:
     """Each workload alone, then beside the competitor."""
     rows = []
-    for work in workloads(quick, baseline_all):
+    for work in (w for w in workloads(quick, baseline_all) if only in w.name):
         print(f"{work.name}: alone", file=sys.stderr, flush=True)
         alone = _timed(work, repeat)
         print(f"{work.name}: beside a busy process", file=sys.stderr, flush=True)
@@ -228,6 +300,10 @@ def table(report: dict) -> str:
                          f"{r['with_competitor']['seconds']:.3f} | {r['slowdown']:.2f}x"
                          f"{'' if r['within_floor'] or r['baseline'] else ' (ABOVE FLOOR)'} | "
                          f"{r['alone']['threads']} / {r['with_competitor']['threads']}")
+    for r in report.get("decisions", []):
+        lines.append(f"policy {r['policy']}: grants more than one BLAS thread in "
+                     f"{r['alone']['granted_more_than_one']:.0%} of decisions alone, "
+                     f"{r['with_competitor']['granted_more_than_one']:.0%} beside a busy process")
     if "crossover" in report:
         lines.append("kind n | 1 thread s | all CPUs s | speedup")
         c = report["crossover"]
@@ -272,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure where a second BLAS thread pays (quiet machine) instead")
     parser.add_argument("--baseline-all", action="store_true",
                         help="also time the release and GOPP at the library's default threads")
+    parser.add_argument("--only", default="",
+                        help="time only the workloads whose name contains this text")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"JSON path (default {RESULTS}, or blas_crossover.json beside it "
                              "with --crossover; --quick writes nothing unless set)")
@@ -281,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.crossover:
         report["crossover"] = crossover(args.quick, args.repeat)
     else:
-        report["shared_host"] = shared_host(args.quick, args.repeat, args.baseline_all)
+        report["decisions"] = decisions()
+        report["shared_host"] = shared_host(args.quick, args.repeat, args.baseline_all, args.only)
         report["floor"] = FLOOR
         report["floor_met"] = all(r["within_floor"] for r in report["shared_host"]
                                   if not r["baseline"])

@@ -147,7 +147,8 @@ def align(
                 "mixed_precision_steps": gopp.mixed_precision_steps,
                 "product_drift": gopp.product_drift, "blas_threads": gopp.blas_threads,
                 "method": gopp.method, "switch_reason": gopp.switch_reason,
-                "certificate_path": gopp.certificate_path, "seconds": gopp.seconds}
+                "certificate_path": gopp.certificate_path,
+                "certificate_early_exit": gopp.certificate_early_exit, "seconds": gopp.seconds}
     z = assemble(blocks, (rotations, means, shift), z_file)
     return Alignment(z, row_ranges, rotations, means, shift, diag)
 

@@ -11,9 +11,9 @@ beside one busy process against 0.044 s with one (issue 14). Hence:
 * An operation asks for threads by its size (:func:`eigh_threads`, :func:`gemm_threads`): more
   than one only above the measured size where a second thread pays on an idle machine
   (:data:`EIGH_CROSSOVER`, :data:`GEMM_CROSSOVER_FLOPS`), never more than the CPUs this
-  process may run on (``os.sched_getaffinity``), and only as many as are idle right now (the
-  kernel's count of runnable tasks, :func:`idle_cpus`), so that a busy neighbour never meets a
-  busy-waiting pool.
+  process may run on (``os.sched_getaffinity``), and only as many as were idle over the last
+  :data:`IDLE_WINDOW` (``/proc/stat``, :func:`idle_cpus`, :func:`threads_for_idle`), measured
+  once per solve (:func:`once`), so that a busy neighbour never meets a busy-waiting pool.
 * An explicit override (the analyst's ``[server] blas_threads``, ``--blas-threads`` on the
   command line, else ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` in the
   environment) fixes the count for every operation.
@@ -27,13 +27,14 @@ default of one thread. Counts are set
 with threadpoolctl, which reaches every BLAS loaded in the process (numpy and scipy each load
 their own OpenBLAS).
 
-References: issue 14; ``benchmarks/bench_shared_host.py`` measures the policy.
+References: issues 14 and 31; ``benchmarks/bench_shared_host.py`` measures the policy.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import sys
 import threading
@@ -57,77 +58,142 @@ EIGH_CROSSOVER = 1400
 #: machine (same measurement: a 400 x 400 product, 1.3e8 flops, runs 1.9x faster on two).
 GEMM_CROSSOVER_FLOPS = 1e8
 
-#: Samples of the runnable-task count taken by :func:`idle_cpus` (the smallest is kept, so a
-#: task that runs for a moment does not hide an idle core, and a busy one is always seen).
-RUNNABLE_SAMPLES = 3
+#: Seconds over which :func:`idle_cpus` measures the CPUs' idle time (``/proc/stat``): long
+#: enough for a few scheduler ticks per CPU (5 at the usual 100 Hz of its counters), short
+#: beside the solves that ask (operations above the crossovers take 0.1 s and more).
+IDLE_WINDOW = 0.05
+
+#: A CPU counts as idle when at least this fraction of it was idle over the window: the counters
+#: move by whole ticks, so over :data:`IDLE_WINDOW` one CPU busy beside one idle reads between
+#: about 0.8 and 1.2 idle CPUs, and an idle pair (less a little background) 1.8 to 2.
+IDLE_CPU_FRACTION = 0.75
 
 
 def available_cpus() -> int:
     """Number of CPUs this process may run on (its affinity mask)."""
+    return len(_affinity())
+
+
+def _affinity() -> set[int]:
     try:
-        return len(os.sched_getaffinity(0))
+        return os.sched_getaffinity(0)
     except AttributeError:  # not every platform has sched_getaffinity
-        return os.cpu_count() or 1
+        return set(range(os.cpu_count() or 1))
 
 
-def idle_cpus() -> int:
-    """CPUs of this process not taken by other runnable tasks right now.
+@dataclass(frozen=True)
+class CpuTimes:
+    """Cumulative CPU times (clock ticks) read by :func:`idle_cpus`.
 
-    From the kernel's count of runnable tasks in ``/proc/loadavg``, less this thread and less
-    the runnable threads of this process that Python did not start (:func:`_native_runnable`):
-    the workers of a BLAS operation that just ended busy-wait for tens of milliseconds, and
-    counted as a neighbour's work they made the next operation take one thread on an idle
-    machine. Python threads of this process that compute (the analyst's other requests) still
-    count, as they compete for the same cores. The smallest of :data:`RUNNABLE_SAMPLES` reads
-    1 ms apart is kept; where the kernel's count cannot be read, every CPU counts as idle.
+    Attributes
+    ----------
+    idle : float
+        Idle and I/O-wait time of the CPUs this process may run on (``/proc/stat``).
+    total : float
+        All time of those CPUs.
+    own_native : float
+        CPU time of this process's threads that Python did not start (BLAS workers, which
+        busy-wait for a while after an operation ends: not a neighbour's work).
+    """
+
+    idle: float
+    total: float
+    own_native: float
+
+
+def idle_cpus(read: Callable[[], CpuTimes | None] | None = None,
+              wait: Callable[[float], None] = time.sleep) -> int:
+    """CPUs of this process idle now: the threads a large operation may use (at least 1).
+
+    Idle time of the CPUs this process may run on, over :data:`IDLE_WINDOW` while this thread
+    sleeps (so its own CPU reads idle), counting this process's native threads' time as idle
+    (:class:`CpuTimes`); then :func:`threads_for_idle`. Why ``/proc/stat`` over a window and not
+    ``os.getloadavg``: the load average is a one-minute moving average of runnable tasks, so it
+    lags a neighbour that started or stopped by a minute and counts this process's own threads
+    of the previous solve; the count of runnable tasks (the policy before issue 31, the smallest
+    of three reads 1 ms apart) is a sample of instants, not of time spent busy, and issue 31
+    saw it grant a second thread beside a busy process, which then ran 2-5x slower. Python
+    threads of this process that compute still count as busy: they compete for the same cores.
+    Where the times cannot be read (not Linux), every CPU counts as idle; where the window saw
+    no tick, one thread.
+
+    Parameters
+    ----------
+    read : callable, optional
+        Source of :class:`CpuTimes` (tests pass a fake); default ``/proc``.
+    wait : callable
+        Sleeps for the window (tests pass a no-op).
     """
     cpus = available_cpus()
-    others = []
-    for i in range(RUNNABLE_SAMPLES):
-        if i:
-            time.sleep(0.001)
-        total = _runnable_tasks()
-        if total is None:
-            return cpus
-        others.append(max(0, total - 1 - _native_runnable()))
-    return max(1, cpus - min(others))
+    read = read or _cpu_times
+    before = read()
+    if before is None:
+        return cpus
+    wait(IDLE_WINDOW)
+    after = read()
+    if after is None:
+        return cpus
+    total = after.total - before.total
+    if total <= 0:
+        return 1
+    idle = after.idle - before.idle + after.own_native - before.own_native
+    return threads_for_idle(cpus * idle / total, cpus)
 
 
-def _runnable_tasks() -> int | None:
-    """Tasks the kernel counts as runnable now (4th field of ``/proc/loadavg``), or None."""
+def threads_for_idle(idle: float, cpus: int) -> int:
+    """BLAS threads for ``idle`` idle CPUs (a measured, fractional count) of ``cpus``: one per
+    CPU at least :data:`IDLE_CPU_FRACTION` idle, i.e. ``floor(idle + 1 - IDLE_CPU_FRACTION)``,
+    between 1 and ``cpus``. The thread that asks counts among the idle (it slept while
+    measuring), so a second thread needs a second idle CPU."""
+    return max(1, min(cpus, math.floor(idle + 1.0 - IDLE_CPU_FRACTION)))
+
+
+def _cpu_times() -> CpuTimes | None:
+    """:class:`CpuTimes` now, from ``/proc/stat`` and ``/proc/self/task``; None where unreadable."""
     try:
-        with open("/proc/loadavg") as fh:
-            return int(fh.read().split()[3].split("/")[0])
+        with open("/proc/stat") as fh:
+            lines = fh.read().splitlines()
+        allowed = {f"cpu{i}" for i in _affinity()}
+        idle = total = 0.0
+        for line in lines:
+            name, *fields = line.split()
+            if name in allowed:
+                ticks = [float(x) for x in fields]
+                idle += ticks[3] + ticks[4]  # idle, iowait
+                total += sum(ticks[:8])  # guest time is already in user and nice
     except (OSError, IndexError, ValueError):
         return None
-
-
-def _native_runnable() -> int:
-    """Threads of this process in state R now that Python did not start (BLAS workers, for
-    one); 0 where that cannot be read."""
     python_threads = {t.native_id for t in threading.enumerate()}
-    return len(_runnable_threads() - python_threads)
+    native = sum(utime + stime for tid, (_, utime, stime) in _thread_stats().items()
+                 if tid not in python_threads)
+    return CpuTimes(idle, total, float(native))
 
 
-def _runnable_threads() -> set[int]:
-    """Ids of this process's threads in state R now (``/proc/self/task/*/stat``); empty where
-    that cannot be read."""
+def _thread_stats() -> dict[int, tuple[str, int, int]]:
+    """``(state, utime, stime)`` of each thread of this process (``/proc/self/task/*/stat``;
+    times in clock ticks); empty where that cannot be read."""
     try:
         tids = os.listdir("/proc/self/task")
     except OSError:
-        return set()
-    running = set()
+        return {}
+    out = {}
     for tid in tids:
         try:
             with open(f"/proc/self/task/{tid}/stat", "rb") as fh:
                 stat = fh.read()
         except OSError:  # the thread ended meanwhile
             continue
-        # the state follows the command name, which is in parentheses and may hold any byte
-        end = stat.rfind(b")")
-        if stat[end + 2:end + 3] == b"R":
-            running.add(int(tid))
-    return running
+        # the fields follow the command name, which is in parentheses and may hold any byte
+        fields = stat[stat.rfind(b")") + 2:].split()
+        out[int(tid)] = (fields[0].decode(), int(fields[11]), int(fields[12]))
+    return out
+
+
+def once(measure: Callable[[], int] | None = None) -> Callable[[], int]:
+    """``measure`` (default :func:`idle_cpus`) taken at the first call and then held: one
+    decision per solve, re-measured by the next solve, and none when no operation of the solve
+    is large enough to ask."""
+    return functools.cache(measure or (lambda: idle_cpus()))
 
 
 @dataclass(frozen=True)
@@ -297,18 +363,20 @@ def _chosen(threads: int) -> int:
     return pol.override if pol.override is not None else max(1, min(threads, pol.cpus))
 
 
-def eigh_threads(n: int) -> int:
-    """Threads for a symmetric eigensolve of order ``n`` (one below :data:`EIGH_CROSSOVER`)."""
+def eigh_threads(n: int, idle: Callable[[], int] | None = None) -> int:
+    """Threads for a symmetric eigensolve of order ``n`` (one below :data:`EIGH_CROSSOVER`);
+    ``idle`` gives the idle CPUs (default :func:`idle_cpus` now; a solve passes :func:`once`)."""
     if policy().override is not None:
         return _chosen(1)
-    return _chosen(idle_cpus() if n >= EIGH_CROSSOVER else 1)
+    return _chosen((idle or idle_cpus)() if n >= EIGH_CROSSOVER else 1)
 
 
-def gemm_threads(flops: float) -> int:
-    """Threads for a matrix product of ``flops`` (one below :data:`GEMM_CROSSOVER_FLOPS`)."""
+def gemm_threads(flops: float, idle: Callable[[], int] | None = None) -> int:
+    """Threads for a matrix product of ``flops`` (one below :data:`GEMM_CROSSOVER_FLOPS`);
+    ``idle`` as in :func:`eigh_threads`."""
     if policy().override is not None:
         return _chosen(1)
-    return _chosen(idle_cpus() if flops >= GEMM_CROSSOVER_FLOPS else 1)
+    return _chosen((idle or idle_cpus)() if flops >= GEMM_CROSSOVER_FLOPS else 1)
 
 
 def worker_budget(workers: int) -> tuple[int, int]:

@@ -25,7 +25,7 @@ References: SPEC.md section 2; noisy-anchor GDP paper, Algorithm 4 and Section 4
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +36,7 @@ from noisyanchor.common.blas import (
     blas_threads,
     eigh_threads,
     gemm_threads,
+    once,
     worker_budget,
 )
 from noisyanchor.common.errors import InvalidInputError
@@ -155,7 +156,9 @@ class GoppResult:
     gopp_residual : float
         ``sum_i ||Bc_i||_F^2 - tr(R^T G R) / p`` (the GOPP loss at the solution).
     certificate_min_eig : float or None
-        ``lambda_min(Lambda - G)`` with ``Lambda_ii = sym((G R)_i R_i^T)``; None if not computed.
+        ``lambda_min(Lambda - G)`` with ``Lambda_ii = sym((G R)_i R_i^T)``; None if not computed;
+        a proven upper bound of it, below ``-certificate_tol``, when the certificate stopped
+        early (``certificate_early_exit``).
     certificate_tol : float
         Tolerance used: certified when ``certificate_min_eig >= -certificate_tol``.
     certified : bool
@@ -197,6 +200,10 @@ class GoppResult:
         Iteration after which ``method="auto"`` switched the extrapolated steps on.
     switch_reason : str
         Why (the measured contraction rate), empty when it did not.
+    certificate_early_exit : str
+        Why the certificate stopped before computing ``lambda_min`` (the bound that proved it
+        below ``-certificate_tol``, :func:`common.gopp_certificate.certify`); empty when it ran
+        to the end.
     """
 
     rotations: np.ndarray
@@ -224,12 +231,13 @@ class GoppResult:
     switched_at: int | None = None
     switch_reason: str = ""
     stop_reason: str = ""
+    certificate_early_exit: str = ""
 
 
 class _GramOperator:
     """``G = K^T K`` in factored form; ``apply`` computes ``G R`` for stacked ``R``."""
 
-    def __init__(self, bc: np.ndarray) -> None:
+    def __init__(self, bc: np.ndarray, idle: Callable[[], int] | None = None) -> None:
         import scipy.linalg
 
         p, r, d = bc.shape
@@ -237,7 +245,7 @@ class _GramOperator:
         k = np.ascontiguousarray(bc.transpose(1, 0, 2).reshape(r, p * d))
         if r > p * d:
             # A tall factor is compressed by QR: same Gram, fewer rows to multiply by.
-            with blas_threads(gemm_threads(2.0 * r * (p * d) ** 2)):
+            with blas_threads(gemm_threads(2.0 * r * (p * d) ** 2, idle)):
                 k = scipy.linalg.qr(k, mode="r", check_finite=False)[0][: p * d]
         self.k = k
 
@@ -270,19 +278,20 @@ def certificate_min_eig(op: _GramOperator, r_blocks: np.ndarray, gr: np.ndarray)
     return _certify(op, r_blocks, gr).min_eig
 
 
-def _certify(op: _GramOperator, r_blocks: np.ndarray, gr: np.ndarray) -> Certificate:
-    with blas_threads(_certificate_threads(op)):
-        return certify(op.k, r_blocks, gr)
+def _certify(op: _GramOperator, r_blocks: np.ndarray, gr: np.ndarray,
+             tol: float | None = None, threads: int | None = None) -> Certificate:
+    with blas_threads(threads or _certificate_threads(op)):
+        return certify(op.k, r_blocks, gr, tol=tol)
 
 
-def _certificate_threads(op: _GramOperator) -> int:
+def _certificate_threads(op: _GramOperator, idle: Callable[[], int] | None = None) -> int:
     """BLAS threads of the certificate: by the order of its eigenproblems (``pd`` dense, ``m``
     secular), or by the size of one block product with ``K`` and ``K^T`` (matrix-free)."""
     m = op.k.shape[0]
     path = certificate_path(op.p, op.d, m)
     if path == "secular-matrix-free":
-        return gemm_threads(4.0 * m * op.p * op.d * LOBPCG_BLOCK)
-    return eigh_threads(op.p * op.d if path == "dense" else m)
+        return gemm_threads(4.0 * m * op.p * op.d * LOBPCG_BLOCK, idle)
+    return eigh_threads(op.p * op.d if path == "dense" else m, idle)
 
 
 def _worker_count(op: _GramOperator) -> int:
@@ -676,6 +685,7 @@ def solve_gopp(
     precision: str = "auto",
     stopping: str = "objective",
     method: str = "auto",
+    certificate_early_exit: bool = True,
 ) -> GoppResult:
     """Solve the centered GOPP by spectral initialisation and the generalized power method.
 
@@ -719,6 +729,10 @@ def solve_gopp(
         increments of ``G R`` where ``precision`` allows them, stopped by the gain rule of
         ``stopping="objective"`` (:class:`_StoppingRule`). ``GoppResult.method`` and
         ``switch_reason`` say what ran, ``stopped_by`` and ``stop_reason`` why it stopped.
+    certificate_early_exit : bool
+        Stop the certificate, not certified, once a proven upper bound of ``lambda_min`` is
+        below ``-EARLY_EXIT_MARGIN`` times its tolerance (default; the verdict is the full
+        certificate's, :func:`common.gopp_certificate.certify`). False: ``lambda_min`` in full.
 
     Returns
     -------
@@ -738,15 +752,18 @@ def solve_gopp(
     method = check_method(method)
     rule = _StoppingRule(check_stopping(stopping), tol, p, d)
     means, bc = center_rows(b)
-    op = _GramOperator(bc)
+    # One measure of the idle CPUs per solve, at its first operation large enough to ask.
+    idle = once()
+    op = _GramOperator(bc, idle)
     mixed = precision == "mixed" or (precision == "auto" and op.product_flops >= MIXED_MIN_FLOPS)
     n_workers, worker_blas = worker_budget(_worker_count(op))
     workers = BlockWorkers(p, n_workers)
     # BLAS threads per phase (common.blas): the start's K K^T and eigensolve by the order m;
     # the steps one BLAS thread per worker (or, unsplit, by the product's size).
     threads = {"workers": len(workers.groups),
-               "start": eigh_threads(op.k.shape[0]),
-               "steps": worker_blas if len(workers.groups) > 1 else gemm_threads(op.product_flops)}
+               "start": eigh_threads(op.k.shape[0], idle),
+               "steps": (worker_blas if len(workers.groups) > 1
+                         else gemm_threads(op.product_flops, idle))}
     with blas_threads(threads["start"]):
         u, lambda_1 = op.top_eigvecs()
     with blas_threads(threads["steps"]), workers:
@@ -754,18 +771,19 @@ def solve_gopp(
         run = _power_iterations(op, workers, rot, max_iter=max_iter, rule=rule,
                                 accelerate=accelerate, mixed=mixed, auto=method == "auto")
     drift_estimate = run.drift
-    with blas_threads(gemm_threads(op.product_flops)):
+    with blas_threads(gemm_threads(op.product_flops, idle)):
         product_drift = run.make_exact(op)
     objective = run.trace[-1]
 
     cert_start = time.perf_counter()
     cert = None
+    cert_tol = CERTIFICATE_RTOL * max(lambda_1, 1.0)
     if certify:
-        threads["certificate"] = _certificate_threads(op)
-        cert = _certify(op, run.rotations, run.gr)
+        threads["certificate"] = _certificate_threads(op, idle)
+        cert = _certify(op, run.rotations, run.gr, cert_tol if certificate_early_exit else None,
+                        threads["certificate"])
     min_eig = None if cert is None else cert.min_eig
     cert_seconds = time.perf_counter() - cert_start if certify else 0.0
-    cert_tol = CERTIFICATE_RTOL * max(lambda_1, 1.0)
     return GoppResult(
         rotations=run.rotations,
         means=means,
@@ -788,6 +806,7 @@ def solve_gopp(
         stopped_by=rule.stopped_by,
         blas_threads=threads,
         certificate_path="" if cert is None else cert.path,
+        certificate_early_exit="" if cert is None else cert.early_exit,
         method="gpm+momentum" if accelerate or run.switched_at is not None else "gpm",
         switched_at=run.switched_at,
         switch_reason=run.switch_reason,

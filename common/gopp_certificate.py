@@ -20,7 +20,14 @@ centered anchors, or the triangle of their thin QR when ``r > pd``) and the bloc
 When the secular start is outside the equation's domain (an indefinite ``Lambda_ii``), Lanczos
 (ARPACK) runs on the operator ``Lambda - G`` (``"lanczos"``).
 
-References: SPEC.md section 2 (certificate); issue 24 (matrix-free certificate).
+Early exit (``certify(..., tol=...)``, issue 31): the secular paths stop, "not certified", as
+soon as an upper bound of ``lambda_min`` is below ``-EARLY_EXIT_MARGIN * tol``. Above ``v_PT``
+this is the first Newton step, where the full run took several (15-21 s at the CelebA size).
+The verdict is the full certificate's: the full run would have ended at ``lambda_min``, below
+every such bound.
+
+References: SPEC.md section 2 (certificate); issue 24 (matrix-free certificate); issue 31 (early
+exit).
 """
 
 from __future__ import annotations
@@ -62,6 +69,12 @@ LOBPCG_TOL_FAR, LOBPCG_TOL_NEAR = 1e-4, 1e-7
 #: about 1 near the root); above it the step is taken densely.
 LOBPCG_ACCEPT = 1e-5
 
+#: :func:`certify` with a tolerance ``tol`` stops, "not certified", once a proven upper bound of
+#: ``lambda_min(Lambda - G)`` is below ``-EARLY_EXIT_MARGIN * tol``: the bound is then below the
+#: threshold by a further ``tol``, some 1e7 times the rounding of a Newton step (``1e-13`` of
+#: ``max |Lambda|`` against ``tol = 1e-6 lambda_1(G)``), so rounding cannot turn the verdict.
+EARLY_EXIT_MARGIN = 2.0
+
 #: Paths of :func:`certify`.
 CERTIFICATE_PATHS = ("dense", "secular", "secular-matrix-free", "lanczos")
 
@@ -83,6 +96,10 @@ class Certificate:
         fallback).
     dense_steps : int
         Matrix-free Newton steps whose LOBPCG did not converge and that were taken densely.
+    early_exit : str
+        Empty when ``min_eig`` is ``lambda_min`` to the solver's accuracy; otherwise why the
+        certificate stopped early (:data:`EARLY_EXIT_MARGIN`), and ``min_eig`` is then a proven
+        upper bound of ``lambda_min``, below ``-tol``: not certified.
     """
 
     min_eig: float
@@ -90,6 +107,7 @@ class Certificate:
     newton_steps: int = 0
     products: int = 0
     dense_steps: int = 0
+    early_exit: str = ""
 
 
 def symmetric_multipliers(r_blocks: np.ndarray, gr: np.ndarray) -> np.ndarray:
@@ -113,7 +131,7 @@ def certificate_path(p: int, d: int, m: int) -> str:
 
 
 def certify(k: np.ndarray, r_blocks: np.ndarray, gr: np.ndarray, *,
-            path: str | None = None) -> Certificate:
+            path: str | None = None, tol: float | None = None) -> Certificate:
     """``lambda_min(Lambda - K^T K)`` with ``Lambda_ii = sym((G R)_i R_i^T)`` (block diagonal).
 
     Parameters
@@ -125,6 +143,18 @@ def certify(k: np.ndarray, r_blocks: np.ndarray, gr: np.ndarray, *,
     path : str, optional
         Force one of ``"dense"``, ``"secular"``, ``"secular-matrix-free"`` (tests compare them);
         default :func:`certificate_path`.
+    tol : float, optional
+        The certificate's tolerance (certified when ``lambda_min >= -tol``). Given, the secular
+        paths stop early, "not certified", once a proven upper bound ``U >= lambda_min`` has
+        ``U < -EARLY_EXIT_MARGIN * tol`` (:attr:`Certificate.early_exit` says which bound and
+        after how many Newton steps; ``min_eig`` is then ``U``). The bounds: every Newton
+        iterate of the secular equation, including one taken from a top eigenvector LOBPCG did
+        not converge on (:class:`_Secular`). The full run ends at ``lambda_min <= U`` (to
+        ``SECULAR_ATOL``, far below the margin of one more ``tol``): the verdict is the same,
+        and a solution with
+        ``lambda_min >= -tol`` never meets the rule (each ``U >= lambda_min``), so it is
+        certified exactly as without ``tol``. None: no early exit. The dense path (one
+        eigensolve) and the Lanczos fallback have none.
 
     At a stationary point ``R`` spans a null space of ``Lambda - G``. The secular paths start
     Newton's method at the Rayleigh quotient on ``span(R)``; when that start is outside the
@@ -145,13 +175,18 @@ def certify(k: np.ndarray, r_blocks: np.ndarray, gr: np.ndarray, *,
     rt = np.swapaxes(r_blocks, 1, 2)
     on_span = ((rt @ lam @ r_blocks).sum(axis=0) - (rt @ gr).sum(axis=0)) / p
     span_min = float(np.linalg.eigvalsh(0.5 * (on_span + on_span.T))[0])
-    secular = _Secular(k, lam)
+    secular = _Secular(k, lam, give_up=None if tol is None else -EARLY_EXIT_MARGIN * tol)
     if path == "secular-matrix-free":
         value = secular.solve(span_min, start_block=k @ r_blocks.reshape(n, d))
     else:
         value = secular.solve(span_min)
     if value is not None:
-        return Certificate(value, path, secular.steps, secular.products, secular.dense_steps)
+        reason = "" if not secular.early else (
+            f"not certifiable: Newton step {secular.steps} of the secular equation proves "
+            f"lambda_min(Lambda - G) <= {value:.6g} < -{EARLY_EXIT_MARGIN:g} tol = "
+            f"{secular.give_up:.6g}")
+        return Certificate(value, path, secular.steps, secular.products, secular.dense_steps,
+                           reason)
     lanczos, products = _lanczos_min_eig(k, lam)
     return Certificate(min(span_min, lanczos), "lanczos", secular.steps,
                        secular.products + products, secular.dense_steps)
@@ -174,12 +209,20 @@ class _Secular:
     ``h(s) = 1``; Newton's method started to its right (a Rayleigh quotient, hence
     ``>= lambda_min``) decreases monotonically to it and stays an upper bound; its derivative
     is ``h'(s) = ||diag(1/(D - s)) Q^T K^T u||^2`` at the top unit eigenvector ``u``.
+
+    Every iterate is an upper bound of ``lambda_min``, even one from a vector ``u`` that is not
+    the top eigenvector (an unconverged LOBPCG): ``f(s) = u^T M(s) u`` is convex, increasing and
+    at most ``h(s)``, so the root ``s'`` of its tangent at ``s`` has ``h(s') >= f(s') >= 1``,
+    i.e. ``lambda_min <= s'``. With ``give_up`` set, :meth:`solve` returns the first iterate
+    below it (``early`` is then True), the unconverged LOBPCG's included.
     Hand-written because no library solves this secular equation for a block-diagonal plus
     low-rank matrix; the eigenpairs come from LAPACK or scipy's LOBPCG.
     """
 
-    def __init__(self, k: np.ndarray, lam: np.ndarray) -> None:
+    def __init__(self, k: np.ndarray, lam: np.ndarray, *, give_up: float | None = None) -> None:
         self.k = k
+        self.give_up = give_up
+        self.early = False
         self.p, self.d, _ = lam.shape
         dvals, self.q = np.linalg.eigh(lam)
         self.dvals = dvals.reshape(self.p * self.d)
@@ -208,9 +251,10 @@ class _Secular:
         return float(mu[0]), u[:, 0]
 
     def _lobpcg_top(self, inv: np.ndarray, block: np.ndarray,
-                    tol: float) -> tuple[float, np.ndarray, np.ndarray] | None:
-        """Top eigenpair of ``M(s)`` by LOBPCG from ``block``, with the block to warm-start the
-        next step; None when its residual stays above :data:`LOBPCG_ACCEPT`."""
+                    tol: float) -> tuple[float, np.ndarray, np.ndarray, bool] | None:
+        """Top eigenpair of ``M(s)`` by LOBPCG from ``block`` (the Rayleigh quotient ``mu`` of
+        the unit vector ``u`` it found), the block to warm-start the next step, and whether it
+        converged (residual at most :data:`LOBPCG_ACCEPT`); None when ``mu`` is not finite."""
         import scipy.sparse.linalg
 
         m, p, d = self.k.shape[0], self.p, self.d
@@ -231,9 +275,19 @@ class _Secular:
         u = u / np.linalg.norm(u)
         mu_u = matmat(u[:, None])[:, 0]
         mu = float(u @ mu_u)
-        if not (np.isfinite(mu) and np.linalg.norm(mu_u - mu * u) <= LOBPCG_ACCEPT * max(mu, 1.0)):
+        if not np.isfinite(mu):
             return None
-        return mu, u, x
+        return mu, u, x, bool(np.linalg.norm(mu_u - mu * u) <= LOBPCG_ACCEPT * max(mu, 1.0))
+
+    def _newton_step(self, inv: np.ndarray, mu: float, u: np.ndarray) -> float:
+        """``(f(s) - 1) / f'(s)`` for ``f(s) = u^T M(s) u = mu`` (``inv = 1 / (D - s)``)."""
+        z = self._qt_kt(u[:, None])[:, 0] * inv
+        return (mu - 1.0) / max(float(z @ z), np.finfo(float).tiny)
+
+    def _gives_up(self, s: float) -> bool:
+        """``s`` (an upper bound of ``lambda_min``) is below ``give_up``; marks the exit."""
+        self.early = self.give_up is not None and s < self.give_up
+        return self.early
 
     def solve(self, start: float, *, start_block: np.ndarray | None = None) -> float | None:
         """The root of ``h(s) = 1`` from ``s = start``, or None off the equation's domain.
@@ -257,18 +311,24 @@ class _Secular:
             if block is not None:
                 tol = LOBPCG_TOL_NEAR if newton <= 1e-6 * scale else LOBPCG_TOL_FAR
                 top = self._lobpcg_top(inv, block, tol)
+                if top is not None and not top[3]:
+                    if self.give_up is not None:
+                        # unconverged, but its Newton step still bounds lambda_min from above
+                        bound = s - max(self._newton_step(inv, top[0], top[1]), 0.0)
+                        if np.isfinite(bound) and self._gives_up(bound):
+                            return float(bound)
+                    top = None
             if top is None:
                 if block is not None:
                     self.dense_steps += 1
                 mu, u = self._dense_top(inv)
             else:
-                mu, u, block = top
-            z = self._qt_kt(u[:, None])[:, 0] * inv
-            newton = (mu - 1.0) / max(float(z @ z), np.finfo(float).tiny)
+                mu, u, block, _ = top
+            newton = self._newton_step(inv, mu, u)
             if not np.isfinite(newton):
                 return None  # rounding broke the iteration: the Lanczos path answers instead
             s -= max(newton, 0.0)
-            if newton <= SECULAR_ATOL * scale:
+            if newton <= SECULAR_ATOL * scale or self._gives_up(s):
                 return float(s)
         return None
 

@@ -1,5 +1,6 @@
 """The shared-host benchmark runs each workload alone and beside a competitor it starts and
-stops, and records the load, the BLAS settings and the threads chosen (issue 14)."""
+stops, and records the load, the BLAS settings and the threads chosen (issue 14), and the
+policy before issue 31 beside the current one."""
 
 import json
 
@@ -25,7 +26,13 @@ def test_quick_run_records_times_threads_and_load(tmp_path, monkeypatch):
     rows = {r["workload"]: r for r in report["shared_host"]}
     assert any(name.startswith("eigh") for name in rows)
     assert any(name.startswith("Gram release") for name in rows)
-    assert sum(name.startswith("GOPP") for name in rows) == 2
+    # GOPP at two sizes, under the policy and under the one before issue 31
+    assert sum(name.startswith("GOPP") for name in rows) == 4
+    assert sum("runnable count" in name for name in rows) == 2
+    for r in report["decisions"]:  # how often each policy granted a second thread
+        for side in ("alone", "with_competitor"):
+            assert 0.0 <= r[side]["granted_more_than_one"] <= 1.0
+            assert len(r[side]["counts"]) == bench_shared_host.DECISIONS
     for r in rows.values():
         for side in ("alone", "with_competitor"):
             assert r[side]["seconds"] > 0 and r[side]["threads"]

@@ -45,8 +45,7 @@ def four_cpus(monkeypatch):
     for name in blas.THREAD_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(blas, "available_cpus", lambda: 4)
-    monkeypatch.setattr(blas, "_runnable_tasks", lambda: 1)  # only this thread runs
-    monkeypatch.setattr(blas, "_native_runnable", lambda: 0)
+    monkeypatch.setattr(blas, "idle_cpus", lambda: 4)  # all idle
     configure_blas(announce=False)
     yield
     monkeypatch.undo()
@@ -64,45 +63,93 @@ def test_default_is_one_thread_and_large_problems_get_the_idle_cpus(four_cpus):
     assert _counts() == {1}
 
 
-def test_busy_cpus_are_not_handed_to_blas(four_cpus, monkeypatch):
-    monkeypatch.setattr(blas, "_runnable_tasks", lambda: 3)  # two other tasks run
-    assert idle_cpus() == 2 and eigh_threads(2 * EIGH_CROSSOVER) == 2
-    monkeypatch.setattr(blas, "_runnable_tasks", lambda: 9)
-    assert idle_cpus() == 1 and gemm_threads(1e12) == 1
-    samples = iter([5, 1, 5])  # a task that ran for a moment does not hide an idle CPU
-    monkeypatch.setattr(blas, "_runnable_tasks", lambda: next(samples))
-    assert idle_cpus() == 4
-    monkeypatch.setattr(blas, "_runnable_tasks", lambda: None)  # unreadable: all CPUs
-    assert idle_cpus() == 4
+class _FakeTimes:
+    """A load source: ``CpuTimes`` before and after the window, from the idle CPUs of the window
+    (of 4) and the CPU seconds this process's native threads used in it (10 ms ticks, 50 ms
+    window: 20 ticks in all)."""
+
+    def __init__(self, idle: float, own_native: float = 0.0) -> None:
+        window = blas.IDLE_WINDOW * 100  # ticks per CPU
+        self.samples = iter([blas.CpuTimes(1000.0, 5000.0, 7.0),
+                             blas.CpuTimes(1000.0 + idle * window, 5000.0 + 4 * window,
+                                           7.0 + own_native * window)])
+        self.waited: list[float] = []
+
+    def read(self) -> blas.CpuTimes:
+        return next(self.samples)
+
+    def wait(self, seconds: float) -> None:
+        self.waited.append(seconds)
 
 
-def test_this_process_s_spinning_blas_workers_are_not_a_neighbour(four_cpus, monkeypatch):
-    # BLAS workers of an operation that just ended still spin: 3 runnable, this thread and two
-    # threads Python did not start
-    monkeypatch.setattr(blas, "_runnable_tasks", lambda: 3)
-    monkeypatch.setattr(blas, "_native_runnable", lambda: 2)
-    assert idle_cpus() == 4 and eigh_threads(2 * EIGH_CROSSOVER) == 4
-    monkeypatch.setattr(blas, "_runnable_tasks", lambda: 5)  # and two of another process
-    assert idle_cpus() == 2
+@pytest.mark.parametrize(("idle", "own_native", "threads"), [
+    (4.0, 0.0, 4),  # idle machine (this thread slept through the window)
+    (3.0, 0.0, 3),  # one busy neighbour: no thread on its CPU
+    (1.0, 0.0, 1),  # three busy: this thread alone
+    (1.2, 0.0, 1),  # a neighbour that paused for a tick is still a neighbour
+    (1.74, 0.0, 1), (1.75, 0.0, 2),  # the rule: a CPU at least 3/4 idle counts
+    (0.0, 0.0, 1),  # never fewer than one
+    (2.0, 2.0, 4),  # this process's own spinning BLAS workers are not a neighbour
+])
+def test_threads_follow_the_cpus_idle_over_the_window(monkeypatch, idle, own_native, threads):
+    monkeypatch.setattr(blas, "available_cpus", lambda: 4)
+    fake = _FakeTimes(idle, own_native)
+    assert idle_cpus(fake.read, fake.wait) == threads
+    assert fake.waited == [blas.IDLE_WINDOW]
 
 
-def test_python_threads_that_compute_still_count_as_competition(monkeypatch):
-    ours = threading.get_native_id()
-    # this thread, a Python thread of ours that computes, and a native (BLAS) worker
-    monkeypatch.setattr(blas, "_runnable_threads", lambda: {ours, -1, 10**9})
-    monkeypatch.setattr(threading, "enumerate", lambda: [_Native(ours), _Native(-1)])
-    assert blas._native_runnable() == 1
+def test_the_decision_rule_is_floor_of_idle_plus_a_quarter():
+    assert blas.IDLE_CPU_FRACTION == 0.75
+    assert [blas.threads_for_idle(x, 2) for x in (0.0, 1.0, 1.2, 1.74, 1.75, 2.0, 9.0)] == [
+        1, 1, 1, 1, 2, 2, 2]
 
 
-class _Native:
-    def __init__(self, native_id: int) -> None:
-        self.native_id = native_id
+def test_unreadable_or_empty_windows(monkeypatch):
+    monkeypatch.setattr(blas, "available_cpus", lambda: 4)
+    assert idle_cpus(lambda: None, lambda _: None) == 4  # not Linux: every CPU, as before
+    same = blas.CpuTimes(1.0, 2.0, 0.0)
+    assert idle_cpus(lambda: same, lambda _: None) == 1  # no tick seen: one thread
 
 
-def test_runnable_threads_sees_a_blas_worker_that_python_did_not_start():
-    if not blas._runnable_threads() or blas.available_cpus() < 2:
+def test_one_measure_per_solve_and_none_for_small_ones(four_cpus, monkeypatch):
+    calls = []
+
+    def measure() -> int:
+        calls.append(1)
+        return 2
+
+    monkeypatch.setattr(blas, "idle_cpus", measure)
+    idle = blas.once()
+    assert eigh_threads(EIGH_CROSSOVER - 1, idle) == 1 and not calls  # small: not measured
+    assert eigh_threads(EIGH_CROSSOVER, idle) == 2 and gemm_threads(1e12, idle) == 2
+    assert len(calls) == 1  # held for the solve
+    assert gemm_threads(1e12, blas.once()) == 2 and len(calls) == 2  # the next solve re-measures
+    assert eigh_threads(EIGH_CROSSOVER) == 2 and len(calls) == 3  # no solve: measured now
+
+
+def test_solve_gopp_measures_the_idle_cpus_once(four_cpus, monkeypatch):
+    calls = []
+    monkeypatch.setattr(blas, "idle_cpus", lambda: calls.append(1) or 1)
+    monkeypatch.setattr(blas, "GEMM_CROSSOVER_FLOPS", 0.0)  # every operation asks
+    monkeypatch.setattr(blas, "EIGH_CROSSOVER", 0)
+    b = [np.random.default_rng(i).standard_normal((30, 6)) for i in range(3)]
+    solve_gopp(b, max_iter=3)
+    solve_gopp(b, max_iter=3)
+    assert len(calls) == 2
+
+
+def test_the_window_reads_this_machine(monkeypatch):
+    times = blas._cpu_times()
+    if times is None:
+        pytest.skip("needs /proc/stat")
+    assert times.total >= times.idle >= 0 and times.own_native >= 0
+    assert 1 <= idle_cpus() <= blas.available_cpus()
+
+
+def test_thread_stats_see_a_blas_worker_that_python_did_not_start():
+    if not blas._thread_stats() or blas.available_cpus() < 2:
         pytest.skip("needs /proc/self/task and two CPUs")
-    assert threading.get_native_id() in blas._runnable_threads()  # this one, reading
+    assert threading.get_native_id() in blas._thread_stats()  # this one
     stop = threading.Event()
     a = np.random.default_rng(0).standard_normal((600, 600))
 
@@ -116,16 +163,12 @@ def test_runnable_threads_sees_a_blas_worker_that_python_did_not_start():
     try:
         deadline, seen = time.monotonic() + 10.0, 0
         while seen == 0 and time.monotonic() < deadline:
-            seen = blas._native_runnable()
+            python = {t.native_id for t in threading.enumerate()}
+            seen = sum(1 for tid in blas._thread_stats() if tid not in python)
     finally:
         stop.set()
         worker.join(10.0)
     assert seen >= 1
-
-
-def test_the_kernel_count_of_runnable_tasks_includes_this_thread():
-    count = blas._runnable_tasks()
-    assert count is None or count >= 1
 
 
 def test_an_outer_block_caps_inner_ones_and_concurrent_blocks_share_the_smallest(four_cpus):
