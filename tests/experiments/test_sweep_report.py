@@ -331,6 +331,8 @@ def _rows_tolerant(out: Path) -> list[dict]:
     return rows
 
 
+@pytest.mark.slow  # a 9-draw sweep of 120 synthetic identities: ~30 s
+@pytest.mark.extended
 def test_identity_data_gets_cross_record_identity_linkage(tmp_path):
     cfg = BenchConfig.from_dict({
         "name": "ids", "dataset": "synthetic", "synthetic_identities": 120, "participants": [3],
@@ -354,6 +356,7 @@ def test_identity_data_gets_cross_record_identity_linkage(tmp_path):
 
 
 @pytest.mark.slow  # h=100, r=400: one capped GPM solve and its certificate take ~10 s
+@pytest.mark.extended
 def test_mnist_protocol_config_runs_on_user_idx_files(tmp_path, rng, write_idx):
     """The unchanged MNIST config (h=100, r=400, p=10) on small stand-in IDX files."""
     n = 500
