@@ -293,6 +293,8 @@ def test_a_site_that_withdrew_before_the_dealer_began_clears_it_when_it_runs_aga
             .read_text()
 
 
+@pytest.mark.slow  # a whole demo (analyst, sites, predictions, attacks): ~20 s quiet
+@pytest.mark.extended
 def test_the_demo_runs_on_the_breast_cancer_table_as_its_template_scales_it(tmp_path):
     out = subprocess.run([sys.executable, "-m", "noisyanchor", "demo", "--dataset",
                           "breast-cancer", "--participants", "2", "--colluder", "-1", "--seed",
