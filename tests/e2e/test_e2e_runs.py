@@ -77,6 +77,8 @@ def test_honest_run_matches_the_simulator_and_never_stores_the_anchor(tmp_path, 
     _check_honest_run(s, tmp_path, method, sigma, v)
 
 
+@pytest.mark.slow  # two whole demos with a colluder's disclosure and the attack
+@pytest.mark.extended
 @pytest.mark.parametrize("method, attack", [("aa-igdp", "known_anchor"), ("c-gdp", "known_secret")])
 def test_colluder_run_discloses_and_the_attack_inverts_noiseless_uploads(tmp_path, method,
                                                                          attack):
