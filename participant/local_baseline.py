@@ -38,7 +38,7 @@ from noisyanchor.common.chunks import row_chunks, rows_of
 from noisyanchor.common.downstream import fit_downstream
 from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.models import Classifier, dump_arrays, export_estimator, load_arrays
-from noisyanchor.common.models.classifiers import model_from_arrays
+from noisyanchor.common.models.site_model import embedded_model
 from noisyanchor.common.splits import TEST
 from noisyanchor.participant.config import ParticipantConfig
 from noisyanchor.participant.data import LocalData
@@ -169,13 +169,7 @@ def load_local_baseline(raw: bytes, *, what: str = "the local baseline") -> Loca
                                     f"model's; got {sorted(arrays)}")
         if arrays["test_x"].dtype.kind != "f" or arrays["test_labels"].dtype.kind not in "iu":
             raise InvalidInputError("test_x must hold floats and test_labels integers")
-        model = None
-        if meta["model"] is not None:
-            if not isinstance(meta["model"], dict):
-                raise InvalidInputError("'model' must be an object or null")
-            model = model_from_arrays(meta["model"], model_arrays)
-        elif model_arrays:
-            raise InvalidInputError("it holds model arrays but no model")
+        model = embedded_model(meta["model"], model_arrays)
         return LocalBaseline(meta["federation_id"], meta["participant"], meta["model_name"],
                              meta["records_sha256"], meta["tags_sha256"], model,
                              meta["not_fitted"], None if c is None else float(c),

@@ -30,6 +30,19 @@ _META_KEYS = {"federation_id", "participant", "method", "solver", "model", "mode
               "federation_metrics", "site_metrics"}
 
 
+def embedded_model(header: Any, model_arrays: dict[str, np.ndarray]) -> Classifier | None:
+    """The classifier a model file holds beside its own arrays: ``header`` is its JSON header's
+    ``model`` (None: the file holds no model) and ``model_arrays`` its arrays under ``model.``
+    (prefix removed). Raises InvalidInputError when the two disagree."""
+    if header is None:
+        if model_arrays:
+            raise InvalidInputError("it holds model arrays but no model")
+        return None
+    if not isinstance(header, dict):
+        raise InvalidInputError("'model' must be an object or null")
+    return model_from_arrays(header, model_arrays)
+
+
 @dataclass(frozen=True)
 class SiteModel:
     """One site's part of the result.
@@ -130,13 +143,7 @@ def load_site_model(raw: bytes, *, what: str = "the site model") -> SiteModel:
         if unknown or not map_names <= set(arrays):
             raise InvalidInputError(f"it must hold the arrays rotation, mean, shift and the "
                                     f"model's; got {sorted(arrays)}")
-        model = None
-        if meta["model"] is not None:
-            if not isinstance(meta["model"], dict):
-                raise InvalidInputError("'model' must be an object or null")
-            model = model_from_arrays(meta["model"], model_arrays)
-        elif model_arrays:
-            raise InvalidInputError("it holds model arrays but no model")
+        model = embedded_model(meta["model"], model_arrays)
         for name in map_names:
             if arrays[name].dtype.kind != "f":
                 raise InvalidInputError(f"array {name!r} must hold floats")
