@@ -21,6 +21,9 @@ Three measurements per size, anchors ``B_i = A O_i + 1 Psi_i^T + v W_i`` at ``v 
 (``--exit-size`` for another), the default solve with the certificate's early exit, the same
 solve with the full certificate, and the paper's 500-iteration GPM (certificate off):
 ``gopp_early_exit.json``, with each solve's time over the paper GPM's (floor 0.2).
+``--sections polar`` (issue 31) times one stack of 10 polar factors at d = 50, 100, 200, 400,
+500 by the eigh route, by Newton-Schulz in batched matrix products and by the SVD, same process,
+one BLAS thread: ``gopp_polar.json``, with Newton-Schulz's time over the eigh route's.
 
 Peak memory is the tracemalloc peak of a short run (spectral start, 3 iterations, and for ours the
 certificate), so it counts numpy's arrays (the baseline's dense ``G`` included) but not BLAS
@@ -64,6 +67,7 @@ from noisyanchor.common.theory import phase_transition_v
 RESULTS = Path(__file__).resolve().parent / "results" / "gopp.json"
 PEER_RESULTS = RESULTS.with_name("gopp_peers.json")
 EXIT_RESULTS = RESULTS.with_name("gopp_early_exit.json")
+POLAR_RESULTS = RESULTS.with_name("gopp_polar.json")
 
 #: ``(p, d, r)``: the paper's CelebA size and the many-participants size of the issue.
 FULL_SIZES = ((10, 400, 1600), (50, 100, 400))
@@ -436,6 +440,70 @@ def early_exit(size: tuple[int, int, int], *, factor: float = EXIT_FACTOR, cap: 
             "floor": EXIT_FLOOR, "floor_met": bool(ours["ratio_to_paper_gpm"] <= EXIT_FLOOR)}
 
 
+#: Orders ``d`` of the polar-factor measurement (issue 31), ``p`` blocks each.
+POLAR_ORDERS, POLAR_BLOCKS = (50, 100, 200, 400, 500), 10
+QUICK_POLAR_ORDERS = (10, 30)
+
+
+def polar_routes(orders: tuple[int, ...], *, blocks: int = POLAR_BLOCKS, repeats: int = 3,
+                 threads: int = 1) -> dict:
+    """Seconds of one stack of ``blocks`` polar factors at each order ``d`` by the eigh route
+    (the solver's default), by Newton-Schulz in batched matrix products and by the SVD, best of
+    ``repeats`` in this process at ``threads`` BLAS threads; each route's largest entrywise
+    distance to the SVD's factor; ``newton_schulz_over_eigh`` (below 1: Newton-Schulz pays), the
+    route :func:`common.linalg.polar_route` chooses, and the load average of each row. Blocks
+    like the GPM's ``(G R)_i``: singular values spread over ``[1, POLAR_PROBE_KAPPA]``, and
+    Gaussian blocks (wider spread)."""
+    from noisyanchor.common.linalg import (
+        POLAR_PROBE_KAPPA,
+        POLAR_ROUTES,
+        polar_factor,
+        polar_route,
+    )
+
+    rng = np.random.default_rng(7)
+    rows = []
+    with blas_threads(threads):
+        for d in orders:
+            u, v = polar_factor(rng.standard_normal((2, blocks, d, d)))
+            cases = {"gpm-like": u * np.geomspace(1.0, POLAR_PROBE_KAPPA, d) @ v,
+                     "gaussian": rng.standard_normal((blocks, d, d))}
+            for case, m in cases.items():
+                exact = polar_factor(m)
+                row = {"d": d, "blocks": blocks, "case": case, "loadavg": os.getloadavg()}
+                for name, route in (*POLAR_ROUTES.items(), ("svd", polar_factor)):
+                    times = []
+                    for _ in range(repeats):
+                        start = time.perf_counter()
+                        out = route(m)
+                        times.append(time.perf_counter() - start)
+                    row[f"{name}_seconds"] = min(times)
+                    row[f"{name}_max_error"] = float(np.abs(out - exact).max())
+                row["newton_schulz_over_eigh"] = (row["newton-schulz_seconds"]
+                                                  / row["eigh_seconds"])
+                row["chosen"] = polar_route(d, threads)
+                print(f"  polar d={d} {case}: ns/eigh {row['newton_schulz_over_eigh']:.2f}",
+                      file=sys.stderr, flush=True)
+                rows.append(row)
+    ratios = [r["newton_schulz_over_eigh"] for r in rows if r["case"] == "gpm-like"]
+    pays = [r["d"] for r in rows if r["case"] == "gpm-like" and r["newton_schulz_over_eigh"] < 1]
+    return {"threads": threads, "repeats": repeats, "rows": rows,
+            "newton_schulz_pays_at": pays, "best_ratio": min(ratios)}
+
+
+def polar_table(report: dict) -> str:
+    """Human-readable summary of :func:`polar_routes`."""
+    lines = [f"polar factors, {report['threads']} BLAS thread(s), best of {report['repeats']}"]
+    for r in report["rows"]:
+        lines.append(f"    d={r['d']:4d} {r['case']:9s} eigh {r['eigh_seconds'] * 1e3:8.2f} ms  "
+                     f"newton-schulz {r['newton-schulz_seconds'] * 1e3:8.2f} ms  svd "
+                     f"{r['svd_seconds'] * 1e3:8.2f} ms  ns/eigh "
+                     f"{r['newton_schulz_over_eigh']:.2f}  chosen {r['chosen']}  "
+                     f"(errors {r['eigh_max_error']:.0e}, {r['newton-schulz_max_error']:.0e}; "
+                     f"load {r['loadavg'][0]:.1f})")
+    return "\n".join(lines)
+
+
 def gopp_module_factor(anchors: np.ndarray) -> np.ndarray:
     """The solver's factor ``K`` of ``G = K^T K`` for ``anchors``."""
     from noisyanchor.common.gopp import _GramOperator
@@ -726,7 +794,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated: fixed,rules (issue 2/14 measurements, gopp.json) "
                              "and/or peers (issue 24: peers, 1 and 2 threads, floors; "
                              "gopp_peers.json) and/or early-exit (issue 31: the certificate's "
-                             "early exit above v_PT, 1 thread; gopp_early_exit.json)")
+                             "early exit above v_PT, 1 thread; gopp_early_exit.json) and/or "
+                             "polar (issue 31: polar factors by eigh, Newton-Schulz and SVD at "
+                             "d = 50..500; gopp_polar.json)")
     parser.add_argument("--peer-threads", default=",".join(map(str, PEER_THREADS)),
                         help="comma-separated CPU counts of the peer rows (default 1,2)")
     parser.add_argument("--skip-peers", default="",
@@ -746,6 +816,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     configure_blas()
     sections = set(args.sections.split(","))
+    if "polar" in sections:
+        polar_report = {"meta": _meta(args.quick), **polar_routes(
+            QUICK_POLAR_ORDERS if args.quick else POLAR_ORDERS, repeats=2 if args.quick else 3)}
+        polar_report["meta"]["loadavg_end"] = os.getloadavg()
+        polar_out = args.out if args.out is not None and sections == {"polar"} else (
+            None if args.quick else POLAR_RESULTS)
+        if polar_out is not None:
+            polar_out.parent.mkdir(parents=True, exist_ok=True)
+            polar_out.write_text(json.dumps(polar_report, indent=2) + "\n")
+        print(polar_table(polar_report))
+        sections.discard("polar")
+        if not sections:
+            return 0
     if "early-exit" in sections:
         size = (tuple(int(x) for x in args.exit_size.split(",")) if args.exit_size
                 else QUICK_EXIT_SIZE if args.quick else EXIT_SIZE)

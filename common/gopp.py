@@ -47,11 +47,12 @@ from noisyanchor.common.gopp_certificate import (
     certify,
 )
 from noisyanchor.common.linalg import (
+    POLAR_ROUTES,
     BlockWorkers,
     center_rows,
     extreme_eigh,
     polar_factor,
-    polar_factor_fast,
+    polar_route,
 )
 from noisyanchor.common.validation import (
     check_anchor_rows,
@@ -204,6 +205,9 @@ class GoppResult:
         Why the certificate stopped before computing ``lambda_min`` (the bound that proved it
         below ``-certificate_tol``, :func:`common.gopp_certificate.certify`); empty when it ran
         to the end.
+    polar_route : str
+        How the polar factors were computed: ``"eigh"`` or ``"newton-schulz"``, the faster
+        measured on this machine at this ``d`` (:func:`common.linalg.polar_route`).
     """
 
     rotations: np.ndarray
@@ -232,6 +236,7 @@ class GoppResult:
     switch_reason: str = ""
     stop_reason: str = ""
     certificate_early_exit: str = ""
+    polar_route: str = "eigh"
 
 
 class _GramOperator:
@@ -341,9 +346,10 @@ class _GpmStep:
     """
 
     def __init__(self, op: _GramOperator, workers: BlockWorkers, *, mixed: bool,
-                 exact_below: float) -> None:
+                 exact_below: float, polar: Callable[[np.ndarray], np.ndarray]) -> None:
         self.op = op
         self.workers = workers
+        self.polar = polar
         self.k32 = op.k.astype(np.float32) if mixed else None
         self.exact_below = exact_below
         #: Drift allowed per unit of relative step on top of ``PRODUCT_DRIFT_BUDGET`` (set while
@@ -361,7 +367,7 @@ class _GpmStep:
 
         def polar_part(g: slice) -> float:
             m = gr[g] if beta == 0.0 else gr[g] + beta * (gr[g] - gr_prev[g])
-            new[g] = polar_factor_fast(m)
+            new[g] = self.polar(m)
             np.subtract(new[g], rot[g], out=delta[g])
             return float(np.sum(delta[g] ** 2))
 
@@ -586,14 +592,15 @@ class _PowerRun:
         return drift
 
 
-def _spectral_start(u: np.ndarray, workers: BlockWorkers) -> np.ndarray:
+def _spectral_start(u: np.ndarray, workers: BlockWorkers,
+                    polar: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """``R^(0)``: blockwise ``Pi(U_i)`` of the top-``d`` eigenvectors ``U`` (``pd x d``) of
-    ``G``."""
+    ``G``, by the route ``polar``."""
     d = u.shape[1]
     rot = np.empty((u.shape[0] // d, d, d))
 
     def start_part(g: slice) -> None:
-        rot[g] = polar_factor_fast(u[g.start * d:g.stop * d].reshape(-1, d, d))
+        rot[g] = polar(u[g.start * d:g.stop * d].reshape(-1, d, d))
 
     workers.map(start_part)
     return rot
@@ -601,6 +608,7 @@ def _spectral_start(u: np.ndarray, workers: BlockWorkers) -> np.ndarray:
 
 def _power_iterations(op: _GramOperator, workers: BlockWorkers, rot: np.ndarray, *,
                       max_iter: int, rule: _StoppingRule, accelerate: bool, mixed: bool,
+                      polar: Callable[[np.ndarray], np.ndarray],
                       auto: bool = False) -> _PowerRun:
     """The (optionally extrapolated) GPM from ``R^(0) = rot`` until ``rule`` or ``max_iter``.
 
@@ -612,7 +620,8 @@ def _power_iterations(op: _GramOperator, workers: BlockWorkers, rot: np.ndarray,
     run = _PowerRun(rot, gr, [_objective(rot, gr)], [time.perf_counter()])
     gr_prev = gr
     momentum = _Momentum(accelerate)
-    gpm_step = _GpmStep(op, workers, mixed=mixed, exact_below=EXACT_NEAR_TOL * rule.step_tol)
+    gpm_step = _GpmStep(op, workers, mixed=mixed, exact_below=EXACT_NEAR_TOL * rule.step_tol,
+                        polar=polar)
     plain_sizes: list[float] = []
     while run.iterations < max_iter:
         beta = momentum.beta
@@ -767,9 +776,11 @@ def solve_gopp(
     with blas_threads(threads["start"]):
         u, lambda_1 = op.top_eigvecs()
     with blas_threads(threads["steps"]), workers:
-        rot = _spectral_start(u, workers)
+        route = polar_route(d, threads["steps"])
+        rot = _spectral_start(u, workers, POLAR_ROUTES[route])
         run = _power_iterations(op, workers, rot, max_iter=max_iter, rule=rule,
-                                accelerate=accelerate, mixed=mixed, auto=method == "auto")
+                                accelerate=accelerate, mixed=mixed, polar=POLAR_ROUTES[route],
+                                auto=method == "auto")
     drift_estimate = run.drift
     with blas_threads(gemm_threads(op.product_flops, idle)):
         product_drift = run.make_exact(op)
@@ -811,6 +822,7 @@ def solve_gopp(
         switched_at=run.switched_at,
         switch_reason=run.switch_reason,
         stop_reason=rule.reason,
+        polar_route=route,
     )
 
 
