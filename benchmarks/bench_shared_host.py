@@ -9,7 +9,9 @@ Workloads, each run in this process with the threads the policy chooses:
 * GOPP to the default stopping rule, certificate included, at p = 50, d = 100, r = 400 and at
   the CelebA size p = 10, d = 400, r = 1,600 (both at 0.5 v_PT), under the policy (idle time
   over a window, issue 31) and under the policy before it (the count of runnable tasks, three
-  reads 1 ms apart: :func:`runnable_count_idle_cpus`).
+  reads 1 ms apart: :func:`runnable_count_idle_cpus`);
+* GOPP above v_PT (p = 10, d = 200, r = 800 at 1.5 v_PT), the default solve (the certificate's
+  early exit) and the same solve with the full certificate (issue 31).
 
 Beside that, ``decisions``: how often each policy grants more than one BLAS thread, alone and
 beside the competitor (:data:`DECISIONS` decisions each).
@@ -71,6 +73,10 @@ COMPETITOR_WARMUP = 0.5
 
 #: Thread decisions of each policy counted alone and beside the competitor.
 DECISIONS = 40
+
+#: ``(p, d, r)`` of GOPP above ``v_PT`` (1.5 ``v_PT``), default solve and full certificate: the
+#: certificate's early exit beside a busy process (issue 31; ``m = 800``: the matrix-free path).
+ABOVE_V_PT_SIZE = (10, 200, 800)
 
 #: Reads of the runnable-task count by the policy before issue 31 (the smallest was kept).
 RUNNABLE_SAMPLES = 3
@@ -171,17 +177,23 @@ def _gram_release(n: int, *, default_threads: bool = False) -> Workload:
 
 
 def _gopp(p: int, d: int, r: int, *, default_threads: bool = False,
-          policy: str = "idle window") -> Workload:
-    anchors = list(make_anchors(p, d, r, 0.5, seed=1))
+          policy: str = "idle window", factor: float = 0.5,
+          early_exit: bool = True) -> Workload:
+    anchors = list(make_anchors(p, d, r, factor, seed=1))
 
     def run() -> dict:
         with _threads(default_threads), idle_policy(policy):
-            res = solve_gopp(anchors)
-        return {**res.blas_threads, "iterations": res.iterations, "certified": res.certified}
+            res = solve_gopp(anchors, certificate_early_exit=early_exit)
+        return {**res.blas_threads, "iterations": res.iterations, "certified": res.certified,
+                "stopped_by": res.stopped_by, "certificate_seconds": res.certificate_seconds,
+                "certificate_early_exit": bool(res.certificate_early_exit),
+                "polar_route": res.polar_route}
 
     label = (" (library default threads)" if default_threads
              else "" if policy == "idle window" else f" ({policy})")
-    return Workload(f"GOPP p={p} d={d} r={r}, 0.5 v_PT{label}", run)
+    if not early_exit:
+        label += " (full certificate)"
+    return Workload(f"GOPP p={p} d={d} r={r}, {factor} v_PT{label}", run)
 
 
 def workloads(quick: bool, baseline_all: bool) -> list[Workload]:
@@ -189,8 +201,10 @@ def workloads(quick: bool, baseline_all: bool) -> list[Workload]:
     eigh_sizes = (100, 300) if quick else (400, 1600)
     gram_n = 200 if quick else 1000
     gopp_sizes = ((8, 10, 40), (4, 20, 80)) if quick else ((50, 100, 400), (10, 400, 1600))
+    above = (10, 20, 80) if quick else ABOVE_V_PT_SIZE
     ours = ([_eigh(n) for n in eigh_sizes] + [_gram_release(gram_n)]
-            + [_gopp(*size, policy=policy) for size in gopp_sizes for policy in POLICIES])
+            + [_gopp(*size, policy=policy) for size in gopp_sizes for policy in POLICIES]
+            + [_gopp(*above, factor=1.5, early_exit=early) for early in (True, False)])
     baselines = [_eigh(n, default_threads=True) for n in eigh_sizes]
     if baseline_all:
         baselines += ([_gram_release(gram_n, default_threads=True)]
