@@ -470,8 +470,10 @@ def polar_routes(orders: tuple[int, ...], *, blocks: int = POLAR_BLOCKS, repeats
                  threads: int = 1) -> dict:
     """Seconds of one stack of ``blocks`` polar factors at each order ``d`` by the eigh route
     (the solver's default), by Newton-Schulz in batched matrix products and by the SVD, best of
-    ``repeats`` in this process at ``threads`` BLAS threads; each route's largest entrywise
-    distance to the SVD's factor; ``newton_schulz_over_eigh`` (below 1: Newton-Schulz pays), the
+    ``repeats`` in this process at ``threads`` BLAS threads, wall and this thread's CPU time
+    (what other processes on the shared cores do not stretch); each route's largest entrywise
+    distance to the SVD's factor; ``newton_schulz_over_eigh`` in CPU time (below 1:
+    Newton-Schulz pays; ``_wall`` in wall time), the
     route :func:`common.linalg.polar_route` chooses, and the load average of each row. Blocks
     like the GPM's ``(G R)_i``: singular values spread over ``[1, POLAR_PROBE_KAPPA]``, and
     Gaussian blocks (wider spread)."""
@@ -493,15 +495,18 @@ def polar_routes(orders: tuple[int, ...], *, blocks: int = POLAR_BLOCKS, repeats
                 exact = polar_factor(m)
                 row = {"d": d, "blocks": blocks, "case": case, "loadavg": os.getloadavg()}
                 for name, route in (*POLAR_ROUTES.items(), ("svd", polar_factor)):
-                    times = []
+                    wall, cpu = [], []
                     for _ in range(repeats):
-                        start = time.perf_counter()
+                        start, cpu_start = time.perf_counter(), time.thread_time()
                         out = route(m)
-                        times.append(time.perf_counter() - start)
-                    row[f"{name}_seconds"] = min(times)
+                        cpu.append(time.thread_time() - cpu_start)
+                        wall.append(time.perf_counter() - start)
+                    row[f"{name}_seconds"], row[f"{name}_cpu_seconds"] = min(wall), min(cpu)
                     row[f"{name}_max_error"] = float(np.abs(out - exact).max())
-                row["newton_schulz_over_eigh"] = (row["newton-schulz_seconds"]
-                                                  / row["eigh_seconds"])
+                row["newton_schulz_over_eigh"] = (row["newton-schulz_cpu_seconds"]
+                                                  / row["eigh_cpu_seconds"])
+                row["newton_schulz_over_eigh_wall"] = (row["newton-schulz_seconds"]
+                                                       / row["eigh_seconds"])
                 row["chosen"] = polar_route(d, threads)
                 print(f"  polar d={d} {case}: ns/eigh {row['newton_schulz_over_eigh']:.2f}",
                       file=sys.stderr, flush=True)
@@ -516,9 +521,9 @@ def polar_table(report: dict) -> str:
     """Human-readable summary of :func:`polar_routes`."""
     lines = [f"polar factors, {report['threads']} BLAS thread(s), best of {report['repeats']}"]
     for r in report["rows"]:
-        lines.append(f"    d={r['d']:4d} {r['case']:9s} eigh {r['eigh_seconds'] * 1e3:8.2f} ms  "
-                     f"newton-schulz {r['newton-schulz_seconds'] * 1e3:8.2f} ms  svd "
-                     f"{r['svd_seconds'] * 1e3:8.2f} ms  ns/eigh "
+        lines.append(f"    d={r['d']:4d} {r['case']:9s} eigh {r['eigh_cpu_seconds'] * 1e3:8.2f} ms"
+                     f"  newton-schulz {r['newton-schulz_cpu_seconds'] * 1e3:8.2f} ms  svd "
+                     f"{r['svd_cpu_seconds'] * 1e3:8.2f} ms (CPU)  ns/eigh "
                      f"{r['newton_schulz_over_eigh']:.2f}  chosen {r['chosen']}  "
                      f"(errors {r['eigh_max_error']:.0e}, {r['newton-schulz_max_error']:.0e}; "
                      f"load {r['loadavg'][0]:.1f})")

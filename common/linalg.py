@@ -185,6 +185,13 @@ POLAR_PROBE_BLOCKS = 2
 #: 11 near ``v_PT`` (measured).
 POLAR_PROBE_KAPPA = 10.0
 
+#: Calls of each route timed by the calibration (the best counts).
+POLAR_PROBE_REPEATS = 3
+
+#: Newton-Schulz is chosen when it takes at most this fraction of the eigh route's time (a
+#: margin against timing noise).
+POLAR_PROBE_MARGIN = 0.8
+
 _ROUTES: dict[tuple[int, int], str] = {}
 _ROUTES_LOCK = threading.Lock()
 
@@ -199,32 +206,36 @@ def polar_route(d: int, threads: int = 1) -> str:
     (:func:`polar_factor_newton_schulz`).
 
     Rule: measured once per process for each ``(d, threads)``, on ``POLAR_PROBE_BLOCKS``
-    blocks with singular values spread over ``[1, POLAR_PROBE_KAPPA]``, the best of two calls
-    of each route; Newton-Schulz when it took less time. Its matrix products gain on the
+    blocks with singular values spread over ``[1, POLAR_PROBE_KAPPA]``, the best of
+    ``POLAR_PROBE_REPEATS`` calls of each route; Newton-Schulz when it took at most
+    ``POLAR_PROBE_MARGIN`` of the eigh route's time. Its matrix products gain on the
     eigensolve where BLAS runs near its peak and LAPACK's ``syevd`` does not (measured on 2
     shared cores, OpenBLAS: never at d = 50 to 500, benchmarks/bench_gopp.py ``polar``).
     Measured at the BLAS threads in force, which the caller passes as ``threads`` (the cache
-    key)."""
+    key); at one thread in this thread's CPU time, so that other processes on a shared host
+    do not decide it."""
     key = (int(d), int(threads))
     with _ROUTES_LOCK:
         if key not in _ROUTES:
-            _ROUTES[key] = _calibrate_polar(int(d))
+            _ROUTES[key] = _calibrate_polar(*key)
         return _ROUTES[key]
 
 
-def _calibrate_polar(d: int) -> str:
+def _calibrate_polar(d: int, threads: int) -> str:
     rng = np.random.default_rng(0)
     u, v = polar_factor(rng.standard_normal((2, POLAR_PROBE_BLOCKS, d, d)))
     m = u * np.geomspace(1.0, POLAR_PROBE_KAPPA, d) @ v
+    clock = time.thread_time if threads == 1 else time.perf_counter
     best = {}
     for name, route in POLAR_ROUTES.items():
         times = []
-        for _ in range(2):
-            start = time.perf_counter()
+        for _ in range(POLAR_PROBE_REPEATS):
+            start = clock()
             route(m)
-            times.append(time.perf_counter() - start)
+            times.append(clock() - start)
         best[name] = min(times)
-    return "newton-schulz" if best["newton-schulz"] < best["eigh"] else "eigh"
+    ns_pays = best["newton-schulz"] <= POLAR_PROBE_MARGIN * best["eigh"]
+    return "newton-schulz" if ns_pays else "eigh"
 
 
 def center_rows(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -91,6 +91,8 @@ def test_quick_polar_section_records_each_route_and_its_ratio(tmp_path):
     assert [r["d"] for r in report["rows"]] == [10, 10, 30, 30]
     for row in report["rows"]:
         assert row["newton_schulz_over_eigh"] == pytest.approx(
+            row["newton-schulz_cpu_seconds"] / row["eigh_cpu_seconds"])
+        assert row["newton_schulz_over_eigh_wall"] == pytest.approx(
             row["newton-schulz_seconds"] / row["eigh_seconds"])
         assert row["newton-schulz_max_error"] < 1e-12 and row["chosen"] in POLAR_ROUTES
         assert len(row["loadavg"]) == 3
