@@ -23,7 +23,8 @@ ideal on 2 cores). The straightforward baseline is the same ``eigh`` at the BLAS
 default thread count (every CPU, busy-waiting OpenBLAS threads), alone and beside the competitor;
 ``--baseline-all`` times every workload that way (the release and GOPP can then take minutes).
 
-``--only TEXT`` keeps the workloads whose name contains TEXT. ``--crossover`` instead measures,
+``--only TEXT`` keeps the workloads whose name contains TEXT (``--merge``: their rows replace
+their old ones in the existing JSON, the others kept). ``--crossover`` instead measures,
 alone, where a second BLAS thread starts to pay for ``eigh`` and for matrix products (the
 constants ``EIGH_CROSSOVER`` and ``GEMM_CROSSOVER_FLOPS`` of ``common/blas.py``); it needs a
 quiet machine to mean anything.
@@ -264,7 +265,9 @@ def shared_host(quick: bool, repeat: int, baseline_all: bool, only: str = "") ->
         ratio = beside["seconds"] / alone["seconds"]
         rows.append({"workload": work.name, "alone": alone, "with_competitor": beside,
                      "slowdown": ratio, "baseline": "library default threads" in work.name,
-                     "within_floor": bool(ratio <= FLOOR)})
+                     "within_floor": bool(ratio <= FLOOR),
+                     "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                     "loadavg": os.getloadavg()})
     return rows
 
 
@@ -354,6 +357,19 @@ def plot(report: dict, path: Path) -> None:
     save_figure(plt, fig, path)
 
 
+def merged(old: dict, new: dict) -> dict:
+    """``new`` with the rows of ``old``'s other workloads kept in their places (a row measured
+    again replaces its old one, new workloads come last), ``old``'s meta under
+    ``meta["merged_with"]`` and the floor judged on every row."""
+    rows = {r["workload"]: r for r in new["shared_host"]}
+    kept = [rows.pop(r["workload"], r) for r in old.get("shared_host", [])]
+    report = {**new, "shared_host": kept + list(rows.values())}
+    report["meta"] = {**new["meta"], "merged_with": old["meta"]}
+    report["floor_met"] = all(r["within_floor"] for r in report["shared_host"]
+                              if not r["baseline"])
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
@@ -367,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help=f"JSON path (default {RESULTS}, or blas_crossover.json beside it "
                              "with --crossover; --quick writes nothing unless set)")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the rows of the existing JSON's other workloads (with --only; "
+                             "each row says when it was measured and the load then)")
     args = parser.parse_args(argv)
     configure_blas()
     report: dict = {"meta": _meta(args.quick, args.repeat)}
@@ -381,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     report["meta"]["loadavg_end"] = os.getloadavg()
     default = RESULTS.with_name("blas_crossover.json") if args.crossover else RESULTS
     out = args.out if args.out is not None else (None if args.quick else default)
+    if out is not None and args.merge and out.exists() and not args.crossover:
+        report = merged(json.loads(out.read_text()), report)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")
