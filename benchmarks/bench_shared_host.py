@@ -351,9 +351,12 @@ def plot(report: dict, path: Path) -> None:
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("wall seconds (median), log scale")
-    load = report["meta"]["loadavg_start"][0]
-    ax.set_title(f"shared host: floor {FLOOR:g}x (1-minute load average at start {load:.1f})")
-    ax.legend(fontsize=8, loc="lower right")
+    metas = [report["meta"], *([report["meta"]["merged_with"]]
+                               if "merged_with" in report["meta"] else [])]
+    loads = sorted(m["loadavg_start"][0] for m in metas)
+    load = f"{loads[0]:.1f}" if len(loads) == 1 else f"{loads[0]:.1f}-{loads[-1]:.1f}"
+    ax.set_title(f"shared host: floor {FLOOR:g}x (1-minute load average at start {load})")
+    ax.legend(fontsize=8, loc="upper right")
     save_figure(plt, fig, path)
 
 
@@ -373,6 +376,8 @@ def merged(old: dict, new: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    parser.add_argument("--replot", action="store_true",
+                        help="only redraw the chart of the existing JSON (--out or the default)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per condition")
     parser.add_argument("--crossover", action="store_true",
                         help="measure where a second BLAS thread pays (quiet machine) instead")
@@ -387,6 +392,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep the rows of the existing JSON's other workloads (with --only; "
                              "each row says when it was measured and the load then)")
     args = parser.parse_args(argv)
+    if args.replot:
+        out = args.out or RESULTS
+        plot(json.loads(out.read_text()), out.with_suffix(".png"))
+        return 0
     configure_blas()
     report: dict = {"meta": _meta(args.quick, args.repeat)}
     if args.crossover:
