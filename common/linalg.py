@@ -178,8 +178,9 @@ def polar_factor_newton_schulz(m: np.ndarray) -> np.ndarray:
     return out
 
 
-#: Blocks timed per route when :func:`polar_route` calibrates an order ``d``.
-POLAR_PROBE_BLOCKS = 2
+#: Blocks timed per route when :func:`polar_route` calibrates an order ``d`` (one: the
+#: calibration costs a few polar factors, 0.4 s of CPU at d = 400).
+POLAR_PROBE_BLOCKS = 1
 
 #: Largest condition number of the calibration's blocks: the GPM's blocks ``(G R)_i`` have 5 to
 #: 11 near ``v_PT`` (measured).
