@@ -21,6 +21,9 @@ Three measurements per size, anchors ``B_i = A O_i + 1 Psi_i^T + v W_i`` at ``v 
 (``--exit-size`` for another), the default solve with the certificate's early exit, the same
 solve with the full certificate, and the paper's 500-iteration GPM (certificate off):
 ``gopp_early_exit.json``, with each solve's time over the paper GPM's (floor 0.2).
+``--sections polar`` (issue 31) times one stack of 10 polar factors at d = 50, 100, 200, 400,
+500 by the eigh route, by Newton-Schulz in batched matrix products and by the SVD, same process,
+one BLAS thread: ``gopp_polar.json``, with Newton-Schulz's time over the eigh route's.
 
 Peak memory is the tracemalloc peak of a short run (spectral start, 3 iterations, and for ours the
 certificate), so it counts numpy's arrays (the baseline's dense ``G`` included) but not BLAS
@@ -64,6 +67,7 @@ from noisyanchor.common.theory import phase_transition_v
 RESULTS = Path(__file__).resolve().parent / "results" / "gopp.json"
 PEER_RESULTS = RESULTS.with_name("gopp_peers.json")
 EXIT_RESULTS = RESULTS.with_name("gopp_early_exit.json")
+POLAR_RESULTS = RESULTS.with_name("gopp_polar.json")
 
 #: ``(p, d, r)``: the paper's CelebA size and the many-participants size of the issue.
 FULL_SIZES = ((10, 400, 1600), (50, 100, 400))
@@ -399,8 +403,11 @@ def early_exit(size: tuple[int, int, int], *, factor: float = EXIT_FACTOR, cap: 
     """The default solve (certificate with its early exit) and the same solve with the full
     certificate (``certificate_early_exit=False``), each against the paper's capped GPM, at
     ``size`` and ``factor v_PT`` on ``threads`` CPUs (issue 31): seconds, the certificate's
-    share, objective and verdict, and ``seconds / paper GPM seconds`` (floor
-    :data:`EXIT_FLOOR`)."""
+    share, objective and verdict, when it first held the paper GPM's objective, and
+    ``seconds / paper GPM seconds`` (floor :data:`EXIT_FLOOR`). The same ratio of CPU seconds
+    (``time.process_time``, one thread) beside it: other processes on the shared cores stretch
+    wall time unevenly over the paper GPM's minutes and our one, not CPU time. The load
+    average after each solve is in its row."""
     p, d, r = size
     listed = list(make_anchors(p, d, r, factor, seed=2))
     cpus = os.sched_getaffinity(0)
@@ -408,22 +415,39 @@ def early_exit(size: tuple[int, int, int], *, factor: float = EXIT_FACTOR, cap: 
     try:
         print(f"p={p} d={d} r={r} {factor} v_PT: paper GPM, {cap} iterations", file=sys.stderr,
               flush=True)
+        cpu = time.process_time()
         paper = solve_gopp(listed, max_iter=cap, method="gpm", stopping="absolute",
                            certify=False)
-        runs = {"paper-gpm": {"seconds": paper.seconds, "iterations": paper.iterations,
-                              "objective": paper.objective}}
+        paper_cpu = time.process_time() - cpu
+        runs = {"paper-gpm": {"seconds": paper.seconds, "cpu_seconds": paper_cpu,
+                              "iterations": paper.iterations, "objective": paper.objective,
+                              "polar_route": paper.polar_route, "loadavg": os.getloadavg()}}
         for name, early in (("ours", True), ("ours-full-certificate", False)):
             print(f"  {name}", file=sys.stderr, flush=True)
+            cpu = time.process_time()
             res = solve_gopp(listed, max_iter=cap, certificate_early_exit=early)
-            runs[name] = {"seconds": res.seconds, "certificate_seconds": res.certificate_seconds,
+            res_cpu = time.process_time() - cpu
+            reached = np.flatnonzero(res.objective_trace >= paper.objective * (1 - 1e-12))
+            runs[name] = {"seconds": res.seconds, "cpu_seconds": res_cpu,
+                          "certificate_seconds": res.certificate_seconds,
                           "iterations": res.iterations, "objective": res.objective,
+                          "objective_rel_to_paper_gpm": (res.objective - paper.objective)
+                          / abs(paper.objective),
+                          "iterations_to_paper_objective": (int(reached[0]) if len(reached)
+                                                            else None),
+                          "seconds_to_paper_objective": (float(res.trace_seconds[reached[0]])
+                                                         if len(reached) else None),
+                          "stopped_by": res.stopped_by, "stop_reason": res.stop_reason,
+                          "polar_route": res.polar_route,
                           "certified": res.certified,
                           "certificate_min_eig": res.certificate_min_eig,
                           "certificate_tol": res.certificate_tol,
                           "certificate_path": res.certificate_path,
                           "certificate_early_exit": res.certificate_early_exit,
                           "blas_threads": res.blas_threads,
-                          "ratio_to_paper_gpm": res.seconds / paper.seconds}
+                          "ratio_to_paper_gpm": res.seconds / paper.seconds,
+                          "cpu_ratio_to_paper_gpm": res_cpu / paper_cpu,
+                          "loadavg": os.getloadavg()}
     finally:  # the CPUs this process had before
         os.sched_setaffinity(0, cpus)
         configure_blas(announce=False)
@@ -433,7 +457,77 @@ def early_exit(size: tuple[int, int, int], *, factor: float = EXIT_FACTOR, cap: 
             "objective_rel_diff_early_vs_full": abs(ours["objective"] - full["objective"])
             / abs(full["objective"]),
             "same_verdict": ours["certified"] == full["certified"],
-            "floor": EXIT_FLOOR, "floor_met": bool(ours["ratio_to_paper_gpm"] <= EXIT_FLOOR)}
+            "floor": EXIT_FLOOR, "floor_met": bool(ours["ratio_to_paper_gpm"] <= EXIT_FLOOR),
+            "cpu_floor_met": bool(ours["cpu_ratio_to_paper_gpm"] <= EXIT_FLOOR)}
+
+
+#: Orders ``d`` of the polar-factor measurement (issue 31), ``p`` blocks each.
+POLAR_ORDERS, POLAR_BLOCKS = (50, 100, 200, 400, 500), 10
+QUICK_POLAR_ORDERS = (10, 30)
+
+
+def polar_routes(orders: tuple[int, ...], *, blocks: int = POLAR_BLOCKS, repeats: int = 3,
+                 threads: int = 1) -> dict:
+    """Seconds of one stack of ``blocks`` polar factors at each order ``d`` by the eigh route
+    (the solver's default), by Newton-Schulz in batched matrix products and by the SVD, best of
+    ``repeats`` in this process at ``threads`` BLAS threads, wall and this thread's CPU time
+    (what other processes on the shared cores do not stretch); each route's largest entrywise
+    distance to the SVD's factor; ``newton_schulz_over_eigh`` in CPU time (below 1:
+    Newton-Schulz pays; ``_wall`` in wall time), the
+    route :func:`common.linalg.polar_route` chooses, and the load average of each row. Blocks
+    like the GPM's ``(G R)_i``: singular values spread over ``[1, POLAR_PROBE_KAPPA]``, and
+    Gaussian blocks (wider spread)."""
+    from noisyanchor.common.linalg import (
+        POLAR_PROBE_KAPPA,
+        POLAR_ROUTES,
+        polar_factor,
+        polar_route,
+    )
+
+    rng = np.random.default_rng(7)
+    rows = []
+    with blas_threads(threads):
+        for d in orders:
+            u, v = polar_factor(rng.standard_normal((2, blocks, d, d)))
+            cases = {"gpm-like": u * np.geomspace(1.0, POLAR_PROBE_KAPPA, d) @ v,
+                     "gaussian": rng.standard_normal((blocks, d, d))}
+            for case, m in cases.items():
+                exact = polar_factor(m)
+                row = {"d": d, "blocks": blocks, "case": case, "loadavg": os.getloadavg()}
+                for name, route in (*POLAR_ROUTES.items(), ("svd", polar_factor)):
+                    wall, cpu = [], []
+                    for _ in range(repeats):
+                        start, cpu_start = time.perf_counter(), time.thread_time()
+                        out = route(m)
+                        cpu.append(time.thread_time() - cpu_start)
+                        wall.append(time.perf_counter() - start)
+                    row[f"{name}_seconds"], row[f"{name}_cpu_seconds"] = min(wall), min(cpu)
+                    row[f"{name}_max_error"] = float(np.abs(out - exact).max())
+                row["newton_schulz_over_eigh"] = (row["newton-schulz_cpu_seconds"]
+                                                  / row["eigh_cpu_seconds"])
+                row["newton_schulz_over_eigh_wall"] = (row["newton-schulz_seconds"]
+                                                       / row["eigh_seconds"])
+                row["chosen"] = polar_route(d, threads)
+                print(f"  polar d={d} {case}: ns/eigh {row['newton_schulz_over_eigh']:.2f}",
+                      file=sys.stderr, flush=True)
+                rows.append(row)
+    ratios = [r["newton_schulz_over_eigh"] for r in rows if r["case"] == "gpm-like"]
+    pays = [r["d"] for r in rows if r["case"] == "gpm-like" and r["newton_schulz_over_eigh"] < 1]
+    return {"threads": threads, "repeats": repeats, "rows": rows,
+            "newton_schulz_pays_at": pays, "best_ratio": min(ratios)}
+
+
+def polar_table(report: dict) -> str:
+    """Human-readable summary of :func:`polar_routes`."""
+    lines = [f"polar factors, {report['threads']} BLAS thread(s), best of {report['repeats']}"]
+    for r in report["rows"]:
+        lines.append(f"    d={r['d']:4d} {r['case']:9s} eigh {r['eigh_cpu_seconds'] * 1e3:8.2f} ms"
+                     f"  newton-schulz {r['newton-schulz_cpu_seconds'] * 1e3:8.2f} ms  svd "
+                     f"{r['svd_cpu_seconds'] * 1e3:8.2f} ms (CPU)  ns/eigh "
+                     f"{r['newton_schulz_over_eigh']:.2f}  chosen {r['chosen']}  "
+                     f"(errors {r['eigh_max_error']:.0e}, {r['newton-schulz_max_error']:.0e}; "
+                     f"load {r['loadavg'][0]:.1f})")
+    return "\n".join(lines)
 
 
 def gopp_module_factor(anchors: np.ndarray) -> np.ndarray:
@@ -548,8 +642,10 @@ def exit_table(report: dict) -> str:
     for name, x in report["runs"].items():
         extra = (f"  certificate {x['certificate_seconds']:.2f} s, certified {x['certified']} "
                  f"({x['certificate_min_eig']:.3g}), {x['ratio_to_paper_gpm']:.3f} of the paper "
-                 f"GPM's time" if "certified" in x else "")
-        lines.append(f"    {name:22s} {x['seconds']:9.2f} s  it {x['iterations']:4d}{extra}")
+                 f"GPM's time ({x['cpu_ratio_to_paper_gpm']:.3f} of its CPU time), "
+                 f"{x['stopped_by']}" if "certified" in x else "")
+        lines.append(f"    {name:22s} {x['seconds']:9.2f} s  cpu {x['cpu_seconds']:9.2f} s  "
+                     f"it {x['iterations']:4d}  load {x['loadavg'][0]:.1f}{extra}")
     lines.append(f"    same objective (rel diff {report['objective_rel_diff_early_vs_full']:.1e}), "
                  f"same verdict {report['same_verdict']}; floor {report['floor']} met "
                  f"{report['floor_met']}")
@@ -726,7 +822,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated: fixed,rules (issue 2/14 measurements, gopp.json) "
                              "and/or peers (issue 24: peers, 1 and 2 threads, floors; "
                              "gopp_peers.json) and/or early-exit (issue 31: the certificate's "
-                             "early exit above v_PT, 1 thread; gopp_early_exit.json)")
+                             "early exit above v_PT, 1 thread; gopp_early_exit.json) and/or "
+                             "polar (issue 31: polar factors by eigh, Newton-Schulz and SVD at "
+                             "d = 50..500; gopp_polar.json)")
     parser.add_argument("--peer-threads", default=",".join(map(str, PEER_THREADS)),
                         help="comma-separated CPU counts of the peer rows (default 1,2)")
     parser.add_argument("--skip-peers", default="",
@@ -746,6 +844,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     configure_blas()
     sections = set(args.sections.split(","))
+    if "polar" in sections:
+        polar_report = {"meta": _meta(args.quick), **polar_routes(
+            QUICK_POLAR_ORDERS if args.quick else POLAR_ORDERS, repeats=2 if args.quick else 3)}
+        polar_report["meta"]["loadavg_end"] = os.getloadavg()
+        polar_out = args.out if args.out is not None and sections == {"polar"} else (
+            None if args.quick else POLAR_RESULTS)
+        if polar_out is not None:
+            polar_out.parent.mkdir(parents=True, exist_ok=True)
+            polar_out.write_text(json.dumps(polar_report, indent=2) + "\n")
+        print(polar_table(polar_report))
+        sections.discard("polar")
+        if not sections:
+            return 0
     if "early-exit" in sections:
         size = (tuple(int(x) for x in args.exit_size.split(",")) if args.exit_size
                 else QUICK_EXIT_SIZE if args.quick else EXIT_SIZE)

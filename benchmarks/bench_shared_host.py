@@ -9,7 +9,9 @@ Workloads, each run in this process with the threads the policy chooses:
 * GOPP to the default stopping rule, certificate included, at p = 50, d = 100, r = 400 and at
   the CelebA size p = 10, d = 400, r = 1,600 (both at 0.5 v_PT), under the policy (idle time
   over a window, issue 31) and under the policy before it (the count of runnable tasks, three
-  reads 1 ms apart: :func:`runnable_count_idle_cpus`).
+  reads 1 ms apart: :func:`runnable_count_idle_cpus`);
+* GOPP above v_PT (p = 10, d = 200, r = 800 at 1.5 v_PT), the default solve (the certificate's
+  early exit) and the same solve with the full certificate (issue 31).
 
 Beside that, ``decisions``: how often each policy grants more than one BLAS thread, alone and
 beside the competitor (:data:`DECISIONS` decisions each).
@@ -21,7 +23,8 @@ ideal on 2 cores). The straightforward baseline is the same ``eigh`` at the BLAS
 default thread count (every CPU, busy-waiting OpenBLAS threads), alone and beside the competitor;
 ``--baseline-all`` times every workload that way (the release and GOPP can then take minutes).
 
-``--only TEXT`` keeps the workloads whose name contains TEXT. ``--crossover`` instead measures,
+``--only TEXT`` keeps the workloads whose name contains TEXT (``--merge``: their rows replace
+their old ones in the existing JSON, the others kept). ``--crossover`` instead measures,
 alone, where a second BLAS thread starts to pay for ``eigh`` and for matrix products (the
 constants ``EIGH_CROSSOVER`` and ``GEMM_CROSSOVER_FLOPS`` of ``common/blas.py``); it needs a
 quiet machine to mean anything.
@@ -71,6 +74,10 @@ COMPETITOR_WARMUP = 0.5
 
 #: Thread decisions of each policy counted alone and beside the competitor.
 DECISIONS = 40
+
+#: ``(p, d, r)`` of GOPP above ``v_PT`` (1.5 ``v_PT``), default solve and full certificate: the
+#: certificate's early exit beside a busy process (issue 31; ``m = 800``: the matrix-free path).
+ABOVE_V_PT_SIZE = (10, 200, 800)
 
 #: Reads of the runnable-task count by the policy before issue 31 (the smallest was kept).
 RUNNABLE_SAMPLES = 3
@@ -171,17 +178,23 @@ def _gram_release(n: int, *, default_threads: bool = False) -> Workload:
 
 
 def _gopp(p: int, d: int, r: int, *, default_threads: bool = False,
-          policy: str = "idle window") -> Workload:
-    anchors = list(make_anchors(p, d, r, 0.5, seed=1))
+          policy: str = "idle window", factor: float = 0.5,
+          early_exit: bool = True) -> Workload:
+    anchors = list(make_anchors(p, d, r, factor, seed=1))
 
     def run() -> dict:
         with _threads(default_threads), idle_policy(policy):
-            res = solve_gopp(anchors)
-        return {**res.blas_threads, "iterations": res.iterations, "certified": res.certified}
+            res = solve_gopp(anchors, certificate_early_exit=early_exit)
+        return {**res.blas_threads, "iterations": res.iterations, "certified": res.certified,
+                "stopped_by": res.stopped_by, "certificate_seconds": res.certificate_seconds,
+                "certificate_early_exit": bool(res.certificate_early_exit),
+                "polar_route": res.polar_route}
 
     label = (" (library default threads)" if default_threads
              else "" if policy == "idle window" else f" ({policy})")
-    return Workload(f"GOPP p={p} d={d} r={r}, 0.5 v_PT{label}", run)
+    if not early_exit:
+        label += " (full certificate)"
+    return Workload(f"GOPP p={p} d={d} r={r}, {factor} v_PT{label}", run)
 
 
 def workloads(quick: bool, baseline_all: bool) -> list[Workload]:
@@ -189,8 +202,10 @@ def workloads(quick: bool, baseline_all: bool) -> list[Workload]:
     eigh_sizes = (100, 300) if quick else (400, 1600)
     gram_n = 200 if quick else 1000
     gopp_sizes = ((8, 10, 40), (4, 20, 80)) if quick else ((50, 100, 400), (10, 400, 1600))
+    above = (10, 20, 80) if quick else ABOVE_V_PT_SIZE
     ours = ([_eigh(n) for n in eigh_sizes] + [_gram_release(gram_n)]
-            + [_gopp(*size, policy=policy) for size in gopp_sizes for policy in POLICIES])
+            + [_gopp(*size, policy=policy) for size in gopp_sizes for policy in POLICIES]
+            + [_gopp(*above, factor=1.5, early_exit=early) for early in (True, False)])
     baselines = [_eigh(n, default_threads=True) for n in eigh_sizes]
     if baseline_all:
         baselines += ([_gram_release(gram_n, default_threads=True)]
@@ -250,7 +265,9 @@ def shared_host(quick: bool, repeat: int, baseline_all: bool, only: str = "") ->
         ratio = beside["seconds"] / alone["seconds"]
         rows.append({"workload": work.name, "alone": alone, "with_competitor": beside,
                      "slowdown": ratio, "baseline": "library default threads" in work.name,
-                     "within_floor": bool(ratio <= FLOOR)})
+                     "within_floor": bool(ratio <= FLOOR),
+                     "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                     "loadavg": os.getloadavg()})
     return rows
 
 
@@ -334,15 +351,33 @@ def plot(report: dict, path: Path) -> None:
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("wall seconds (median), log scale")
-    load = report["meta"]["loadavg_start"][0]
-    ax.set_title(f"shared host: floor {FLOOR:g}x (1-minute load average at start {load:.1f})")
-    ax.legend(fontsize=8, loc="lower right")
+    metas = [report["meta"], *([report["meta"]["merged_with"]]
+                               if "merged_with" in report["meta"] else [])]
+    loads = sorted(m["loadavg_start"][0] for m in metas)
+    load = f"{loads[0]:.1f}" if len(loads) == 1 else f"{loads[0]:.1f}-{loads[-1]:.1f}"
+    ax.set_title(f"shared host: floor {FLOOR:g}x (1-minute load average at start {load})")
+    ax.legend(fontsize=8, loc="upper right")
     save_figure(plt, fig, path)
+
+
+def merged(old: dict, new: dict) -> dict:
+    """``new`` with the rows of ``old``'s other workloads kept in their places (a row measured
+    again replaces its old one, new workloads come last), ``old``'s meta under
+    ``meta["merged_with"]`` and the floor judged on every row."""
+    rows = {r["workload"]: r for r in new["shared_host"]}
+    kept = [rows.pop(r["workload"], r) for r in old.get("shared_host", [])]
+    report = {**new, "shared_host": kept + list(rows.values())}
+    report["meta"] = {**new["meta"], "merged_with": old["meta"]}
+    report["floor_met"] = all(r["within_floor"] for r in report["shared_host"]
+                              if not r["baseline"])
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    parser.add_argument("--replot", action="store_true",
+                        help="only redraw the chart of the existing JSON (--out or the default)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per condition")
     parser.add_argument("--crossover", action="store_true",
                         help="measure where a second BLAS thread pays (quiet machine) instead")
@@ -353,7 +388,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help=f"JSON path (default {RESULTS}, or blas_crossover.json beside it "
                              "with --crossover; --quick writes nothing unless set)")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the rows of the existing JSON's other workloads (with --only; "
+                             "each row says when it was measured and the load then)")
     args = parser.parse_args(argv)
+    if args.replot:
+        out = args.out or RESULTS
+        plot(json.loads(out.read_text()), out.with_suffix(".png"))
+        return 0
     configure_blas()
     report: dict = {"meta": _meta(args.quick, args.repeat)}
     if args.crossover:
@@ -367,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     report["meta"]["loadavg_end"] = os.getloadavg()
     default = RESULTS.with_name("blas_crossover.json") if args.crossover else RESULTS
     out = args.out if args.out is not None else (None if args.quick else default)
+    if out is not None and args.merge and out.exists() and not args.crossover:
+        report = merged(json.loads(out.read_text()), report)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")

@@ -22,8 +22,13 @@ def test_quick_early_exit_section_records_ratios_and_verdicts(tmp_path):
     for name in ("ours", "ours-full-certificate"):
         assert runs[name]["ratio_to_paper_gpm"] == pytest.approx(
             runs[name]["seconds"] / runs["paper-gpm"]["seconds"])
+        assert runs[name]["cpu_ratio_to_paper_gpm"] == pytest.approx(
+            runs[name]["cpu_seconds"] / runs["paper-gpm"]["cpu_seconds"])
+        assert runs[name]["stopped_by"] and len(runs[name]["loadavg"]) == 3
     assert runs["ours-full-certificate"]["certificate_early_exit"] == ""
     assert report["same_verdict"] and report["objective_rel_diff_early_vs_full"] <= 1e-12
     assert report["floor"] == bench_gopp.EXIT_FLOOR
     assert report["floor_met"] == (runs["ours"]["ratio_to_paper_gpm"] <= bench_gopp.EXIT_FLOOR)
+    assert report["cpu_floor_met"] == (
+        runs["ours"]["cpu_ratio_to_paper_gpm"] <= bench_gopp.EXIT_FLOOR)
     assert {"loadavg_start", "loadavg_end", "blas"} <= set(report["meta"])
