@@ -77,3 +77,17 @@ class FederationInfo:
     model: str | None = None
     schema: RecordSchema | None = None
     report_projection_cost: bool = False
+
+
+@dataclass(frozen=True)
+class AnchorSecret:
+    """What the dealer seals to each recipient: the 256-bit seed, the common parameters it was
+    dealt for, and every recipient's X25519 key it was sealed to (so a restarted dealer that
+    reopens its seed never seals it again to a key that changed)."""
+
+    seed: bytes
+    method: str
+    anchors: int
+    dim: int
+    translation_scale: float
+    sealed_to: dict[str, bytes]

@@ -15,6 +15,7 @@ from typing import Any
 
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.protocol_messages import (
+    AnchorSecret,
     Commitment,
     FederationInfo,
     SealedShare,
@@ -176,14 +177,21 @@ def commitment_message(commitment: Commitment) -> pb.Commitment:
     return pb.Commitment(participant_id=commitment.participant_id, digest=commitment.digest)
 
 
+def commitment_of(msg: pb.Commitment) -> Commitment:
+    """The commitment a ``Commitment`` message carries."""
+    return Commitment(msg.participant_id, bytes(msg.digest))
+
+
 def withdrawal_message(withdrawal: Withdrawal) -> pb.Withdrawal:
     """The ``Withdrawal`` message of ``withdrawal``."""
     return pb.Withdrawal(participant_id=withdrawal.participant_id, reason=withdrawal.reason)
 
 
 class ProtoCodec(ProtoHeaders):
-    """The protobuf :class:`analyst.core.codec.StoreCodec`: bundle headers
-    (:class:`common.wire.ProtoHeaders`) and relay objects, serialized deterministically."""
+    """The protobuf encoding of everything the cores keep or seal: the analyst's
+    :class:`analyst.core.codec.StoreCodec` (bundle headers, :class:`common.wire.ProtoHeaders`,
+    and relay objects) and the site's :class:`participant.core.agreement.SecretCodec` (a sealed
+    share's plaintext), each serialized deterministically."""
 
     def key_bytes(self, key: SignedKey) -> bytes:
         """The canonical bytes of a signed key."""
@@ -200,6 +208,19 @@ class ProtoCodec(ProtoHeaders):
     def share_of(self, raw: bytes) -> SealedShare:
         """The sealed share ``raw`` encodes."""
         return share_of(pb.SealedShare.FromString(raw))
+
+    def secret_bytes(self, secret: AnchorSecret) -> bytes:
+        """The canonical bytes of a sealed share's plaintext (``AnchorSecret``)."""
+        return pb.AnchorSecret(
+            seed=secret.seed, method=secret.method, anchors=secret.anchors, dim=secret.dim,
+            translation_scale=secret.translation_scale, sealed_to=secret.sealed_to,
+        ).SerializeToString(deterministic=True)
+
+    def secret_of(self, raw: bytes) -> AnchorSecret:
+        """The plaintext ``raw`` of an opened share encodes."""
+        msg = pb.AnchorSecret.FromString(raw)
+        return AnchorSecret(bytes(msg.seed), msg.method, msg.anchors, msg.dim,
+                            msg.translation_scale, dict(msg.sealed_to))
 
 
 #: The codec of the gRPC path (and of every store it wrote).

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 #: The core's modules (issue 32): the analyst's, the site's and the messages both share.
-CORE = ("noisyanchor.analyst.core",
+CORE = ("noisyanchor.analyst.core", "noisyanchor.participant.core",
         "noisyanchor.common.bundles", "noisyanchor.common.protocol_messages")
 
 #: Imports the core must never reach.
