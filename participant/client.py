@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import hashlib
 import logging
 import random
@@ -27,8 +28,10 @@ from typing import Any
 
 import grpc
 import numpy as np
+from cryptography import x509
 
 from noisyanchor.common import errors
+from noisyanchor.common.bundles import receipt
 from noisyanchor.common.durations import human_duration, human_time
 from noisyanchor.common.errors import (
     AnalystUnavailableError,
@@ -36,11 +39,14 @@ from noisyanchor.common.errors import (
     IntegrityError,
     InvalidInputError,
     NoisyAnchorError,
+    UnauthenticatedError,
 )
+from noisyanchor.common.identity import participant_id
 from noisyanchor.common.progress import Pending
+from noisyanchor.common.signed_statements import bundle_statement, sign, site_model_statement
 from noisyanchor.common.text import MAX_PEER_TEXT, peer_text
 from noisyanchor.common.tomlconfig import TlsFiles
-from noisyanchor.common.wire import CHUNK_SIZE, BundleSender, BundleSpec
+from noisyanchor.common.wire import CHUNK_SIZE, PROTO_HEADERS, BundleSender, BundleSpec
 from noisyanchor.participant import tls_check
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 from noisyanchor.protos.v1 import analyst_pb2_grpc as pb_grpc
@@ -321,7 +327,8 @@ class AnalystClient:
 
     def send_bundle(self, kind: str, spec: BundleSpec, arrays: Mapping[str, np.ndarray],
                     chunk_size: int = CHUNK_SIZE) -> pb.Receipt:
-        """Stream one bundle (``kind`` is ``upload`` or ``disclosure``); re-streamed on retry.
+        """Stream one bundle (``kind`` is ``upload`` or ``disclosure``), signed by this site's
+        kit key over its receipt (:mod:`common.signed_statements`); re-streamed on retry.
 
         With ``spec`` from ``bundle_spec(..., digests=False)`` the arrays are hashed while they
         are sent and the digests follow in the trailer (:class:`common.wire.BundleSender`); a
@@ -329,8 +336,25 @@ class AnalystClient:
         """
         rpc = self.raw_upload if kind == "upload" else self.raw_disclose
         deadline = STREAM_DEADLINE_BASE + spec.nbytes / STREAM_MIN_RATE
-        sender = BundleSender(spec, arrays, chunk_size)
+        pid = self.participant_id
+        sender = BundleSender(spec, arrays, chunk_size, sign=lambda final: self._sign(
+            bundle_statement(self.federation_id, pid, kind, receipt(
+                final, pid, PROTO_HEADERS.header_bytes))))
         return self.call(kind, lambda: rpc(sender.messages(), timeout=deadline))
+
+    @functools.cached_property
+    def participant_id(self) -> str:
+        """The id this site's own certificate names (:func:`common.identity.participant_id`):
+        whose statements it signs. Empty when it names no one participant: such a site's
+        statements go unsigned, and the analyst refuses the certificate saying why."""
+        try:
+            return participant_id(x509.load_pem_x509_certificate(self.tls.cert.read_bytes()))
+        except (UnauthenticatedError, ValueError):
+            return ""
+
+    def _sign(self, statement: bytes) -> bytes:
+        """This site's kit-key signature of ``statement`` (empty: see :attr:`participant_id`)."""
+        return sign(self.tls.key.read_bytes(), statement) if self.participant_id else b""
 
     def status(self, *, rejoin: bool = False) -> pb.StatusReply:
         """The federation's progress; ``rejoin``: this participant takes part again, which
@@ -348,9 +372,11 @@ class AnalystClient:
         """This participant's site model file from the analyst (``FetchSiteModel``), checked by
         its size and SHA-256 as it arrives; retried (from its start) while the analyst is
         unavailable. A federation that is not done is a refusal (FAILED_PRECONDITION) naming
-        what it waits for."""
-        request = pb.SiteModelRequest(federation_id=self.federation_id,
-                                      participant_id=participant_id)
+        what it waits for. The request is signed by this site's kit key."""
+        request = pb.SiteModelRequest(
+            federation_id=self.federation_id, participant_id=participant_id,
+            signature=self._sign(site_model_statement(
+                self.federation_id, self.participant_id, participant_id)))
         return self.call("fetch the site model", lambda: _receive_site_model(
             self.stub.FetchSiteModel(request, timeout=SITE_MODEL_DEADLINE), max_bytes))
 
