@@ -12,9 +12,8 @@ from noisyanchor.analyst.config import AnalystConfig
 from noisyanchor.analyst.federation import Federation
 from noisyanchor.analyst.storage import Store
 from noisyanchor.common.bundles import BundleStream, bundle_spec, iter_chunks, receipt
-from noisyanchor.common.errors import PreconditionError, UnauthenticatedError
+from noisyanchor.common.errors import IntegrityError, PreconditionError, UnauthenticatedError
 from noisyanchor.common.signed_statements import (
-    bundle_statement,
     commitment_statement,
     sign,
     site_model_statement,
@@ -22,6 +21,7 @@ from noisyanchor.common.signed_statements import (
 from noisyanchor.common.tomlconfig import TlsFiles
 from noisyanchor.common.wire import PROTO_HEADERS
 from noisyanchor.deploy.certs import write_pki
+from noisyanchor.participant.core.upload import SiteSigner
 
 N, D, R = 20, 5, 12
 
@@ -45,9 +45,9 @@ def _arrays(rng):
 
 
 def _upload_signature(key: bytes, pid: str, arrays) -> bytes:
-    spec = bundle_spec("f", "aa-igdp", arrays)
-    return sign(key, bundle_statement("f", pid, "upload",
-                                      receipt(spec, pid, PROTO_HEADERS.header_bytes)))
+    """What a site's core signs (participant.core.upload.SiteSigner)."""
+    return SiteSigner("f", pid, key, PROTO_HEADERS).bundle_signature(
+        "upload", bundle_spec("f", "aa-igdp", arrays))
 
 
 def _upload(fed, pid, arrays, signature, cert, *, trailer=False):
@@ -67,6 +67,18 @@ def test_an_upload_signed_by_its_site_commits_and_a_retry_is_checked_too(signed,
     assert _upload(fed, "a", arrays, signature, cert["a"], trailer=trailer).already_committed
     with pytest.raises(UnauthenticatedError, match="the upload of 'a' is not signed"):
         _upload(fed, "a", arrays, b"", cert["a"], trailer=trailer)
+
+
+def test_the_site_refuses_a_receipt_for_other_bytes_or_another_site(signed, rng):
+    fed, cert, key = signed
+    arrays = _arrays(rng)
+    spec = bundle_spec("f", "aa-igdp", arrays)
+    site = SiteSigner("f", "a", key["a"], PROTO_HEADERS)
+    answered = _upload(fed, "a", arrays, _upload_signature(key["a"], "a", arrays),
+                       cert["a"]).receipt
+    assert site.checked_receipt("upload", spec, answered) == answered
+    with pytest.raises(IntegrityError, match=r"receipt .* for the upload of 'a' is not the one"):
+        site.checked_receipt("upload", spec, receipt(spec, "b", PROTO_HEADERS.header_bytes))
 
 
 @pytest.mark.parametrize(("signer", "cert_of", "refusal"), [
