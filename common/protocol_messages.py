@@ -43,10 +43,14 @@ class SealedShare:
 
 @dataclass(frozen=True)
 class Commitment:
-    """A site's SHA-256 commitment to the anchor it derived."""
+    """A site's SHA-256 commitment to the anchor it derived, signed by its kit key
+    (:func:`common.signed_statements.commitment_statement`) under ``certificate_pem`` (as the
+    relay lists it: the site's exchange-key certificate)."""
 
     participant_id: str
     digest: bytes
+    signature: bytes = b""
+    certificate_pem: bytes = b""
 
 
 @dataclass(frozen=True)

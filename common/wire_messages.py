@@ -174,12 +174,15 @@ def share_of(msg: pb.SealedShare) -> SealedShare:
 
 def commitment_message(commitment: Commitment) -> pb.Commitment:
     """The ``Commitment`` message of ``commitment``."""
-    return pb.Commitment(participant_id=commitment.participant_id, digest=commitment.digest)
+    return pb.Commitment(participant_id=commitment.participant_id, digest=commitment.digest,
+                         signature=commitment.signature,
+                         certificate_pem=commitment.certificate_pem)
 
 
 def commitment_of(msg: pb.Commitment) -> Commitment:
     """The commitment a ``Commitment`` message carries."""
-    return Commitment(msg.participant_id, bytes(msg.digest))
+    return Commitment(msg.participant_id, bytes(msg.digest), bytes(msg.signature),
+                      bytes(msg.certificate_pem))
 
 
 def withdrawal_message(withdrawal: Withdrawal) -> pb.Withdrawal:

@@ -410,16 +410,20 @@ class Federation:
 
     # -- relay ---------------------------------------------------------------------------------
     def _publish_once(self, path: Path, data: bytes, refusal: str,
-                      same: Callable[[bytes], bool] | None = None, *, event: str) -> None:
+                      same: Callable[[bytes], bool] | None = None, *, event: str,
+                      beside: tuple[Path, bytes] | None = None) -> None:
         """Write ``data`` at ``path`` unless something is there already. Publishing again is a
         no-op (the first copy is kept) when ``same(stored bytes)`` holds (default: identical
-        bytes), else refused with ``refusal``: a restarted participant may repeat itself."""
+        bytes), else refused with ``refusal``: a restarted participant may repeat itself.
+        ``beside``: a file written just before ``path`` (what goes with it), only with it."""
         with self._lock:
             if path.exists():
                 stored = self.store.read(path)
                 if not (same(stored) if same is not None else stored == data):
                     raise AlreadyExistsError(refusal)
                 return
+            if beside is not None:
+                atomic_write(*beside)
             atomic_write(path, data)
         log.info("relay: %s", event)
 
@@ -541,15 +545,24 @@ class Federation:
         if cert_pem is not None:
             check_signed(cert_pem, self.ca_pems[0], pid, commitment_statement(
                 self.config.federation_id, pid, digest), signature, "the commitment")
+        # The signature is kept beside the digest, for the other sites to check too.
         self._publish_once(self.store.commitments / f"{pid}.bin", digest,
                            f"the commitment of {pid!r} was already published differently",
-                           event=f"{pid} committed to the anchor")
+                           event=f"{pid} committed to the anchor",
+                           beside=(self.store.commitments / f"{pid}.sig", signature))
 
     def list_commitments(self) -> list[Commitment]:
-        """Every published commitment."""
-        return [Commitment(pid, self.store.read(path))
-                for pid in self.config.participants
-                if (path := self.store.commitments / f"{pid}.bin").exists()]
+        """Every published commitment, with its signature and the certificate of the site's
+        published exchange key (each site checks them: the relay is not trusted)."""
+        listed = []
+        for pid in self.config.participants:
+            path = self.store.commitments / f"{pid}.bin"
+            if path.exists():
+                sig, key = path.with_suffix(".sig"), self._stored_key(pid)
+                listed.append(Commitment(
+                    pid, self.store.read(path), self.store.read(sig) if sig.exists() else b"",
+                    key.certificate_pem if key is not None else b""))
+        return listed
 
     # -- alignment -----------------------------------------------------------------------------
     def missing_uploads(self) -> list[str]:

@@ -26,7 +26,7 @@ Layout of a store::
     disclosures/<participant>.bundle  colluder disclosures (threat-model testing)
     relay/keys/<participant>.pb       signed X25519 public keys
     relay/sealed/<recipient>.pb       the dealer's sealed share for each recipient
-    relay/commitments/<participant>.bin
+    relay/commitments/<participant>.bin  its anchor commitment (.sig: its signature)
     result/                           Z, labels, tags, rotations, result.json, site models,
                                       manifest.json (the SHA-256 of every other file)
     store.json                        the store's federation and protocol digest

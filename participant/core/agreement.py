@@ -53,7 +53,7 @@ from noisyanchor.common.sealing import (
     verify_exchange_key,
     verify_statement,
 )
-from noisyanchor.common.signed_statements import commitment_statement, sign
+from noisyanchor.common.signed_statements import check_signed, commitment_statement, sign
 
 
 class ProtocolStateError(InvalidInputError):
@@ -376,6 +376,11 @@ class SeedAgreement:
         missing = sorted(set(self.expected) - {c.participant_id for c in commitments})
         if missing:
             raise ProtocolStateError(f"the reply lacks the commitments of {missing}")
+        for c in commitments:  # the relay is not trusted to say who committed to what
+            if c.participant_id in self.expected:
+                check_signed(c.certificate_pem, self._ca_pem, c.participant_id,
+                             commitment_statement(self.federation_id, c.participant_id,
+                                                  c.digest), c.signature, "the commitment")
         differ = sorted(c.participant_id for c in commitments if c.digest != self._digest)
         if differ:
             raise IntegrityError(f"participant(s) {differ} committed to a different anchor")

@@ -304,12 +304,16 @@ class AnchorSecret(_message.Message):
     def __init__(self, seed: _Optional[bytes] = ..., method: _Optional[str] = ..., anchors: _Optional[int] = ..., dim: _Optional[int] = ..., translation_scale: _Optional[float] = ..., sealed_to: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
 
 class Commitment(_message.Message):
-    __slots__ = ("participant_id", "digest")
+    __slots__ = ("participant_id", "digest", "signature", "certificate_pem")
     PARTICIPANT_ID_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_PEM_FIELD_NUMBER: _ClassVar[int]
     participant_id: str
     digest: bytes
-    def __init__(self, participant_id: _Optional[str] = ..., digest: _Optional[bytes] = ...) -> None: ...
+    signature: bytes
+    certificate_pem: bytes
+    def __init__(self, participant_id: _Optional[str] = ..., digest: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., certificate_pem: _Optional[bytes] = ...) -> None: ...
 
 class PublishCommitmentRequest(_message.Message):
     __slots__ = ("federation_id", "digest", "signature")

@@ -51,8 +51,9 @@ def _machine(pki, pid, key=None, dealer_seed=None):
                          dealer_seed=dealer_seed)
 
 
-def _perform(fed, pki, pid, action):
-    """What a transport does for ``action`` of site ``pid``, with the core called directly."""
+def _perform(fed, pki, pid, action, relay_lies=False):
+    """What a transport does for ``action`` of site ``pid``, with the core called directly;
+    ``relay_lies``: the relay lists another digest under ``pid``'s commitment."""
     cert = pki.clients[pid][0].read_bytes()
     if isinstance(action, ListKeys):
         keys = fed.list_keys()
@@ -67,19 +68,20 @@ def _perform(fed, pki, pid, action):
     if isinstance(action, PostShares):
         return fed.post_sealed(pid, action.shares, cert)
     if isinstance(action, PublishCommitment):
-        return fed.publish_commitment(pid, action.digest, action.signature, cert)
+        digest = bytes(32) if relay_lies else action.digest
+        return fed.publish_commitment(pid, digest, action.signature, None if relay_lies else cert)
     assert isinstance(action, ListCommitments)
     listed = fed.list_commitments()
     return listed if set(action.expected) <= {c.participant_id for c in listed} else WAIT
 
 
-def _run(fed, pki, machines):
+def _run(fed, pki, machines, relay_lies_for=None):
     """Step every site in turn until all agreed: ``{site: seed}``."""
     actions = {pid: m.start() for pid, m in machines.items()}
     for _ in range(100):
         for pid, machine in machines.items():
             if not isinstance(actions[pid], Agreed):
-                reply = _perform(fed, pki, pid, actions[pid])
+                reply = _perform(fed, pki, pid, actions[pid], pid == relay_lies_for)
                 if reply is not WAIT:
                     actions[pid] = machine.receive(reply)
         if all(isinstance(a, Agreed) for a in actions.values()):
@@ -115,6 +117,12 @@ def test_a_dealer_key_signed_by_another_site_is_refused_naming_it(relay):
     with pytest.raises(UnauthenticatedError, match="signed as 'a' comes with the certificate "
                        "of 'c'"):
         b.receive([forged])
+
+
+def test_a_commitment_the_relay_altered_is_refused_naming_its_site(relay):
+    fed, pki = relay
+    with pytest.raises(UnauthenticatedError, match="the commitment of 'c' does not verify"):
+        _run(fed, pki, {pid: _machine(pki, pid) for pid in SITES}, relay_lies_for="c")
 
 
 def test_a_reply_the_state_does_not_expect_is_refused(relay):
