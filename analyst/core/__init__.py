@@ -20,14 +20,21 @@ Public API
     - ``check_caller(pid, federation_id)``; ``describe() -> FederationInfo``;
       ``status(pid) -> dict`` (``withdrawn``: ``Withdrawal`` list); ``withdraw(pid, reason)``;
       ``rejoin(pid)``.
-    - ``upload(pid, stream: BundleStream) -> Committed`` (receipt, ``already_committed``): the
-      one upload; ``disclose(pid, stream)``: a colluder's disclosure.
+    - ``upload(pid, stream: BundleStream, cert_pem) -> Committed`` (receipt,
+      ``already_committed``): the one upload, ``stream.signature`` the site's kit-key signature
+      over its receipt; ``disclose(pid, stream, cert_pem)``: a colluder's disclosure.
     - relay: ``publish_key(pid, public_key, signature, bound_to, cert_pem)``,
       ``list_keys() -> [SignedKey]``, ``post_sealed(pid, [SealedShare], cert_pem)``,
-      ``get_sealed(pid) -> SealedShare``, ``publish_commitment(pid, digest)``,
-      ``list_commitments() -> [Commitment]``.
-    - ``site_model(pid, asked="") -> bytes`` once ``done``; ``maybe_align()``, ``wait()``,
-      ``close()``.
+      ``get_sealed(pid) -> SealedShare``, ``publish_commitment(pid, digest, signature,
+      cert_pem)``, ``list_commitments() -> [Commitment]`` (each with its signature and the
+      site's certificate, for the other sites to check).
+    - ``site_model(pid, asked="", signature, cert_pem) -> bytes`` once ``done``;
+      ``maybe_align()``, ``wait()``, ``close()``.
+    - ``cert_pem`` is the site's kit certificate (the CA's, naming ``pid``): the gRPC adapter
+      passes the connection's, another transport the one the message carries; every statement
+      is checked against it (:mod:`common.signed_statements`), refused with an
+      ``UnauthenticatedError`` naming the site. ``None``: an in-process caller (tests,
+      benchmarks) vouches for ``pid``.
 ``common.bundles``
     ``BundleSpec``, ``BundleStream(spec, chunks, trailer)``, ``bundle_spec``, ``receipt``.
 ``common.protocol_messages``
