@@ -1,0 +1,257 @@
+"""The Flower ClientApp: a site taking part in a federation through its organisation's Flower
+SuperNode instead of ``participant upload``.
+
+The SuperNode names the site's kit config in its node config
+(``flower-supernode --node-config 'noisyanchor-config="/kits/org-a/org-a.toml"'``); the
+ServerApp (:mod:`analyst.flower_server`) sends four kinds of ``query`` message
+(:mod:`common.flower_wire`), each answered here:
+
+``hello``
+    The federation's declaration; the site checks its kit and records against it (refused:
+    its withdrawal, with the gRPC path's text) and signs, with its kit's TLS key, who it is,
+    bound to the server's nonce and its node id.
+``agree``
+    A snapshot of the relay; the site runs the anchor agreement on it
+    (:mod:`participant.relay_view`) and answers what it publishes, until the seed is agreed.
+``upload``
+    Its one upload, computed exactly as ``participant upload`` computes it and sent as the
+    wire contract's bundle messages (the same receipt).
+``result``
+    The receipt and the site's own model file; the key, the receipt and the model are kept in
+    the state folder as the gRPC path keeps them, so ``participant predict`` works offline.
+
+References: issue 32, item 4.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from noisyanchor.common.flower_wire import (
+    AGREE,
+    HELLO,
+    RESULT,
+    UPLOAD,
+    content,
+    hello_statement,
+    refusal,
+    values,
+)
+
+# flower_wire first: it turns Flower's and Ray's telemetry off before Flower loads.
+# isort: split
+from flwr.app import ConfigRecord, Context, Message
+from flwr.clientapp import ClientApp
+
+# isort: split
+
+from noisyanchor.common.errors import ConfigError, InvalidInputError, NoisyAnchorError
+from noisyanchor.common.files import atomic_write, private_dir
+from noisyanchor.common.gdp import secret_rng
+from noisyanchor.common.models import load_site_model
+from noisyanchor.common.sealing import sign_statement
+from noisyanchor.common.wire import BundleSender, bundle_spec
+from noisyanchor.participant import run
+from noisyanchor.participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
+from noisyanchor.participant.compute import compute_upload
+from noisyanchor.participant.config import ParticipantConfig, load_participant_config
+from noisyanchor.participant.local_state import UploadReceipt, keep_receipt, now_iso
+from noisyanchor.participant.predict import SITE_MODEL_FILE, _checked
+from noisyanchor.participant.relay_view import RelayView, Suspended
+from noisyanchor.participant.site_state import (
+    SITE_KEY_FILE,
+    SiteKey,
+    keep_with_digest,
+    load_site_key,
+    records_digest,
+    upload_seed_path,
+    upload_seeds,
+)
+from noisyanchor.protos.v1 import analyst_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+#: The node config key naming the site's kit config (``participant.toml``).
+CONFIG_KEY = "noisyanchor-config"
+
+#: The key of an upload sent but not yet acknowledged (kept once the receipt comes back, as
+#: the gRPC path keeps it only once the analyst committed the upload).
+PENDING_KEY_FILE = "site-key.pending"
+
+
+def kit_config(context: Context) -> Path:
+    """The kit config the SuperNode's node config names (:data:`CONFIG_KEY`)."""
+    path = context.node_config.get(CONFIG_KEY)
+    if not path:
+        raise ConfigError(f"this SuperNode has no node config {CONFIG_KEY!r}: start it with "
+                          f"--node-config '{CONFIG_KEY}=\"/path/to/site.toml\"' (the site's kit)")
+    return Path(str(path))
+
+
+def joined(cfg: ParticipantConfig, info: pb.FederationInfo) -> run.Joined:
+    """This site's records read with the federation's schema and checked against its
+    declaration (``participant upload``'s checks, in its order); the schema is kept."""
+    run.check_member(cfg, info)
+    schema = run.served_schema(cfg, info)
+    data = run.read_records(cfg, schema)
+    x = run.working_data(cfg, data.x)
+    run.check_fits_federation(cfg, info, data, x)
+    run.keep_schema(cfg, info)
+    return run.Joined(info, data, x, schema.preprocessing_sha256 if schema is not None else b"")
+
+
+def _info(fields: ConfigRecord) -> pb.FederationInfo:
+    info = pb.FederationInfo()
+    info.ParseFromString(fields["info"])
+    return info
+
+
+def hello(cfg: ParticipantConfig, fields: ConfigRecord, node_id: int) -> dict[str, Any]:
+    """Who this site is (signed), and its withdrawal when its kit or records do not fit the
+    federation's declaration (nothing else leaves then)."""
+    info = _info(fields)
+    if info.federation_id != cfg.federation_id:
+        raise InvalidInputError(f"this SuperNode's kit is for federation {cfg.federation_id!r}, "
+                                f"the ServerApp runs {info.federation_id!r}")
+    private_dir(cfg.state_dir)
+    withdrawal, width = "", 0
+    try:
+        width = joined(cfg, info).x.shape[1]
+    except InvalidInputError as err:
+        withdrawal = run.withdrawal_reason(cfg, err)
+        log.error("%s; telling the analyst that %s withdraws", err, cfg.id)
+    statement = hello_statement(cfg.federation_id, cfg.id, bytes(fields["nonce"]), node_id,
+                                withdrawal)
+    return {"participant": cfg.id, "certificate": cfg.tls.cert.read_bytes(),
+            "signature": sign_statement(cfg.tls.key.read_bytes(), statement),
+            "withdrawal": withdrawal, "width": width}
+
+
+def _view(cfg: ParticipantConfig, fields: ConfigRecord) -> RelayView:
+    """The relay's snapshot a message carries."""
+    keys, commitments = pb.ListKeysReply(), pb.ListCommitmentsReply()
+    keys.ParseFromString(fields["keys"])
+    commitments.ParseFromString(fields["commitments"])
+    share = None
+    if fields.get("share"):
+        share = pb.SealedShare()
+        share.ParseFromString(fields["share"])
+    return RelayView(cfg.federation_id, list(keys.expected), keys, commitments, share)
+
+
+def _seed(cfg: ParticipantConfig, view: RelayView, d: int) -> bytes:
+    """The anchor agreement of ``participant upload`` run on ``view`` (raises
+    :class:`~participant.relay_view.Suspended` until the snapshot holds what it waits for)."""
+    r = cfg.anchors or 4 * d
+    return agree_on_seed(
+        view, participant_id=cfg.id, dealer=cfg.dealer, tls_key_pem=cfg.tls.key.read_bytes(),
+        ca_pem=cfg.tls.ca.read_bytes(),
+        params=SharedParameters(cfg.method, r, d, cfg.translation_scale),
+        key_path=exchange_key_path(cfg.state_dir, cfg.federation_id), dealer_seed=cfg.anchor_seed)
+
+
+def agree(cfg: ParticipantConfig, fields: ConfigRecord) -> dict[str, Any]:
+    """One step of the anchor agreement: what this site publishes now, and whether it holds
+    the agreed seed (``done``) or what it waits for."""
+    view = _view(cfg, fields)
+    try:
+        _seed(cfg, view, int(fields["width"]))
+        done, waiting = True, ""
+    except Suspended as pause:
+        done, waiting = False, str(pause.pending)
+    return {"kinds": [type(m).__name__ for m in view.sent] or None,
+            "sent": [m.SerializeToString(deterministic=True) for m in view.sent] or None,
+            "done": done, "waiting": waiting}
+
+
+def upload(cfg: ParticipantConfig, fields: ConfigRecord) -> dict[str, Any]:
+    """This site's one upload, as ``participant upload`` computes it (the same seeds, the same
+    bytes), as the bundle's wire messages; its key is kept aside until the receipt comes."""
+    site = joined(cfg, _info(fields))
+    data, x = site.data, site.x
+    seeds = None if cfg.seed is not None else upload_seeds(cfg)
+    rng = secret_rng(cfg.seed if seeds is None else seeds.secret)
+    tags = run._tags(cfg, data, seeds)
+    cost = run._projection_cost(cfg, site, tags)
+    d = x.shape[1]
+    r = cfg.anchors or 4 * d
+    seed = _seed(cfg, _view(cfg, fields), d) if cfg.needs_shared_seed else None
+    made, state = compute_upload(cfg.method, x, rng, shared_seed=seed, anchors=r,
+                                 sigma=cfg.sigma, v=cfg.v,
+                                 translation_scale=cfg.translation_scale)
+    arrays = {"data": made.data}
+    if made.anchor is not None:
+        arrays["anchor"] = made.anchor
+    arrays |= {"labels": data.labels.astype("<i8"), "tags": tags.astype("|i1")}
+    spec = bundle_spec(cfg.federation_id, cfg.method, arrays, digests=False,
+                       preprocessing_sha256=site.preprocessing_sha256, projection_cost=cost)
+    key = SiteKey(cfg.federation_id, cfg.id, cfg.method, state.key,
+                  run.public_projection(cfg, data.x.shape[1]), data.x.shape[1], tags,
+                  records_digest(data.x, data.labels), data.feature_names)
+    atomic_write(cfg.state_dir / PENDING_KEY_FILE, key.to_bytes())
+    return {"bundle": list(BundleSender(spec, arrays).messages()), "records": len(x)}
+
+
+def result(cfg: ParticipantConfig, fields: ConfigRecord) -> dict[str, Any]:
+    """Keep the key, the receipt and this site's model file (checked to be its own), as
+    ``participant upload`` and ``participant predict`` keep them."""
+    raw = bytes(fields["site_model"])
+    _checked(cfg, load_site_model(raw, what="the site model from the ServerApp"),
+             "the ServerApp's answer")
+    pending = cfg.state_dir / PENDING_KEY_FILE
+    if pending.is_file():
+        os.replace(pending, cfg.state_dir / SITE_KEY_FILE)
+    load_site_key(cfg)  # a key of this site and federation, or refused here
+    keep_receipt(cfg, UploadReceipt(cfg.federation_id, cfg.id, str(fields["receipt"]),
+                                    now_iso(), bool(fields["already_committed"]),
+                                    int(fields["records"]), int(fields["bytes"]), cfg.analyst))
+    keep_with_digest(cfg.state_dir / SITE_MODEL_FILE, raw)
+    upload_seed_path(cfg).unlink(missing_ok=True)
+    exchange_key_path(cfg.state_dir, cfg.federation_id).unlink(missing_ok=True)
+    log.info("%s: upload committed (receipt %s...) and site model kept in %s", cfg.id,
+             str(fields["receipt"])[:16], cfg.state_dir)
+    return {"kept": True}
+
+
+def client_app(config_path: Callable[[Context], Path] = kit_config) -> ClientApp:
+    """The ClientApp, its site's kit config found by ``config_path`` (default: the node
+    config's :data:`CONFIG_KEY`; the simulation maps each virtual node to a kit)."""
+    app = ClientApp()
+
+    def answer(message: Message, context: Context,
+               phase: Callable[[ParticipantConfig, ConfigRecord], dict[str, Any]]) -> Message:
+        # The protocol's refusals travel as a Flower Error with their class's code
+        # (common.flower_wire); anything else is Flower's to report.
+        try:
+            cfg = load_participant_config(config_path(context))
+            return Message(content(**phase(cfg, values(message))), reply_to=message)
+        except NoisyAnchorError as err:
+            log.error("%s: %s", message.metadata.message_type, err)
+            return refusal(err, message)
+
+    @app.query(HELLO)
+    def _hello(message: Message, context: Context) -> Message:
+        return answer(message, context, lambda cfg, fields: hello(
+            cfg, fields, message.metadata.dst_node_id))
+
+    @app.query(AGREE)
+    def _agree(message: Message, context: Context) -> Message:
+        return answer(message, context, agree)
+
+    @app.query(UPLOAD)
+    def _upload(message: Message, context: Context) -> Message:
+        return answer(message, context, upload)
+
+    @app.query(RESULT)
+    def _result(message: Message, context: Context) -> Message:
+        return answer(message, context, result)
+
+    return app
+
+
+#: The ClientApp a SuperNode loads (``clientapp = "noisyanchor.participant.flower_client:app"``).
+app = client_app()
