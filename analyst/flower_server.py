@@ -55,7 +55,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from noisyanchor.analyst.config import load_analyst_config
 from noisyanchor.analyst.federation import Federation
-from noisyanchor.analyst.storage import Store
+from noisyanchor.analyst.storage import Store, read_bundle_spec
 from noisyanchor.common.errors import (
     DeadlineExceededError,
     FederationFailedError,
@@ -89,6 +89,7 @@ class Site:
     node_id: int
     certificate: bytes
     width: int
+    exchange_key: bytes
 
 
 class FlowerFederation:
@@ -113,6 +114,14 @@ class FlowerFederation:
     def ask(self, phase: str, contents: dict[int, dict[str, Any]]) -> dict[int, ConfigRecord]:
         """Send each node its content and return each node's reply record; raise the first
         refusal, or name the nodes that did not answer within the reply timeout."""
+        replies, missing = self._exchange(phase, contents)
+        self._check_answered(phase, missing)
+        return replies
+
+    def _exchange(self, phase: str, contents: dict[int, dict[str, Any]]
+                  ) -> tuple[dict[int, ConfigRecord], list[int]]:
+        """One round: the reply records by node (the first refusal raised), and the nodes
+        that did not answer within the reply timeout."""
         messages = [self.grid.create_message(content(**c), message_type(phase), node, phase,
                                              ttl=self.reply_timeout)
                     for node, c in contents.items()]
@@ -121,13 +130,15 @@ class FlowerFederation:
         for node, reply in replies.items():
             if reply.has_error():
                 raise refused(reply.error, self._who(node))
-        missing = [self._who(n) for n in contents if n not in replies]
+        return ({node: values(reply) for node, reply in replies.items()},
+                [n for n in contents if n not in replies])
+
+    def _check_answered(self, phase: str, missing: list[int]) -> None:
         if missing:
             raise DeadlineExceededError(
-                f"no answer from {', '.join(missing)} within {self.reply_timeout:g} s "
-                f"({phase}): their SuperNodes went offline or stopped; what was committed "
-                "stays in the store, and a new run resumes the protocol")
-        return {node: values(reply) for node, reply in replies.items()}
+                f"no answer from {', '.join(map(self._who, missing))} within "
+                f"{self.reply_timeout:g} s ({phase}): their SuperNodes went offline or stopped; "
+                "what was committed stays in the store, and a new run resumes the protocol")
 
     def _who(self, node: int) -> str:
         named = [s.participant for s in self.sites.values() if s.node_id == node]
@@ -173,7 +184,7 @@ class FlowerFederation:
             if pid in self.sites:
                 raise UnauthenticatedError(f"nodes {self.sites[pid].node_id} and {node} both "
                                            f"hold {pid!r}'s kit; one site, one node")
-            self.sites[pid] = Site(pid, node, cert, int(r["width"]))
+            self.sites[pid] = Site(pid, node, cert, int(r["width"]), bytes(r["exchange_key"]))
             if withdrawal:
                 self.fed.withdraw(pid, withdrawal)
                 withdrawn[pid] = withdrawal
@@ -186,8 +197,22 @@ class FlowerFederation:
         if missing:
             raise PreconditionError(f"no node holds the kit of {', '.join(missing)}: every site "
                                     f"of federation {self.fid!r} needs its SuperNode")
+        self._check_kept_keys()
         log.info("flower: every site's node is known (%s)", ", ".join(
             f"{s.participant}: {s.node_id}" for s in self.sites.values()))
+
+    def _check_kept_keys(self) -> None:
+        """Refuse, before any agreement step, a site whose exchange key is not the one the
+        relay holds: once its upload is committed it is a second upload (the Federation's own
+        refusal), else its agreement cannot resume (the relay keeps the first key)."""
+        stored = {k.participant_id: bytes(k.public_key) for k in self.fed.list_keys()}
+        for pid, site in self.sites.items():
+            if pid in stored and stored[pid] != site.exchange_key:
+                self.fed.check_not_uploaded(pid)
+                raise PreconditionError(
+                    f"{pid} no longer holds the exchange key it published in federation "
+                    f"{self.fid!r} (its state folder lost it?); the relay keeps the first, so "
+                    "this agreement cannot resume: start a new federation under a new id")
 
     def _snapshot(self, pid: str) -> dict[str, Any]:
         """The relay as ``pid`` may see it: every signed key, the commitments, and only the
@@ -246,13 +271,18 @@ class FlowerFederation:
                                 + "; ".join(f"{p} waits for {w}" for p, w in waiting.items()))
 
     def upload(self) -> dict[str, dict[str, Any]]:
-        """Every site's one upload, committed; then the alignment, waited for."""
+        """Every site's one upload, committed (those that came, when a node did not answer; a
+        site committed in an earlier run is not asked again); then the alignment, waited
+        for."""
         info = self.fed.describe().SerializeToString(deterministic=True)
-        replies = self.ask_sites(UPLOAD, {p: {"info": info} | self._snapshot(p)
-                                          for p in self.fed.config.participants})
-        receipts = {}
-        for pid, r in replies.items():
-            stream = BundleStream.from_messages(r["bundle"])
+        committed = set(self.fed.store.committed(self.fed.store.uploads))
+        receipts = {pid: self._kept_receipt(pid) for pid in committed}
+        pids = {self.sites[p].node_id: p for p in self.fed.config.participants
+                if p not in committed}
+        replies, missing = self._exchange(UPLOAD, {
+            node: {"info": info} | self._snapshot(pid) for node, pid in pids.items()})
+        for node, r in replies.items():
+            pid, stream = pids[node], BundleStream.from_messages(r["bundle"])
             try:
                 done = self.fed.upload(pid, stream)
             except NoisyAnchorError as err:
@@ -260,6 +290,7 @@ class FlowerFederation:
             receipts[pid] = {"receipt": done.receipt.hex(),
                              "already_committed": done.already_committed,
                              "records": int(r["records"]), "bytes": stream.spec.nbytes}
+        self._check_answered(UPLOAD, missing)
         self.fed.wait()
         status = self.fed.status("")
         if status["state"] != "done":
@@ -267,6 +298,12 @@ class FlowerFederation:
             raise FederationFailedError(f"federation {self.fid!r} is {status['state']} after "
                                         f"every upload: {status['error'] or reasons}")
         return receipts
+
+    def _kept_receipt(self, pid: str) -> dict[str, Any]:
+        """The receipt of ``pid``'s upload committed in an earlier run."""
+        spec = read_bundle_spec(self.fed.store.upload_path(pid), root=self.fed.store.root)[0]
+        return {"receipt": spec.receipt(pid).hex(), "already_committed": True,
+                "records": int(spec.array("data").shape[0]), "bytes": spec.nbytes}
 
     def deliver(self, receipts: dict[str, dict[str, Any]]) -> None:
         """Each site's receipt and its own site model."""
@@ -278,7 +315,8 @@ class FlowerFederation:
         self.hello()
         if self.fed.method.uses_anchor or self.fed.method.shared_key:
             self.agree()
-        self.deliver(self.upload())
+        receipts = self.upload()
+        self.deliver({p: receipts[p] for p in self.fed.config.participants})
         summary = json.loads(self.fed.store.read_result("result.json"))
         log.info("flower: federation %s done; every site holds its model", self.fid)
         return summary

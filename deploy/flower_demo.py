@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from noisyanchor.common.blas import blas_threads
+from noisyanchor.common.errors import PreconditionError
 from noisyanchor.deploy.demo import (
     _Run,
     _write_data,
@@ -68,8 +69,6 @@ def predict_offline(root: Path, kits: dict[str, Path],
             status = main(["participant", "predict", "--config", str(kit), "--input",
                            str(table), "--out", str(out)])
         if status != 0:
-            from noisyanchor.common.errors import PreconditionError
-
             raise PreconditionError(f"participant {pid}'s prediction exited with {status}")
         predictions[pid] = np.loadtxt(out, delimiter=",", skiprows=1, ndmin=2)[:, 2].astype(int)
         gains[pid] = json.loads((root / "state" / pid / "gain.json").read_text())
@@ -79,7 +78,11 @@ def predict_offline(root: Path, kits: dict[str, Path],
 def run_flower(root: Path, config, fed, held: dict[str, tuple[np.ndarray, np.ndarray]]
                ) -> _Run:
     """The federation on Flower's simulation engine, then every site's offline prediction."""
-    from noisyanchor.deploy.flower_sim import simulate
+    try:
+        from noisyanchor.deploy.flower_sim import simulate
+    except ModuleNotFoundError as err:
+        raise PreconditionError(f"the Flower transport needs the flower extra ({err}): "
+                                "pip install -e '.[flower]'") from None
 
     analyst_config, kits = flower_kits(root, config, fed)
     # The ServerApp aligns in this process with one BLAS thread, as the gRPC demo's analyst

@@ -53,10 +53,15 @@ from noisyanchor.common.errors import ConfigError, InvalidInputError, NoisyAncho
 from noisyanchor.common.files import atomic_write, private_dir
 from noisyanchor.common.gdp import secret_rng
 from noisyanchor.common.models import load_site_model
-from noisyanchor.common.sealing import sign_statement
+from noisyanchor.common.sealing import public_bytes, sign_statement
 from noisyanchor.common.wire import BundleSender, bundle_spec
 from noisyanchor.participant import run
-from noisyanchor.participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
+from noisyanchor.participant.anchor import (
+    SharedParameters,
+    agree_on_seed,
+    exchange_key_path,
+    kept_exchange_key,
+)
 from noisyanchor.participant.compute import compute_upload
 from noisyanchor.participant.config import ParticipantConfig, load_participant_config
 from noisyanchor.participant.local_state import UploadReceipt, keep_receipt, now_iso
@@ -126,9 +131,12 @@ def hello(cfg: ParticipantConfig, fields: ConfigRecord, node_id: int) -> dict[st
         log.error("%s; telling the analyst that %s withdraws", err, cfg.id)
     statement = hello_statement(cfg.federation_id, cfg.id, bytes(fields["nonce"]), node_id,
                                 withdrawal)
+    kept = exchange_key_path(cfg.state_dir, cfg.federation_id)
     return {"participant": cfg.id, "certificate": cfg.tls.cert.read_bytes(),
             "signature": sign_statement(cfg.tls.key.read_bytes(), statement),
-            "withdrawal": withdrawal, "width": width}
+            "withdrawal": withdrawal, "width": width,
+            # the key of an agreement this site is in (none once its model came back)
+            "exchange_key": public_bytes(kept_exchange_key(kept)) if kept.is_file() else b""}
 
 
 def _view(cfg: ParticipantConfig, fields: ConfigRecord) -> RelayView:
