@@ -17,6 +17,8 @@ import os
 # nothing to a third party unless its operator asks (these variables are read at import).
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# No GPU is asked for: Ray leaves the GPUs a site has visible (and stops warning that it will).
+os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
 from flwr.app import ConfigRecord, Error, Message, RecordDict
 
