@@ -109,6 +109,8 @@ class FlowerFederation:
         self.fid = fed.config.federation_id
         self.reply_timeout, self.nodes_timeout = reply_timeout, nodes_timeout
         self.sites: dict[str, Site] = {}
+        #: Bytes of the messages' contents sent to the nodes and received from them.
+        self.sent_bytes = self.received_bytes = 0
 
     # -- messages ------------------------------------------------------------------------------
     def ask(self, phase: str, contents: dict[int, dict[str, Any]]) -> dict[int, ConfigRecord]:
@@ -130,6 +132,8 @@ class FlowerFederation:
         for node, reply in replies.items():
             if reply.has_error():
                 raise refused(reply.error, self._who(node))
+        self.sent_bytes += sum(map(_payload, contents.values()))
+        self.received_bytes += sum(_payload(values(r)) for r in replies.values())
         return ({node: values(reply) for node, reply in replies.items()},
                 [n for n in contents if n not in replies])
 
@@ -322,11 +326,19 @@ class FlowerFederation:
         return summary
 
 
+def _payload(record: Any) -> int:
+    """Bytes of a message's content (its byte strings and text; numbers not counted)."""
+    return sum(len(v) if isinstance(v, bytes | str) else
+               sum(len(x) for x in v) if isinstance(v, list) and v and
+               isinstance(v[0], bytes | str) else 0 for v in record.values())
+
+
 def server_app(analyst_config: Path | None = None, *, reply_timeout: float = REPLY_TIMEOUT,
                nodes_timeout: float = NODES_TIMEOUT,
                outcome: dict[str, Any] | None = None) -> ServerApp:
     """The ServerApp over the analyst config ``analyst_config`` (default: the run config's
-    ``analyst-config``); ``outcome`` (in-process callers) receives ``result`` or ``error``."""
+    ``analyst-config``); ``outcome`` (in-process callers) receives ``result``, ``sent_bytes``
+    and ``received_bytes``, or ``error``."""
     app = ServerApp()
 
     @app.main()
@@ -335,9 +347,9 @@ def server_app(analyst_config: Path | None = None, *, reply_timeout: float = REP
         timeout = float(context.run_config.get("reply-timeout", reply_timeout))
         cfg = load_analyst_config(path)
         fed = Federation(cfg, Store(cfg.output_dir))
+        run = FlowerFederation(grid, fed, reply_timeout=timeout, nodes_timeout=nodes_timeout)
         try:
-            summary = FlowerFederation(grid, fed, reply_timeout=timeout,
-                                       nodes_timeout=nodes_timeout).run()
+            summary = run.run()
         except NoisyAnchorError as err:
             log.error("flower: federation %s stopped: %s", cfg.federation_id, err)
             if outcome is None:
@@ -346,8 +358,11 @@ def server_app(analyst_config: Path | None = None, *, reply_timeout: float = REP
             return
         finally:
             fed.close()
+        log.info("flower: %d bytes sent to the nodes, %d received", run.sent_bytes,
+                 run.received_bytes)
         if outcome is not None:
-            outcome["result"] = summary
+            outcome.update(result=summary, sent_bytes=run.sent_bytes,
+                           received_bytes=run.received_bytes)
 
     return app
 

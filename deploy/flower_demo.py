@@ -89,7 +89,7 @@ def run_flower(root: Path, config, fed, held: dict[str, tuple[np.ndarray, np.nda
     # process does (Z then equals the in-process simulator's, computed with one thread too).
     with blas_threads(1):
         result = simulate(analyst_config, list(kits.values()),
-                          cpus=min(os.cpu_count() or 1, 4))
+                          cpus=min(os.cpu_count() or 1, 4)).result
     predictions, gains = predict_offline(root, kits, held)
     return _Run(result, {}, {}, predictions, gains, {})
 

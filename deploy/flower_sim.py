@@ -7,6 +7,8 @@ References: issue 32, item 5.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,20 +46,39 @@ class KitOfNode:
         return self.kits[int(context.node_config["partition-id"])]
 
 
+@dataclass(frozen=True)
+class SimulationRun:
+    """A federation run on the simulation engine: ``result.json``'s summary, the bytes of
+    the messages' contents the ServerApp sent and received, and the wall time in seconds."""
+
+    result: dict[str, Any]
+    sent_bytes: int
+    received_bytes: int
+    seconds: float
+
+
 def simulate(analyst_config: Path, kits: Sequence[Path], *, cpus: int = 2,
-             reply_timeout: float = 300.0, client: ClientApp | None = None) -> dict[str, Any]:
+             reply_timeout: float = 300.0, client: ClientApp | None = None) -> SimulationRun:
     """Run the federation of ``analyst_config`` with one virtual site per kit (``kits`` in any
-    order) and return ``result.json``'s summary; a refusal is raised as the project error
-    that ended the run. ``client`` replaces the ClientApp (tests of a misbehaving site)."""
+    order); a refusal is raised as the project error that ended the run. ``client`` replaces
+    the ClientApp (tests of a misbehaving site)."""
     from flwr.simulation import run_simulation
 
     if not kits:
         raise InvalidInputError("a Flower simulation needs at least one site's kit")
+    start = time.perf_counter()
     outcome: dict[str, Any] = {}
     server = server_app(Path(analyst_config), reply_timeout=reply_timeout, nodes_timeout=60.0,
                         outcome=outcome)
-    run_simulation(server, client or client_app(KitOfNode(tuple(Path(k) for k in kits))),
-                   num_supernodes=len(kits), backend_config=backend_config(cpus))
+    flwr_log = logging.getLogger("flwr")
+    level = flwr_log.level
+    flwr_log.setLevel(logging.WARNING)  # Flower's own progress lines; ours say what happens
+    try:
+        run_simulation(server, client or client_app(KitOfNode(tuple(Path(k) for k in kits))),
+                       num_supernodes=len(kits), backend_config=backend_config(cpus))
+    finally:
+        flwr_log.setLevel(level)
     if "error" in outcome:
         raise outcome["error"]
-    return outcome["result"]
+    return SimulationRun(outcome["result"], outcome["sent_bytes"], outcome["received_bytes"],
+                         time.perf_counter() - start)
