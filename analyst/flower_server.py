@@ -48,7 +48,7 @@ from noisyanchor.common.flower_wire import (
 
 # flower_wire first: it turns Flower's and Ray's telemetry off before Flower loads.
 # isort: split
-from flwr.app import ConfigRecord, Context
+from flwr.app import ConfigRecord, Context, Message
 from flwr.serverapp import Grid, ServerApp
 
 # isort: split
@@ -124,9 +124,8 @@ class FlowerFederation:
                   ) -> tuple[dict[int, ConfigRecord], list[int]]:
         """One round: the reply records by node (the first refusal raised), and the nodes
         that did not answer within the reply timeout."""
-        messages = [self.grid.create_message(content(**c), message_type(phase), node, phase,
-                                             ttl=self.reply_timeout)
-                    for node, c in contents.items()]
+        messages = [Message(content(**c), node, message_type(phase), group_id=phase,
+                            ttl=self.reply_timeout) for node, c in contents.items()]
         replies = {m.metadata.src_node_id: m for m in self.grid.send_and_receive(
             messages, timeout=self.reply_timeout)}
         for node, reply in replies.items():
