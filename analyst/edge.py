@@ -24,13 +24,16 @@ import functools
 import logging
 import re
 import threading
-import time
 from collections.abc import Callable, Sequence
 
 import grpc
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
+# REFUSALS_LOGGED and REFUSAL_WINDOW: re-exported, the limits the edge applies.
+from noisyanchor.analyst.core.refusal_log import REFUSAL_WINDOW as REFUSAL_WINDOW
+from noisyanchor.analyst.core.refusal_log import REFUSALS_LOGGED as REFUSALS_LOGGED
+from noisyanchor.analyst.core.refusal_log import RefusalLog
 from noisyanchor.common.errors import InvalidInputError, NoisyAnchorError, UnauthenticatedError
 from noisyanchor.common.identity import authenticate
 from noisyanchor.common.text import cut_bytes
@@ -38,10 +41,6 @@ from noisyanchor.common.tomlconfig import ID_PATTERN
 
 log = logging.getLogger(__name__)
 
-#: Times one distinct refusal is logged per window, and the window (seconds).
-REFUSALS_LOGGED, REFUSAL_WINDOW = 5, 60.0
-#: Distinct refusals remembered before those of ended windows are forgotten.
-_MAX_REMEMBERED = 4096
 #: Longest status message sent to a caller and logged (bytes of UTF-8).
 MAX_STATUS_BYTES = 1024
 #: Longest string field of a request kept (bytes of UTF-8): a withdrawal reason's 2,000
@@ -106,34 +105,6 @@ def remote_text(err: NoisyAnchorError) -> str:
     are the operator's business; the file and its folder in the store are enough to report)."""
     return _LOCAL_PATH.sub(
         lambda m: "<analyst>/" + "/".join(m.group(0).rstrip("/").split("/")[-2:]), shown(err))
-
-
-class RefusalLog:
-    """How often each distinct refusal was seen in its current window (thread-safe).
-
-    :meth:`admit` says whether to log one more, and how many of the same went unlogged in the
-    window before (reported once, when the refusal recurs).
-    """
-
-    def __init__(self, limit: int = REFUSALS_LOGGED, window: float = REFUSAL_WINDOW,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.limit, self.window, self.clock = limit, window, clock
-        self._lock = threading.Lock()
-        self._seen: dict[tuple[str, ...], tuple[float, int]] = {}  # key -> (window start, count)
-
-    def admit(self, key: tuple[str, ...]) -> tuple[int, int]:
-        """``(number of this refusal in its window, unlogged ones of the window before)``:
-        log it when the number is at most ``limit``."""
-        now = self.clock()
-        with self._lock:
-            start, count = self._seen.get(key, (now, 0))
-            unlogged = 0
-            if now - start >= self.window:
-                unlogged, start, count = max(0, count - self.limit), now, 0
-            self._seen[key] = (start, count + 1)
-            if len(self._seen) > _MAX_REMEMBERED:  # forget refusals whose window ended
-                self._seen = {k: v for k, v in self._seen.items() if now - v[0] < self.window}
-            return count + 1, unlogged
 
 
 _refusals = RefusalLog()

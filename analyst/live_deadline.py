@@ -19,7 +19,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from noisyanchor.analyst.storage import FEDERATION_FILE
+from noisyanchor.analyst.core.store import FEDERATION_FILE
 from noisyanchor.common.durations import parse_deadline
 from noisyanchor.common.errors import ConfigError, InvalidInputError
 from noisyanchor.common.files import atomic_write

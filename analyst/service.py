@@ -1,6 +1,8 @@
-"""The Analyst service (uploads, disclosures, status, anchor relay): decode, call
-:class:`analyst.federation.Federation`, encode. Caller identity and the mapping of project errors
-to gRPC status codes are in :mod:`analyst.edge`; the server itself in :mod:`analyst.server`.
+"""The Analyst service (uploads, disclosures, status, anchor relay): a thin gRPC adapter over
+the transport-free core (:mod:`analyst.core`): decode protobuf into the core's dataclasses
+(:mod:`common.wire_messages`), call :class:`analyst.federation.Federation`, encode. Caller
+identity and the mapping of project errors to gRPC status codes are in :mod:`analyst.edge`;
+the server itself in :mod:`analyst.server`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,16 @@ import grpc
 
 from noisyanchor.analyst.edge import caller_id, grpc_edge
 from noisyanchor.analyst.federation import Committed, Federation
-from noisyanchor.common.wire import BundleStream
+from noisyanchor.common.bundles import BundleStream
+from noisyanchor.common.wire import stream_of_messages
+from noisyanchor.common.wire_messages import (
+    commitment_message,
+    federation_info_message,
+    key_message,
+    share_message,
+    share_of,
+    withdrawal_message,
+)
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 from noisyanchor.protos.v1 import analyst_pb2_grpc as pb_grpc
 
@@ -72,7 +83,7 @@ class AnalystServicer(pb_grpc.AnalystServicer):
         (:mod:`analyst.caller_limits`) admitted the caller before a message was read and paces
         ``request_iterator`` (idle window, minimum rate, deadline)."""
         pid, _ = caller_id(context, self.fed.ca_pems)
-        stream = BundleStream.from_messages(request_iterator)
+        stream = stream_of_messages(request_iterator)
         log.info("%s stream of %s started (%d bytes declared)", kind, pid, stream.spec.nbytes)
         return self._receipt(pid, commit(pid, stream))
 
@@ -89,7 +100,9 @@ class AnalystServicer(pb_grpc.AnalystServicer):
         pid, _ = self._caller(context, request.federation_id)
         if request.rejoin:
             self.fed.rejoin(pid)
-        return pb.StatusReply(**self.fed.status(pid))
+        status = self.fed.status(pid)
+        status["withdrawn"] = [withdrawal_message(w) for w in status["withdrawn"]]
+        return pb.StatusReply(**status)
 
     @grpc_edge
     def PublishKey(self, request, context):
@@ -100,18 +113,19 @@ class AnalystServicer(pb_grpc.AnalystServicer):
     @grpc_edge
     def ListKeys(self, request, context):
         self._caller(context, request.federation_id)
-        return pb.ListKeysReply(expected=self.fed.config.participants, keys=self.fed.list_keys())
+        return pb.ListKeysReply(expected=self.fed.config.participants,
+                                keys=[key_message(k) for k in self.fed.list_keys()])
 
     @grpc_edge
     def PostSealed(self, request, context):
         pid, pem = self._caller(context, request.federation_id)
-        self.fed.post_sealed(pid, list(request.shares), pem)
+        self.fed.post_sealed(pid, [share_of(s) for s in request.shares], pem)
         return pb.PostSealedReply()
 
     @grpc_edge
     def GetSealed(self, request, context):
         pid, _ = self._caller(context, request.federation_id)
-        return self.fed.get_sealed(pid)
+        return share_message(self.fed.get_sealed(pid))
 
     @grpc_edge
     def PublishCommitment(self, request, context):
@@ -122,13 +136,14 @@ class AnalystServicer(pb_grpc.AnalystServicer):
     @grpc_edge
     def ListCommitments(self, request, context):
         self._caller(context, request.federation_id)
-        return pb.ListCommitmentsReply(expected=self.fed.config.participants,
-                                       commitments=self.fed.list_commitments())
+        return pb.ListCommitmentsReply(
+            expected=self.fed.config.participants,
+            commitments=[commitment_message(c) for c in self.fed.list_commitments()])
 
     @grpc_edge
     def Describe(self, request, context):
         self._caller(context, request.federation_id)
-        return self.fed.describe()
+        return federation_info_message(self.fed.describe())
 
     @grpc_edge
     def FetchSiteModel(self, request, context):

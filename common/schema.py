@@ -17,7 +17,6 @@ import numpy as np
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.tabular.columns import MAX_ENCODED_WIDTH, check_count_limit
 from noisyanchor.common.tabular.schema import TabularSchema
-from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 #: Value types a schema may declare, as numpy dtypes.
 SCHEMA_DTYPES = {"float64": np.float64, "float32": np.float32, "int64": np.int64}
@@ -57,25 +56,6 @@ class RecordSchema:
     def preprocessing_sha256(self) -> bytes:
         """Digest of the declared preprocessing (empty: none declared, a plain schema)."""
         return self.tabular.digest() if self.tabular is not None else b""
-
-    def to_proto(self) -> pb.RecordSchema:
-        """The ``RecordSchema`` message ``Describe`` serves."""
-        if self.tabular is not None:
-            return self.tabular.to_proto()
-        return pb.RecordSchema(features=self.features, dtype=self.dtype,
-                               feature_names=self.feature_names)
-
-    @classmethod
-    def from_proto(cls, msg: pb.RecordSchema) -> RecordSchema:
-        """The schema a ``RecordSchema`` message declares (typed when it has columns)."""
-        tabular = TabularSchema.from_proto(msg)
-        if tabular is not None:
-            schema = cls.typed(tabular)
-            if msg.features != schema.features:
-                raise InvalidInputError(f"the analyst declares {msg.features} features but its "
-                                        f"typed columns encode to {schema.features}")
-            return schema
-        return cls(msg.features, msg.dtype, tuple(msg.feature_names))
 
     def __post_init__(self) -> None:
         if self.tabular is not None and (self.features != self.tabular.width

@@ -1,255 +1,116 @@
-"""Arrays on the wire: a header naming each array (dtype, shape, size), the raw little-endian
-bytes in bounded chunks, and every array's SHA-256, in the header or in a trailer. Never pickled.
+"""Bundles on the gRPC wire: the protobuf encoding of the transport-free bundles of
+:mod:`common.bundles` (re-exported here, so callers import them from either module).
 
-A bundle is the ordered set of arrays one stream carries (an upload ``Y_i, B_i``, labels and
-split tags, or a colluder's disclosure). :class:`BundleSender` encodes one; a sender that does not
-know the digests yet leaves them out of the header, hashes each chunk while gRPC sends the one
-before, and ends with a trailer carrying them (issue 14: uploads at wire speed). The receiving
-side reads the messages with :class:`BundleStream` (chunk payloads without a copy) and feeds the
-chunk bytes, in whatever sizes they arrive, to a :class:`BundleDigester`, which tracks array
-boundaries, hashes incrementally and refuses a stream that is too long, too short or corrupt.
+A bundle stream is an ``UploadRequest`` header, the raw little-endian bytes in bounded chunk
+messages, and every array's SHA-256, in the header or in a trailer. :class:`BundleSender`
+encodes one; a sender that does not know the digests yet leaves them out of the header, hashes
+each chunk while gRPC sends the one before, and ends with a trailer carrying them (issue 14:
+uploads at wire speed). The receiving side reads the messages with :func:`stream_of_messages`
+(chunk payloads without a copy). :data:`PROTO_HEADERS` is the protobuf :class:`HeaderCodec`
+the analyst's store and receipts use.
 
-References: issues 3 and 14 (wire format); ``protos/v1/analyst.proto``.
+The gRPC path keeps calling ``spec.to_proto()``, ``BundleSpec.from_proto(msg)``,
+``spec.receipt(pid)`` and ``BundleStream.from_messages(...)``: this module attaches those
+methods to the classes of :mod:`common.bundles` at import, so that module (and the protocol core
+above it) never imports the generated code.
+
+References: issues 3, 14 (wire format) and 32; ``protos/v1/analyst.proto``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
 
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from noisyanchor.common.bundles import (
+    CHUNK_SIZE,
+    DIGEST_SIZE,
+    MAX_NDIM,
+    ArraySpec,
+    BundleDigester,
+    BundleSpec,
+    BundleStream,
+    HeaderCodec,
+    HeaderDecodeError,
+    _check_digest,
+    _pieces,
+    bundle_spec,
+    drain,
+    iter_chunks,
+    little_endian,
+    raw_bytes,
+    receipt,
+    wire_dtype,
+)
 from noisyanchor.common.errors import IntegrityError, InvalidInputError
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 
-#: Bytes per chunk message: far below gRPC's 4 MB default message limit, large enough that the
-#: per-message overhead is negligible.
-CHUNK_SIZE = 1 << 20
-
-#: Largest number of dimensions an array may declare (every array of the protocol is 1-D or 2-D).
-MAX_NDIM = 2
+__all__ = ["CHUNK_SIZE", "DIGEST_SIZE", "HASH_AHEAD", "MAX_NDIM", "PROTO_HEADERS", "ArraySpec",
+           "BundleDigester", "BundleSender", "BundleSpec", "BundleStream", "HeaderCodec",
+           "bundle_spec", "decode_array", "drain", "encode_chunk", "iter_chunks",
+           "little_endian", "parse_request", "raw_bytes", "request_stream",
+           "stream_of_messages", "wire_dtype"]
 
 #: Tag byte of ``UploadRequest.chunk`` on the wire (field number 2, length-delimited).
 _CHUNK_TAG = bytes([2 << 3 | 2])
 
-#: Bytes of a SHA-256 digest.
-DIGEST_SIZE = hashlib.sha256().digest_size
-
 #: Chunks a sender may send ahead of its hashing thread (memory: views, no copies).
 HASH_AHEAD = 16
 
-#: Domain separation label of receipts.
-_RECEIPT_DOMAIN = b"noisyanchor/v1/receipt\x00"
+
+def array_spec_of(msg: pb.ArrayHeader) -> ArraySpec:
+    """Spec from a header message, after checking it is self-consistent
+    (:meth:`ArraySpec.checked`); attached as ``ArraySpec.from_proto``."""
+    return ArraySpec.checked(msg.name, msg.dtype, msg.shape, msg.nbytes, msg.sha256)
 
 
-def wire_dtype(dtype: str) -> np.dtype:
-    """The numpy dtype named by a header, refusing anything but little-endian numbers.
-
-    Allowed: booleans, signed and unsigned integers and floats, little-endian or single-byte
-    (``"<f8"``, ``"<i8"``, ``"|i1"``); never objects, strings or big-endian data.
-    """
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise InvalidInputError(f"unknown dtype {dtype!r}") from None
-    if dt.kind not in "biuf" or dt.str != dtype or dt.str[0] not in "<|":
-        raise InvalidInputError(f"dtype {dtype!r} is not a little-endian numeric dtype "
-                                "like '<f8', '<i8' or '|i1'")
-    return dt
+def array_header(spec: ArraySpec) -> pb.ArrayHeader:
+    """Header message of ``spec``; attached as ``ArraySpec.to_proto``."""
+    return pb.ArrayHeader(name=spec.name, dtype=spec.dtype, shape=list(spec.shape),
+                          nbytes=spec.nbytes, sha256=spec.sha256)
 
 
-def little_endian(array: np.ndarray) -> np.ndarray:
-    """``array`` as a C-contiguous array in its little-endian dtype (no copy when already so)."""
-    arr = np.asarray(array)
-    return np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+def bundle_spec_of(msg: pb.BundleHeader) -> BundleSpec:
+    """Spec from a header message (:meth:`BundleSpec.checked`); attached as
+    ``BundleSpec.from_proto``."""
+    return BundleSpec.checked(
+        msg.federation_id, msg.method, tuple(array_spec_of(a) for a in msg.arrays),
+        bytes(msg.preprocessing_sha256),
+        msg.projection_cost if msg.HasField("projection_cost") else None)
 
 
-def raw_bytes(array: np.ndarray) -> memoryview:
-    """Flat byte view of ``array``'s little-endian data (no copy when already so)."""
-    return little_endian(array).reshape(-1).view(np.uint8).data
+def bundle_header(spec: BundleSpec) -> pb.BundleHeader:
+    """Header message of ``spec``; attached as ``BundleSpec.to_proto``."""
+    return pb.BundleHeader(federation_id=spec.federation_id, method=spec.method,
+                           arrays=[array_header(a) for a in spec.arrays],
+                           preprocessing_sha256=spec.preprocessing_sha256,
+                           projection_cost=spec.projection_cost)
 
 
-@dataclass(frozen=True)
-class ArraySpec:
-    """What the header says about one array.
+class ProtoHeaders:
+    """The protobuf :class:`HeaderCodec`: a ``BundleHeader`` serialized deterministically."""
 
-    Attributes
-    ----------
-    name : str
-    dtype : str
-        numpy dtype string, little-endian (``"<f8"``).
-    shape : tuple of int
-    sha256 : bytes
-        Digest of the array's raw bytes; empty while unknown (a header whose digests follow in
-        the trailer).
-    """
+    def header_bytes(self, spec: BundleSpec) -> bytes:
+        """The canonical bytes of ``spec``."""
+        return bundle_header(spec).SerializeToString(deterministic=True)
 
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    sha256: bytes = b""
-
-    @property
-    def nbytes(self) -> int:
-        """Byte count of the raw data (``prod(shape) * itemsize``)."""
-        return math.prod(self.shape) * wire_dtype(self.dtype).itemsize
-
-    @classmethod
-    def of(cls, name: str, array: np.ndarray, *, digest: bool = True) -> ArraySpec:
-        """Spec of ``array`` (hashing its little-endian bytes unless ``digest=False``)."""
-        arr = little_endian(array)
-        return cls(name, arr.dtype.str, tuple(int(n) for n in arr.shape),
-                   hashlib.sha256(raw_bytes(arr)).digest() if digest else b"")
-
-    @classmethod
-    def from_proto(cls, msg: pb.ArrayHeader) -> ArraySpec:
-        """Spec from a header message, after checking it is self-consistent."""
-        if not msg.name:
-            raise InvalidInputError("an array in the header has no name")
-        wire_dtype(msg.dtype)
-        if len(msg.shape) > MAX_NDIM:
-            raise InvalidInputError(f"array {msg.name!r} has {len(msg.shape)} dimensions; at most "
-                                    f"{MAX_NDIM} are allowed")
-        _check_digest(msg.sha256, msg.name, allow_empty=True)
-        spec = cls(msg.name, msg.dtype, tuple(int(n) for n in msg.shape), bytes(msg.sha256))
-        if spec.nbytes != msg.nbytes:
-            raise InvalidInputError(f"array {msg.name!r} declares {msg.nbytes} bytes but dtype "
-                                    f"{msg.dtype} and shape {spec.shape} make {spec.nbytes}")
-        return spec
-
-    def to_proto(self) -> pb.ArrayHeader:
-        """Header message of this spec."""
-        return pb.ArrayHeader(name=self.name, dtype=self.dtype, shape=list(self.shape),
-                              nbytes=self.nbytes, sha256=self.sha256)
+    def header_of(self, raw: bytes) -> BundleSpec:
+        """The checked spec ``raw`` encodes; HeaderDecodeError when it does not parse."""
+        msg = pb.BundleHeader()
+        try:
+            msg.ParseFromString(raw)
+        except DecodeError:
+            raise HeaderDecodeError("the bytes are not a BundleHeader") from None
+        return bundle_spec_of(msg)
 
 
-def _check_digest(digest: bytes, name: str, *, allow_empty: bool = False) -> None:
-    if len(digest) != DIGEST_SIZE and not (allow_empty and not digest):
-        raise InvalidInputError(f"array {name!r} has a {len(digest)}-byte digest; SHA-256 has "
-                                f"{DIGEST_SIZE}")
-
-
-@dataclass(frozen=True)
-class BundleSpec:
-    """A whole stream header: federation, method, the arrays in stream order, the digest of
-    the preprocessing the sender applied to its records (empty: none declared) and, when the
-    federation asks for it, what the public projection ``F`` costs the sender's own model
-    (:mod:`participant.projection_cost`; None: not sent)."""
-
-    federation_id: str
-    method: str
-    arrays: tuple[ArraySpec, ...]
-    preprocessing_sha256: bytes = b""
-    projection_cost: float | None = None
-
-    @property
-    def nbytes(self) -> int:
-        """Total raw bytes the stream must carry after the header."""
-        return sum(a.nbytes for a in self.arrays)
-
-    @property
-    def has_digests(self) -> bool:
-        """Whether every array's digest is known (else they come in the trailer)."""
-        return all(a.sha256 for a in self.arrays)
-
-    def array(self, name: str) -> ArraySpec | None:
-        """The spec named ``name``, or None."""
-        return next((a for a in self.arrays if a.name == name), None)
-
-    def with_digests(self, digests: Sequence[bytes]) -> BundleSpec:
-        """This spec with the digests of its arrays (``b""`` each: without them)."""
-        if len(digests) != len(self.arrays):
-            raise InvalidInputError(f"{len(digests)} digests for the {len(self.arrays)} arrays of "
-                                    "the header")
-        for array, digest in zip(self.arrays, digests, strict=True):
-            _check_digest(digest, array.name, allow_empty=True)
-        return replace(self, arrays=tuple(replace(a, sha256=bytes(d))
-                                          for a, d in zip(self.arrays, digests, strict=True)))
-
-    def without_digests(self) -> BundleSpec:
-        """This spec with every digest left out (what a trailer-mode header carries)."""
-        return self.with_digests([b""] * len(self.arrays))
-
-    @classmethod
-    def from_proto(cls, msg: pb.BundleHeader) -> BundleSpec:
-        """Spec from a header message; array names must be unique, and the digests all given or
-        all left to the trailer."""
-        arrays = tuple(ArraySpec.from_proto(a) for a in msg.arrays)
-        names = [a.name for a in arrays]
-        if len(set(names)) != len(names):
-            raise InvalidInputError(f"array names in the header repeat: {names}")
-        if len({bool(a.sha256) for a in arrays}) > 1:
-            raise InvalidInputError("the header carries the digests of some arrays only: give "
-                                    "all of them, or none and send them in the trailer")
-        if len(msg.preprocessing_sha256) not in (0, DIGEST_SIZE):
-            raise InvalidInputError(f"the header's preprocessing digest has "
-                                    f"{len(msg.preprocessing_sha256)} bytes; SHA-256 has "
-                                    f"{DIGEST_SIZE}")
-        cost = msg.projection_cost if msg.HasField("projection_cost") else None
-        if cost is not None and not -1.0 <= cost <= 1.0:  # a difference of balanced accuracies
-            raise InvalidInputError(f"the header's projection cost {cost} is not a difference "
-                                    "of balanced accuracies (in [-1, 1])")
-        return cls(msg.federation_id, msg.method, arrays, bytes(msg.preprocessing_sha256), cost)
-
-    def to_proto(self) -> pb.BundleHeader:
-        """Header message of this spec."""
-        return pb.BundleHeader(federation_id=self.federation_id, method=self.method,
-                               arrays=[a.to_proto() for a in self.arrays],
-                               preprocessing_sha256=self.preprocessing_sha256,
-                               projection_cost=self.projection_cost)
-
-    def receipt(self, participant_id: str) -> bytes:
-        """SHA-256 over a domain label, the sender and the canonical header with every digest.
-
-        The header then holds every array's digest, so an identical retry gets the same receipt
-        (whether its digests travelled in the header or the trailer) and any change of content
-        gets a different one.
-        """
-        if not self.has_digests:
-            raise InvalidInputError("a receipt needs the digest of every array")
-        h = hashlib.sha256(_RECEIPT_DOMAIN)
-        h.update(participant_id.encode() + b"\x00")
-        h.update(self.to_proto().SerializeToString(deterministic=True))
-        return h.digest()
-
-
-def bundle_spec(federation_id: str, method: str, arrays: Mapping[str, np.ndarray], *,
-                digests: bool = True, preprocessing_sha256: bytes = b"",
-                projection_cost: float | None = None) -> BundleSpec:
-    """Spec of ``arrays`` (stream order = mapping order); ``digests=False`` leaves the digests
-    to be computed while sending (:class:`BundleSender`); ``preprocessing_sha256`` names the
-    preprocessing the records went through (:mod:`common.tabular.schema`);
-    ``projection_cost`` is sent only when not None."""
-    return BundleSpec(federation_id, method, tuple(ArraySpec.of(name, arr, digest=digests)
-                                                   for name, arr in arrays.items()),
-                      preprocessing_sha256, projection_cost)
-
-
-def _pieces(arrays: Mapping[str, np.ndarray],
-            chunk_size: int) -> Iterator[tuple[int, memoryview]]:
-    """``(array index, view)`` of the arrays' raw bytes in pieces of at most ``chunk_size``."""
-    if chunk_size < 1:
-        raise InvalidInputError(f"chunk_size must be >= 1, got {chunk_size}")
-    for index, arr in enumerate(arrays.values()):
-        view = raw_bytes(arr)
-        for start in range(0, len(view), chunk_size):
-            yield index, view[start:start + chunk_size]
-
-
-def iter_chunks(
-    arrays: Mapping[str, np.ndarray], chunk_size: int = CHUNK_SIZE
-) -> Iterator[memoryview]:
-    """The arrays' raw little-endian bytes, concatenated, in pieces of at most ``chunk_size``.
-
-    Views into the arrays: nothing is copied (beyond a byte-order conversion).
-    """
-    for _, piece in _pieces(arrays, chunk_size):
-        yield piece
+#: The codec of the gRPC path (and of every store it wrote).
+PROTO_HEADERS = ProtoHeaders()
 
 
 def _varint(n: int) -> bytes:
@@ -343,7 +204,7 @@ class BundleSender:
     def messages(self) -> Iterator[bytes]:
         """The serialized messages of one pass: header, chunks, and the trailer when needed."""
         spec = self.spec
-        yield pb.UploadRequest(header=spec.to_proto()).SerializeToString()
+        yield pb.UploadRequest(header=bundle_header(spec)).SerializeToString()
         if spec.has_digests:
             for piece in iter_chunks(self._arrays, self._chunk_size):
                 yield encode_chunk(piece)
@@ -370,163 +231,33 @@ def request_stream(
     return BundleSender(spec, arrays, chunk_size).messages()
 
 
-class BundleStream:
-    """A received bundle: the header's spec, the chunk payloads, then the declared digests.
 
-    Parameters
-    ----------
-    spec : BundleSpec
-        The header.
-    chunks : iterable of bytes-like
-        The chunk payloads in order.
-    trailer : sequence of bytes, optional
-        Digests of a trailer (in-process streams; :meth:`from_messages` finds it on the wire).
-    """
-
-    def __init__(self, spec: BundleSpec, chunks: Iterable[bytes | memoryview],
-                 trailer: Sequence[bytes] | None = None) -> None:
-        self.spec = spec
-        self._chunks = chunks
-        self.trailer = None if trailer is None else tuple(trailer)
-
-    @classmethod
-    def from_messages(cls, messages: Iterable[bytes | memoryview | pb.UploadRequest]
-                      ) -> BundleStream:
-        """The stream of wire messages: a header first, then chunks, then at most a trailer."""
-        it = iter(messages)
-        first = next(it, None)
-        part, header = parse_request(first) if first is not None else ("", None)
-        if part != "header":
-            raise InvalidInputError("a bundle stream must start with its header")
-        assert isinstance(header, pb.BundleHeader)
-        stream = cls(BundleSpec.from_proto(header), ())
-        stream._chunks = stream._payloads(it)
-        return stream
-
-    def _payloads(self, messages: Iterator) -> Iterator[bytes | memoryview]:
-        for message in messages:
-            part, value = parse_request(message)
-            if self.trailer is not None:
-                raise InvalidInputError("nothing may follow the trailer of a bundle stream")
-            if part == "chunk":
-                yield value  # type: ignore[misc]  # bytes or a view of them
-            elif part == "trailer":
-                self.trailer = tuple(bytes(d) for d in value.sha256)  # type: ignore[attr-defined]
-            else:
-                raise InvalidInputError("only chunks and a trailer may follow the header")
-
-    def chunks(self) -> Iterator[bytes | memoryview]:
-        """The chunk payloads (once)."""
-        yield from self._chunks
-
-    def digests(self) -> tuple[bytes, ...]:
-        """The declared digest of every array: the header's, or the trailer's (call after
-        :meth:`chunks` is exhausted).
-
-        Raises
-        ------
-        IntegrityError
-            The header has no digests and the stream ended without its trailer (truncated).
-        InvalidInputError
-            A malformed trailer, or one that contradicts the header's digests.
-        """
-        header = tuple(a.sha256 for a in self.spec.arrays)
-        if self.trailer is None:
-            if not self.spec.has_digests:
-                raise IntegrityError("the stream ended without the trailer its header announces "
-                                     "(truncated)")
-            return header
-        self.spec.with_digests(self.trailer)  # checks the count and sizes
-        if any(not d for d in self.trailer):
-            raise InvalidInputError("the trailer leaves a digest empty")
-        if self.spec.has_digests and self.trailer != header:
-            raise InvalidInputError("the trailer's digests differ from the header's")
-        return self.trailer
+def stream_of_messages(messages: Iterable[bytes | memoryview | pb.UploadRequest]
+                       ) -> BundleStream:
+    """The stream of wire messages: a header first, then chunks, then at most a trailer
+    (attached as ``BundleStream.from_messages``)."""
+    it = iter(messages)
+    first = next(it, None)
+    part, header = parse_request(first) if first is not None else ("", None)
+    if part != "header":
+        raise InvalidInputError("a bundle stream must start with its header")
+    assert isinstance(header, pb.BundleHeader)
+    stream = BundleStream(bundle_spec_of(header), ())
+    stream._chunks = _payloads(stream, it)
+    return stream
 
 
-class BundleDigester:
-    """Incremental SHA-256 of every array of a bundle from chunks of any size.
-
-    ``feed`` (or ``split``) raises :class:`~common.errors.IntegrityError` as soon as the stream
-    is longer than the header declared; ``finish`` raises when it was shorter or a digest
-    differs, naming the array. ``split`` (accounting) and ``update`` (hashing) may run in
-    different threads, ``update`` in stream order.
-    """
-
-    def __init__(self, spec: BundleSpec) -> None:
-        self.spec = spec
-        self.received = 0
-        self._index = 0
-        self._left = spec.arrays[0].nbytes if spec.arrays else 0
-        self._hashes = [hashlib.sha256() for _ in spec.arrays]
-        self._skip_empty()
-
-    def _skip_empty(self) -> None:
-        # Move past the current array (and any zero-byte arrays after it) once it is complete.
-        while self._index < len(self.spec.arrays) and self._left == 0:
-            self._index += 1
-            if self._index < len(self.spec.arrays):
-                self._left = self.spec.arrays[self._index].nbytes
-
-    def split(self, data: bytes | memoryview) -> list[tuple[int, memoryview]]:
-        """Account for the next ``data`` bytes of the stream: ``(array index, piece)`` in order,
-        each piece within one array."""
-        view = memoryview(data)
-        if self.received + len(view) > self.spec.nbytes:
-            raise IntegrityError(f"the stream carries more than the {self.spec.nbytes} bytes its "
-                                 "header declares")
-        self.received += len(view)
-        pieces = []
-        while len(view):
-            take = min(self._left, len(view))
-            pieces.append((self._index, view[:take]))
-            view = view[take:]
-            self._left -= take
-            self._skip_empty()
-        return pieces
-
-    def update(self, pieces: Iterable[tuple[int, memoryview]]) -> None:
-        """Hash pieces returned by :meth:`split` (in stream order)."""
-        for index, piece in pieces:
-            self._hashes[index].update(piece)
-
-    def feed(self, data: bytes | memoryview) -> list[tuple[ArraySpec, memoryview]]:
-        """Account for and hash the next ``data`` bytes of the stream.
-
-        Returns the pieces of ``data`` with the array each belongs to, in order, so a caller
-        can inspect array contents as they stream by (e.g. for NaN) without re-reading them.
-        """
-        pieces = self.split(data)
-        self.update(pieces)
-        return [(self.spec.arrays[i], piece) for i, piece in pieces]
-
-    def digests(self) -> list[bytes]:
-        """SHA-256 of every array's bytes received so far."""
-        return [h.digest() for h in self._hashes]
-
-    def finish(self, expected: Sequence[bytes] | None = None) -> None:
-        """Check the stream was complete and every digest matches ``expected`` (default: the
-        header's)."""
-        if self.received != self.spec.nbytes:
-            raise IntegrityError(f"the stream ended after {self.received} of "
-                                 f"{self.spec.nbytes} declared bytes (truncated)")
-        if expected is None:
-            expected = [a.sha256 for a in self.spec.arrays]
-        for array, got, digest in zip(self.spec.arrays, self.digests(), expected, strict=True):
-            if got != digest:
-                raise IntegrityError(f"array {array.name!r}: SHA-256 of the received bytes "
-                                     "differs from the declared one (corrupt)")
-
-
-def drain(stream: BundleStream) -> BundleSpec:
-    """Read a whole stream without keeping it: its spec with the verified digests (the answer to
-    a retry of a committed bundle whose header carried no digests)."""
-    digester = BundleDigester(stream.spec)
-    for chunk in stream.chunks():
-        digester.feed(chunk)
-    digests = stream.digests()
-    digester.finish(digests)
-    return stream.spec.with_digests(digests)
+def _payloads(stream: BundleStream, messages: Iterator) -> Iterator[bytes | memoryview]:
+    for message in messages:
+        part, value = parse_request(message)
+        if stream.trailer is not None:
+            raise InvalidInputError("nothing may follow the trailer of a bundle stream")
+        if part == "chunk":
+            yield value  # type: ignore[misc]  # bytes or a view of them
+        elif part == "trailer":
+            stream.trailer = tuple(bytes(d) for d in value.sha256)  # type: ignore[attr-defined]
+        else:
+            raise InvalidInputError("only chunks and a trailer may follow the header")
 
 
 def decode_array(header: pb.ArrayHeader, data: bytes) -> np.ndarray:
@@ -535,11 +266,11 @@ def decode_array(header: pb.ArrayHeader, data: bytes) -> np.ndarray:
     Raises
     ------
     InvalidInputError
-        The header is malformed or has no digest (:meth:`ArraySpec.from_proto`).
+        The header is malformed or has no digest (:func:`array_spec_of`).
     IntegrityError
         ``data`` has another length than the header declares, or another SHA-256.
     """
-    spec = ArraySpec.from_proto(header)
+    spec = array_spec_of(header)
     _check_digest(spec.sha256, spec.name)
     if len(data) != spec.nbytes:
         raise IntegrityError(f"array {spec.name!r} carries {len(data)} bytes, its header "
@@ -547,3 +278,21 @@ def decode_array(header: pb.ArrayHeader, data: bytes) -> np.ndarray:
     if hashlib.sha256(data).digest() != spec.sha256:
         raise IntegrityError(f"array {spec.name!r}: SHA-256 of the bytes differs from the header")
     return np.frombuffer(data, dtype=wire_dtype(spec.dtype)).reshape(spec.shape)
+
+
+def _proto_receipt(spec: BundleSpec, participant_id: str) -> bytes:
+    """:func:`common.bundles.receipt` over the protobuf header; attached as
+    ``BundleSpec.receipt``."""
+    return receipt(spec, participant_id, PROTO_HEADERS.header_bytes)
+
+
+# The methods the gRPC path calls on the transport-free classes (see the module docstring);
+# attached by name, not declared, so type checkers of the core see classes without them.
+for _cls, _name, _member in (
+        (ArraySpec, "from_proto", staticmethod(array_spec_of)),
+        (ArraySpec, "to_proto", array_header),
+        (BundleSpec, "from_proto", staticmethod(bundle_spec_of)),
+        (BundleSpec, "to_proto", bundle_header),
+        (BundleSpec, "receipt", _proto_receipt),
+        (BundleStream, "from_messages", staticmethod(stream_of_messages))):
+    setattr(_cls, _name, _member)

@@ -37,6 +37,7 @@ from noisyanchor.common.text import MAX_PEER_TEXT, peer_text
 from noisyanchor.common.validation import check_projection_dim
 from noisyanchor.common.visibility import visible_json
 from noisyanchor.common.wire import bundle_spec
+from noisyanchor.common.wire_messages import schema_of
 from noisyanchor.participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
 from noisyanchor.participant.client import AnalystClient
 from noisyanchor.participant.compute import compute_upload
@@ -135,7 +136,7 @@ def kept_schema(cfg: ParticipantConfig) -> RecordSchema | None:
     except DecodeError as err:
         raise InvalidInputError(f"{path} is not a kept schema ({err}); remove it and run "
                                 "upload again to fetch the federation's") from None
-    schema = RecordSchema.from_proto(msg)
+    schema = schema_of(msg)
     # Checked as the analyst's copy is (served_schema): an edit of the kept file that keeps
     # it consistent with itself still differs from the digest the kit pins.
     digest = schema.preprocessing_sha256.hex()
@@ -150,7 +151,7 @@ def kept_schema(cfg: ParticipantConfig) -> RecordSchema | None:
 def served_schema(cfg: ParticipantConfig, info: pb.FederationInfo) -> RecordSchema | None:
     """The schema the analyst declares, checked against the preprocessing digest this site's
     kit pins (``[protocol] preprocessing_sha256``), if any."""
-    schema = RecordSchema.from_proto(info.schema) if info.HasField("schema") else None
+    schema = schema_of(info.schema) if info.HasField("schema") else None
     digest = schema.preprocessing_sha256.hex() if schema is not None else ""
     if cfg.preprocessing_sha256 is not None and digest != cfg.preprocessing_sha256:
         raise InvalidInputError(
@@ -255,7 +256,7 @@ def check_fits_federation(cfg: ParticipantConfig, info: pb.FederationInfo, data:
     if declared["anchors"] is None and declared["dim"] is not None:
         declared["anchors"] = 4 * declared["dim"]
     if info.HasField("schema"):
-        RecordSchema.from_proto(info.schema).check(
+        schema_of(info.schema).check(
             data.x, data.feature_names, who=f"{cfg.id}'s data {cfg.data.name}",
             federation=info.federation_id)
     check_declared(declared, own, who=f"{cfg.id}'s config", analyst="the analyst")

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from noisyanchor.common.bundles import little_endian, raw_bytes, wire_dtype
 from noisyanchor.common.errors import IntegrityError, InvalidInputError
-from noisyanchor.common.wire import little_endian, raw_bytes, wire_dtype
 
 #: First bytes of every arrays file (format version 1).
 MAGIC = b"NAARRAY1"

@@ -27,14 +27,11 @@ from noisyanchor.common.tabular.columns import (
     MAX_SCHEMA_COLUMNS,
     TRUE_TOKENS,
     BooleanColumn,
-    CategoricalColumn,
     Column,
-    NumericColumn,
     check_columns,
     check_count_limit,
 )
 from noisyanchor.common.tomlconfig import Table
-from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 #: Domain separation label of the preprocessing digest (and the canonical form's version).
 DIGEST_DOMAIN = b"noisyanchor/v1/preprocessing\x00"
@@ -158,63 +155,6 @@ class TabularSchema:
                           and not (k == "missing" and v == "refuse")
                           and not _default_tokens(c, k, v)} for c in self.columns]
         return out
-
-    # -- wire ---------------------------------------------------------------------------------
-    def to_proto(self) -> pb.RecordSchema:
-        """The ``RecordSchema`` message participants read from ``Describe``."""
-        msg = pb.RecordSchema(features=self.width, dtype="float64",
-                              feature_names=self.encoded_names,
-                              label=self.label or "", label_classes=self.label_classes,
-                              missing_tokens=self.missing_tokens,
-                              preprocessing_sha256=self.digest())
-        for c in self.columns:
-            spec = msg.columns.add(name=c.name, type=c.kind, missing=c.missing, unit=c.unit)
-            if c.fill is not None:
-                spec.fill = json.dumps(c.fill)
-            if isinstance(c, NumericColumn):
-                for key in ("center", "scale", "min", "max"):
-                    if getattr(c, key) is not None:
-                        setattr(spec, key, getattr(c, key))
-            elif isinstance(c, CategoricalColumn):
-                spec.categories.extend(c.categories)
-                spec.unknown = c.unknown
-            elif isinstance(c, BooleanColumn):
-                spec.true_tokens.extend(c.true)
-                spec.false_tokens.extend(c.false)
-        return msg
-
-    @classmethod
-    def from_proto(cls, msg: pb.RecordSchema) -> TabularSchema | None:
-        """The typed schema a ``RecordSchema`` message declares (None: a plain ``features = N``
-        schema), checked against the digest the analyst computed."""
-        if not msg.columns:
-            return None
-        check_count_limit(len(msg.columns), MAX_SCHEMA_COLUMNS,
-                          f"the analyst's schema declares {len(msg.columns):,} columns")
-        columns = []
-        for spec in msg.columns:
-            kind = COLUMN_TYPES.get(spec.type)
-            if kind is None:
-                raise InvalidInputError(f"the analyst declares column {spec.name!r} of unknown "
-                                        f"type {spec.type!r} (a newer version?)")
-            args: dict[str, Any] = {"name": spec.name, "missing": spec.missing or "refuse",
-                                    "fill": json.loads(spec.fill) if spec.fill else None,
-                                    "unit": spec.unit}
-            if kind is NumericColumn:
-                args |= {k: getattr(spec, k) if spec.HasField(k) else None
-                         for k in ("center", "scale", "min", "max")}
-            elif kind is CategoricalColumn:
-                args |= {"categories": tuple(spec.categories), "unknown": spec.unknown}
-            else:
-                args |= {"true": tuple(spec.true_tokens), "false": tuple(spec.false_tokens)}
-            columns.append(kind(**args))
-        schema = cls(tuple(columns), msg.label or None, tuple(msg.label_classes),
-                     tuple(msg.missing_tokens))
-        if msg.preprocessing_sha256 and msg.preprocessing_sha256 != schema.digest():
-            raise InvalidInputError("the schema the analyst serves does not match the "
-                                    "preprocessing digest it declares (a different version of "
-                                    "noisyanchor at the analyst?)")
-        return schema
 
 
 def _default_tokens(column: Column, key: str, value: Any) -> bool:

@@ -20,9 +20,9 @@ def test_each_refusal_is_logged_up_to_the_limit_per_window_and_the_rest_counted(
 
 
 def test_refusals_of_ended_windows_are_forgotten_when_there_are_many(monkeypatch):
-    from noisyanchor.analyst import edge
+    from noisyanchor.analyst.core import refusal_log
 
-    monkeypatch.setattr(edge, "_MAX_REMEMBERED", 10)
+    monkeypatch.setattr(refusal_log, "_MAX_REMEMBERED", 10)
     now = [0.0]
     refusals = RefusalLog(limit=1, window=1.0, clock=lambda: now[0])
     for k in range(10):

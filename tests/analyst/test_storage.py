@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from noisyanchor.analyst import storage
+from noisyanchor.analyst.core import store as core_store
 from noisyanchor.analyst.storage import (
     FEDERATION_FILE,
     IDENTITY_FILE,
@@ -23,7 +24,7 @@ from noisyanchor.analyst.storage import (
 )
 from noisyanchor.common.errors import ConfigError, IntegrityError, InvalidInputError
 from noisyanchor.common.files import atomic_write, sweep_stale_writes
-from noisyanchor.common.wire import BundleStream, bundle_spec, iter_chunks
+from noisyanchor.common.wire import PROTO_HEADERS, BundleStream, bundle_spec, iter_chunks
 
 
 @pytest.fixture
@@ -92,7 +93,7 @@ def test_trailer_digests_are_verified_and_written_into_the_committed_header(
         tmp_path, arrays, monkeypatch, writeback):
     """The header is written first with placeholders, then rewritten with the verified digests
     (the disk writeback hand-over every ``writeback`` bytes changes nothing in the file)."""
-    monkeypatch.setattr(storage, "WRITEBACK_BYTES", writeback)
+    monkeypatch.setattr(core_store, "WRITEBACK_BYTES", writeback)
     spec, stream = _trailer_stream(arrays)
     assert receive_bundle(tmp_path / "a.bundle", stream) == spec
     back_spec, back = read_bundle(tmp_path / "a.bundle", root=tmp_path)
@@ -127,7 +128,7 @@ def test_a_refusal_found_by_the_background_stages_stops_the_stream_early(tmp_pat
     with pytest.raises(InvalidInputError, match="NaN"):
         receive_bundle(tmp_path / "a.bundle",
                        BundleStream(bundle_spec("f", "i-gdp", arrays), chunks()))
-    assert len(pulled) <= storage._AHEAD + 2 < data.nbytes // 4096
+    assert len(pulled) <= core_store._AHEAD + 2 < data.nbytes // 4096
     assert list(tmp_path.iterdir()) == []
 
 
@@ -288,7 +289,7 @@ def _rewrite_with_digests(path, arrays):
     blobs = [np.ascontiguousarray(a).tobytes() for a in arrays.values()]
     digests = [hashlib.sha256(blob).digest() for blob in blobs]
     body = b"".join(blobs)
-    header = storage._header_bytes(spec.with_digests(digests))
+    header = PROTO_HEADERS.header_bytes(spec.with_digests(digests))
     raw = path.read_bytes()
     path.write_bytes(raw[:len(storage.MAGIC) + 8] + header + body)
     assert len(header) == offset - len(storage.MAGIC) - 8

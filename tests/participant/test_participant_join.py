@@ -13,6 +13,7 @@ from noisyanchor import deploy
 from noisyanchor.common.errors import ConfigError, InvalidInputError
 from noisyanchor.common.schema import RecordSchema
 from noisyanchor.common.tabular import NumericColumn, TableError, TabularSchema
+from noisyanchor.common.wire_messages import tabular_message
 from noisyanchor.deploy.certs import write_pki
 from noisyanchor.participant.config import load_participant_config
 from noisyanchor.participant.run import (
@@ -42,7 +43,7 @@ def cfg(tmp_path):
 def _info(schema: TabularSchema | None) -> pb.FederationInfo:
     info = pb.FederationInfo(federation_id="pilot-2026", participants=["org-a", "org-b"])
     if schema is not None:
-        info.schema.CopyFrom(schema.to_proto())
+        info.schema.CopyFrom(tabular_message(schema))
     return info
 
 
@@ -82,7 +83,7 @@ def test_a_kept_schema_edited_after_it_was_kept_is_refused(cfg):
     keep_schema(pinned, _info(TABULAR))
     assert kept_schema(pinned) == RecordSchema.typed(TABULAR)
     other = TabularSchema((NumericColumn("area", min=0.0, max=2000.0), TABULAR.columns[1]))
-    schema_path(pinned).write_bytes(other.to_proto().SerializeToString())
+    schema_path(pinned).write_bytes(tabular_message(other).SerializeToString())
     with pytest.raises(IntegrityError, match="changed after it was kept"):
         kept_schema(pinned)
     schema_path(pinned).write_bytes(b"\xff\xff\xff")

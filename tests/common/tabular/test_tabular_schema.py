@@ -9,13 +9,13 @@ import tomllib
 import pytest
 
 from noisyanchor.common.errors import ConfigError, InvalidInputError
-from noisyanchor.common.schema import RecordSchema
 from noisyanchor.common.tabular import (
     BooleanColumn,
     CategoricalColumn,
     NumericColumn,
     TabularSchema,
 )
+from noisyanchor.common.wire_messages import schema_of, tabular_message, tabular_of
 from noisyanchor.deploy.launch import toml_text
 
 SCHEMA = TabularSchema(
@@ -37,8 +37,8 @@ def test_toml_and_wire_round_trips_keep_the_preprocessing(tmp_path):
     text = toml_text({"schema": SCHEMA.to_toml()})
     table, path = _toml(tmp_path, text)
     assert TabularSchema.from_toml(table, path) == SCHEMA
-    assert TabularSchema.from_proto(SCHEMA.to_proto()) == SCHEMA
-    typed = RecordSchema.from_proto(SCHEMA.to_proto())
+    assert tabular_of(tabular_message(SCHEMA)) == SCHEMA
+    typed = schema_of(tabular_message(SCHEMA))
     assert typed.tabular == SCHEMA and typed.features == SCHEMA.width == 6
     assert typed.preprocessing_sha256 == SCHEMA.digest()
 
@@ -69,10 +69,10 @@ def test_the_digest_depends_on_values_not_on_how_they_were_written(tmp_path):
 
 
 def test_a_tampered_wire_schema_is_refused_against_its_digest():
-    msg = SCHEMA.to_proto()
+    msg = tabular_message(SCHEMA)
     msg.columns[0].scale = 1.0
     with pytest.raises(InvalidInputError, match="does not match the preprocessing digest"):
-        TabularSchema.from_proto(msg)
+        tabular_of(msg)
 
 
 @pytest.mark.parametrize("column, match", [
@@ -140,10 +140,10 @@ def test_columns_and_categories_are_limited_with_the_limit_in_the_error(tmp_path
     for i in range(MAX_SCHEMA_COLUMNS + 1):
         msg.columns.add(name=f"c{i}", type="numeric")
     with pytest.raises(InvalidInputError, match="the analyst's schema declares 10,001 columns"):
-        TabularSchema.from_proto(msg)
+        tabular_of(msg)
     with pytest.raises(InvalidInputError, match="declares 1,000,000 features, more than the "
                        "100,000"):
-        RecordSchema.from_proto(pb.RecordSchema(features=1_000_000, dtype="float64"))
+        schema_of(pb.RecordSchema(features=1_000_000, dtype="float64"))
 
 
 def test_a_repeated_category_is_named_not_the_whole_list():
