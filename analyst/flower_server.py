@@ -66,6 +66,13 @@ from noisyanchor.common.errors import (
 )
 from noisyanchor.common.sealing import verify_statement
 from noisyanchor.common.wire import BundleStream
+from noisyanchor.common.wire_messages import (
+    commitment_message,
+    federation_info_message,
+    key_message,
+    share_message,
+    share_of,
+)
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -168,7 +175,7 @@ class FlowerFederation:
 
     def hello(self) -> None:
         """Learn which node is which site from its signed hello; a withdrawal stops the run."""
-        info = self.fed.describe().SerializeToString(deterministic=True)
+        info = self._info()
         nonces = {node: secrets.token_bytes(32) for node in self.nodes()}
         replies = self.ask(HELLO, {n: {"info": info, "nonce": nonce}
                                    for n, nonce in nonces.items()})
@@ -204,6 +211,10 @@ class FlowerFederation:
         log.info("flower: every site's node is known (%s)", ", ".join(
             f"{s.participant}: {s.node_id}" for s in self.sites.values()))
 
+    def _info(self) -> bytes:
+        """The federation's declaration as the wire contract encodes it."""
+        return federation_info_message(self.fed.describe()).SerializeToString(deterministic=True)
+
     def _check_kept_keys(self) -> None:
         """Refuse, before any agreement step, a site whose exchange key is not the one the
         relay holds: once its upload is committed it is a second upload (the Federation's own
@@ -222,13 +233,14 @@ class FlowerFederation:
         sealed share addressed to it."""
         expected = self.fed.config.participants
         try:
-            share = self.fed.get_sealed(pid).SerializeToString(deterministic=True)
+            share = share_message(self.fed.get_sealed(pid)).SerializeToString(deterministic=True)
         except NotFoundError:
             share = None
-        return {"keys": pb.ListKeysReply(expected=expected, keys=self.fed.list_keys())
+        keys = [key_message(k) for k in self.fed.list_keys()]
+        commitments = [commitment_message(c) for c in self.fed.list_commitments()]
+        return {"keys": pb.ListKeysReply(expected=expected, keys=keys)
                 .SerializeToString(deterministic=True),
-                "commitments": pb.ListCommitmentsReply(
-                    expected=expected, commitments=self.fed.list_commitments())
+                "commitments": pb.ListCommitmentsReply(expected=expected, commitments=commitments)
                 .SerializeToString(deterministic=True),
                 "share": share, "width": self.sites[pid].width}
 
@@ -245,7 +257,9 @@ class FlowerFederation:
             m = pb.PublishKeyRequest.FromString(raw)
             self.fed.publish_key(pid, m.public_key, m.signature, m.bound_to, cert)
         elif kind == "PostSealedRequest":
-            self.fed.post_sealed(pid, list(pb.PostSealedRequest.FromString(raw).shares), cert)
+            # The dealer is named by its hello, not in the message (the wire contract).
+            self.fed.post_sealed(pid, [share_of(m) for m in
+                                       pb.PostSealedRequest.FromString(raw).shares], cert)
         elif kind == "PublishCommitmentRequest":
             self.fed.publish_commitment(pid, pb.PublishCommitmentRequest.FromString(raw).digest)
         else:
@@ -277,7 +291,7 @@ class FlowerFederation:
         """Every site's one upload, committed (those that came, when a node did not answer; a
         site committed in an earlier run is not asked again); then the alignment, waited
         for."""
-        info = self.fed.describe().SerializeToString(deterministic=True)
+        info = self._info()
         committed = set(self.fed.store.committed(self.fed.store.uploads))
         receipts = {pid: self._kept_receipt(pid) for pid in committed}
         pids = {self.sites[p].node_id: p for p in self.fed.config.participants

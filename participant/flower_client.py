@@ -11,8 +11,9 @@ ServerApp (:mod:`analyst.flower_server`) sends four kinds of ``query`` message
     its withdrawal, with the gRPC path's text) and signs, with its kit's TLS key, who it is,
     bound to the server's nonce and its node id.
 ``agree``
-    A snapshot of the relay; the site runs the anchor agreement on it
-    (:mod:`participant.relay_view`) and answers what it publishes, until the seed is agreed.
+    A snapshot of the relay; the site runs the anchor agreement's state machine on it
+    (:mod:`participant.core.agreement` through :mod:`participant.relay_view`) and answers what
+    it publishes, until the seed is agreed.
 ``upload``
     Its one upload, computed exactly as ``participant upload`` computes it and sent as the
     wire contract's bundle messages (the same receipt).
@@ -49,24 +50,37 @@ from flwr.clientapp import ClientApp
 
 # isort: split
 
-from noisyanchor.common.errors import ConfigError, InvalidInputError, NoisyAnchorError
+from noisyanchor.common.errors import (
+    ConfigError,
+    InvalidInputError,
+    NoisyAnchorError,
+    PreconditionError,
+)
 from noisyanchor.common.files import atomic_write, private_dir
 from noisyanchor.common.gdp import secret_rng
 from noisyanchor.common.models import load_site_model
 from noisyanchor.common.sealing import public_bytes, sign_statement
 from noisyanchor.common.wire import BundleSender, bundle_spec
-from noisyanchor.participant import run
-from noisyanchor.participant.anchor import (
-    SharedParameters,
-    agree_on_seed,
-    exchange_key_path,
-    kept_exchange_key,
+from noisyanchor.common.wire_messages import (
+    PROTO_CODEC,
+    commitment_of,
+    key_of,
+    share_message,
+    share_of,
 )
+from noisyanchor.participant import run
+from noisyanchor.participant.anchor import exchange_key_path, kept_exchange_key
 from noisyanchor.participant.compute import compute_upload
 from noisyanchor.participant.config import ParticipantConfig, load_participant_config
+from noisyanchor.participant.core.agreement import (
+    PostShares,
+    PublishKey,
+    SeedAgreement,
+    SharedParameters,
+)
 from noisyanchor.participant.local_state import UploadReceipt, keep_receipt, now_iso
 from noisyanchor.participant.predict import SITE_MODEL_FILE, _checked
-from noisyanchor.participant.relay_view import RelayView, Suspended
+from noisyanchor.participant.relay_view import Snapshot, Step, Write, step
 from noisyanchor.participant.site_state import (
     SITE_KEY_FILE,
     SiteKey,
@@ -139,41 +153,51 @@ def hello(cfg: ParticipantConfig, fields: ConfigRecord, node_id: int) -> dict[st
             "exchange_key": public_bytes(kept_exchange_key(kept)) if kept.is_file() else b""}
 
 
-def _view(cfg: ParticipantConfig, fields: ConfigRecord) -> RelayView:
-    """The relay's snapshot a message carries."""
+def _snapshot(fields: ConfigRecord) -> Snapshot:
+    """The relay's snapshot a message carries (the wire contract's listings)."""
     keys, commitments = pb.ListKeysReply(), pb.ListCommitmentsReply()
     keys.ParseFromString(fields["keys"])
     commitments.ParseFromString(fields["commitments"])
     share = None
     if fields.get("share"):
-        share = pb.SealedShare()
-        share.ParseFromString(fields["share"])
-    return RelayView(cfg.federation_id, list(keys.expected), keys, commitments, share)
+        share = share_of(pb.SealedShare.FromString(fields["share"]))
+    return Snapshot(tuple(map(key_of, keys.keys)),
+                    tuple(map(commitment_of, commitments.commitments)), share)
 
 
-def _seed(cfg: ParticipantConfig, view: RelayView, d: int) -> bytes:
-    """The anchor agreement of ``participant upload`` run on ``view`` (raises
-    :class:`~participant.relay_view.Suspended` until the snapshot holds what it waits for)."""
+def _agreement(cfg: ParticipantConfig, fields: ConfigRecord, d: int) -> Step:
+    """``participant upload``'s anchor agreement (:mod:`participant.core.agreement`) run on
+    the message's snapshot of the relay, for records of width ``d``."""
     r = cfg.anchors or 4 * d
-    return agree_on_seed(
-        view, participant_id=cfg.id, dealer=cfg.dealer, tls_key_pem=cfg.tls.key.read_bytes(),
-        ca_pem=cfg.tls.ca.read_bytes(),
-        params=SharedParameters(cfg.method, r, d, cfg.translation_scale),
-        key_path=exchange_key_path(cfg.state_dir, cfg.federation_id), dealer_seed=cfg.anchor_seed)
+    machine = SeedAgreement(
+        federation_id=cfg.federation_id, participant_id=cfg.id, dealer=cfg.dealer,
+        expected=list(pb.ListKeysReply.FromString(fields["keys"]).expected),
+        exchange_key=kept_exchange_key(exchange_key_path(cfg.state_dir, cfg.federation_id)),
+        tls_key_pem=cfg.tls.key.read_bytes(), ca_pem=cfg.tls.ca.read_bytes(),
+        params=SharedParameters(cfg.method, r, d, cfg.translation_scale), codec=PROTO_CODEC,
+        dealer_seed=cfg.anchor_seed)
+    return step(machine, _snapshot(fields))
+
+
+def _request(write: Write, federation_id: str):
+    """A write of the agreement as the wire contract's request (what the relay stores)."""
+    if isinstance(write, PublishKey):
+        return pb.PublishKeyRequest(federation_id=federation_id, public_key=write.public_key,
+                                    bound_to=write.bound_to, signature=write.signature)
+    if isinstance(write, PostShares):
+        return pb.PostSealedRequest(federation_id=federation_id,
+                                    shares=[share_message(s) for s in write.shares])
+    return pb.PublishCommitmentRequest(federation_id=federation_id, digest=write.digest)
 
 
 def agree(cfg: ParticipantConfig, fields: ConfigRecord) -> dict[str, Any]:
     """One step of the anchor agreement: what this site publishes now, and whether it holds
     the agreed seed (``done``) or what it waits for."""
-    view = _view(cfg, fields)
-    try:
-        _seed(cfg, view, int(fields["width"]))
-        done, waiting = True, ""
-    except Suspended as pause:
-        done, waiting = False, str(pause.pending)
-    return {"kinds": [type(m).__name__ for m in view.sent] or None,
-            "sent": [m.SerializeToString(deterministic=True) for m in view.sent] or None,
-            "done": done, "waiting": waiting}
+    done = _agreement(cfg, fields, int(fields["width"]))
+    sent = [_request(w, cfg.federation_id) for w in done.sent]
+    return {"kinds": [type(m).__name__ for m in sent] or None,
+            "sent": [m.SerializeToString(deterministic=True) for m in sent] or None,
+            "done": done.seed is not None, "waiting": str(done.waiting or "")}
 
 
 def upload(cfg: ParticipantConfig, fields: ConfigRecord) -> dict[str, Any]:
@@ -187,7 +211,12 @@ def upload(cfg: ParticipantConfig, fields: ConfigRecord) -> dict[str, Any]:
     cost = run._projection_cost(cfg, site, tags)
     d = x.shape[1]
     r = cfg.anchors or 4 * d
-    seed = _seed(cfg, _view(cfg, fields), d) if cfg.needs_shared_seed else None
+    seed = None
+    if cfg.needs_shared_seed:
+        seed = _agreement(cfg, fields, d).seed
+        if seed is None:
+            raise PreconditionError(f"{cfg.id}: the upload was asked for before the anchor "
+                                    "agreement ended")
     made, state = compute_upload(cfg.method, x, rng, shared_seed=seed, anchors=r,
                                  sigma=cfg.sigma, v=cfg.v,
                                  translation_scale=cfg.translation_scale)

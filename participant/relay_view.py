@@ -1,118 +1,94 @@
-"""The anchor agreement (:func:`participant.anchor.agree_on_seed`) run against a snapshot of
-the relay instead of a live connection, for transports where the analyst speaks first (Flower:
-the ServerApp sends, the ClientApp answers).
+"""The anchor agreement's state machine (:class:`participant.core.agreement.SeedAgreement`)
+driven on a snapshot of the relay, for transports where the analyst speaks first (Flower: the
+ServerApp sends, the ClientApp answers).
 
-:class:`RelayView` answers the agreement's reads (the signed keys, this site's sealed share,
-the commitments) from what the analyst sent, records its writes (its key, the dealer's sealed
-shares, its commitment) for the reply, and where the agreement would wait for something the
-snapshot does not hold yet it stops with :class:`Suspended`, naming whom it waits for. Run
-again on the next snapshot, the agreement resumes exactly as after a restart: its X25519 key is
-kept in the state folder, the dealer reopens the seed it sealed to itself, and repeating a key,
-a share or a commitment is a no-op at the relay. So every check, signature and seal is the
-gRPC path's own code, not a copy of it.
+:func:`step` answers the machine's reads (the signed keys, this site's sealed share, the
+commitments) from the snapshot the analyst sent, collects its writes (its key, the dealer's
+sealed shares, its commitment) for the reply, and stops where the machine would wait for
+something the snapshot does not hold yet, naming whom it waits for. Run again on the next
+snapshot, the machine resumes exactly as after a restart: the site's X25519 key is kept in its
+state folder, the dealer reopens the seed it sealed to itself, and repeating a key, a share or
+a commitment is a no-op at the relay. Every check, signature and seal is the core's.
 
-References: SPEC.md section 1 (the agreement); issue 32, item 4.
+References: SPEC.md section 1 (the agreement); issue 32, items 2 and 4.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
 
-from noisyanchor.common.errors import NoisyAnchorError, NotFoundError
-from noisyanchor.common.progress import Pending
-from noisyanchor.protos.v1 import analyst_pb2 as pb
+from noisyanchor.common.progress import COMMIT, PUBLISH_KEYS, Pending
+from noisyanchor.common.protocol_messages import Commitment, SealedShare, SignedKey
+from noisyanchor.participant.core.agreement import (
+    Action,
+    Agreed,
+    FetchShare,
+    ListCommitments,
+    ListKeys,
+    PostShares,
+    PublishCommitment,
+    PublishKey,
+    SeedAgreement,
+)
 
-
-class Suspended(NoisyAnchorError):
-    """The agreement waits for something the snapshot does not hold yet (:attr:`pending`)."""
-
-    def __init__(self, pending: Pending) -> None:
-        super().__init__(f"waiting for {pending}")
-        self.pending = pending
-
-
-class _ViewStub:
-    """The relay's RPCs the agreement makes (``client.stub.X(request)``), on the snapshot."""
-
-    def __init__(self, view: RelayView) -> None:
-        self._view = view
-
-    def ListKeys(self, request: pb.ListKeysRequest) -> pb.ListKeysReply:
-        return self._view.keys
-
-    def ListCommitments(self, request: pb.ListCommitmentsRequest
-                        ) -> pb.ListCommitmentsReply:
-        return self._view.commitments
-
-    def GetSealed(self, request: pb.GetSealedRequest) -> pb.SealedShare:
-        if self._view.share is None:
-            raise NotFoundError("no sealed share for this participant yet")
-        return self._view.share
-
-    def PublishKey(self, request: pb.PublishKeyRequest) -> pb.PublishKeyReply:
-        self._view.sent.append(request)
-        return pb.PublishKeyReply()
-
-    def PostSealed(self, request: pb.PostSealedRequest) -> pb.PostSealedReply:
-        self._view.sent.append(request)
-        return pb.PostSealedReply()
-
-    def PublishCommitment(self, request: pb.PublishCommitmentRequest
-                          ) -> pb.PublishCommitmentReply:
-        self._view.sent.append(request)
-        return pb.PublishCommitmentReply()
+#: The actions that write to the relay (the reply carries them).
+Write = PublishKey | PostShares | PublishCommitment
 
 
-class RelayView:
-    """What :func:`participant.anchor.agree_on_seed` needs of its client, answered from one
-    snapshot of the relay.
+@dataclass(frozen=True)
+class Snapshot:
+    """The relay as one site may see it: every signed key, every commitment, and the share
+    sealed to this site (None until the dealer posted it)."""
 
-    Parameters
-    ----------
-    federation_id : str
-    expected : sequence of str
-        Every participant, in the federation's order.
-    keys : pb.ListKeysReply
-        The signed exchange keys published so far.
-    commitments : pb.ListCommitmentsReply
-        The commitments published so far.
-    share : pb.SealedShare or None
-        The dealer's share sealed to this participant, once posted.
+    keys: tuple[SignedKey, ...]
+    commitments: tuple[Commitment, ...]
+    share: SealedShare | None
 
-    Attributes
-    ----------
-    sent : list of protobuf requests
-        ``PublishKeyRequest``, ``PostSealedRequest`` and ``PublishCommitmentRequest`` the
-        agreement made, in order: what the reply carries to the relay.
-    """
 
-    def __init__(self, federation_id: str, expected: list[str], keys: pb.ListKeysReply,
-                 commitments: pb.ListCommitmentsReply, share: pb.SealedShare | None) -> None:
-        self.federation_id = federation_id
-        self.expected = list(expected)
-        self.keys, self.commitments, self.share = keys, commitments, share
-        self.sent: list[Any] = []
-        self.stub = _ViewStub(self)
+@dataclass(frozen=True)
+class Step:
+    """One pass of the agreement over a snapshot: the writes to relay, in order, and either
+    the agreed ``seed`` or whom and what it waits for (``waiting``)."""
 
-    def status(self, *, rejoin: bool = False) -> pb.StatusReply:
-        """The federation's participants (all the agreement asks of the status)."""
-        return pb.StatusReply(federation_id=self.federation_id, expected=self.expected)
+    sent: tuple[Write, ...]
+    seed: bytes | None
+    waiting: Pending | None
 
-    def call(self, what: str, fn: Callable[[], Any]) -> Any:
-        """One read or write on the snapshot (nothing to retry)."""
-        return fn()
 
-    def wait_for(self, what: str, fn: Callable[[], Any], ready: Callable[[Any], bool],
-                 missing: Callable[[Any], list[str] | Pending] | None = None) -> Any:
-        """The snapshot's answer when it is ``ready``, else :class:`Suspended` naming whom the
-        wait is for (``missing``)."""
-        try:
-            result = fn()
-        except NotFoundError:
-            result = None
-        if result is not None and ready(result):
-            return result
-        who = missing(result) if missing is not None else None
-        raise Suspended(who if isinstance(who, Pending)
-                        else Pending(tuple(who or ("the others",)), what))
+def step(machine: SeedAgreement, snapshot: Snapshot) -> Step:
+    """Run a fresh ``machine`` as far as ``snapshot`` allows."""
+    sent: list[Write] = []
+    action: Action = machine.start()
+    while not isinstance(action, Agreed):
+        reply = _answer(machine, action, snapshot)
+        if isinstance(reply, Pending):
+            return Step(tuple(sent), None, reply)
+        if isinstance(action, Write):
+            sent.append(action)
+        action = machine.receive(reply)
+    return Step(tuple(sent), action.seed, None)
+
+
+def _missing(wanted: tuple[str, ...], have: tuple[SignedKey, ...] | tuple[Commitment, ...]
+             ) -> tuple[str, ...]:
+    ids = {item.participant_id for item in have}
+    return tuple(p for p in wanted if p not in ids)
+
+
+def _answer(machine: SeedAgreement, action: Action, snapshot: Snapshot) -> object:
+    """The reply ``action`` expects, from ``snapshot``; a :class:`Pending` when it must wait."""
+    if isinstance(action, ListKeys):
+        late = _missing(action.wanted, snapshot.keys)
+        return Pending(late, PUBLISH_KEYS) if late else list(snapshot.keys)
+    if isinstance(action, ListCommitments):
+        late = _missing(action.expected, snapshot.commitments)
+        return Pending(late, COMMIT) if late else list(snapshot.commitments)
+    if isinstance(action, FetchShare):
+        if snapshot.share is None and action.wait:
+            # The dealer seals once every site published its key.
+            late = _missing(machine.expected, snapshot.keys)
+            return Pending(late, f"{PUBLISH_KEYS}, after which {machine.dealer} seals the "
+                           "anchor seed") if late else \
+                Pending((machine.dealer,), "seal the anchor seed to this participant")
+        return snapshot.share
+    return None  # a write: the relay stores it once the reply carries it
