@@ -21,6 +21,7 @@ from noisyanchor.common.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
     FederationFailedError,
+    InvalidInputError,
     UnauthenticatedError,
 )
 from noisyanchor.deploy.flower_demo import flower_kits
@@ -88,6 +89,17 @@ def test_a_site_whose_config_does_not_fit_withdraws_and_the_run_stops(kits):
     fed = _federation(analyst)
     assert "p2" in fed.withdrawals()  # recorded as over gRPC
     assert fed.list_keys() == []  # nothing left any site before the refusal
+
+
+def test_a_node_whose_kit_is_refused_answers_an_error_of_the_same_class(kits):
+    analyst, kit_paths, _ = kits
+    doc = tomllib.loads(kit_paths[2].read_text())
+    doc["protocol"]["sigma"] = 0.5  # refused by the kit's own checks: aa-igdp-an has no sigma
+    write_toml(kit_paths[2], doc)
+    # The ClientApp's InvalidInputError travels as a Flower Error (code 400) and is raised
+    # again by the ServerApp as an InvalidInputError naming the node and the key.
+    with pytest.raises(InvalidInputError, match=r"node 3: .*\[protocol\] sigma"):
+        _run(analyst, LoopbackGrid(kit_paths, client_app()))
 
 
 def test_a_node_offline_at_upload_ends_the_run_and_a_new_run_resumes(kits):
