@@ -78,14 +78,14 @@ class AnalystServicer(pb_grpc.AnalystServicer):
                           already_committed=committed.already_committed)
 
     def _bundle(self, request_iterator, context, kind: str,
-                commit: Callable[[str, BundleStream], Committed]) -> pb.Receipt:
+                commit: Callable[[str, BundleStream, bytes], Committed]) -> pb.Receipt:
         """Receive one bundle stream and commit it with ``commit``. The caller gate
         (:mod:`analyst.caller_limits`) admitted the caller before a message was read and paces
         ``request_iterator`` (idle window, minimum rate, deadline)."""
-        pid, _ = caller_id(context, self.fed.ca_pems)
+        pid, pem = caller_id(context, self.fed.ca_pems)
         stream = stream_of_messages(request_iterator)
         log.info("%s stream of %s started (%d bytes declared)", kind, pid, stream.spec.nbytes)
-        return self._receipt(pid, commit(pid, stream))
+        return self._receipt(pid, commit(pid, stream, pem))
 
     @grpc_edge
     def Upload(self, request_iterator, context):
@@ -129,8 +129,8 @@ class AnalystServicer(pb_grpc.AnalystServicer):
 
     @grpc_edge
     def PublishCommitment(self, request, context):
-        pid, _ = self._caller(context, request.federation_id)
-        self.fed.publish_commitment(pid, request.digest)
+        pid, pem = self._caller(context, request.federation_id)
+        self.fed.publish_commitment(pid, request.digest, request.signature, pem)
         return pb.PublishCommitmentReply()
 
     @grpc_edge
@@ -149,8 +149,8 @@ class AnalystServicer(pb_grpc.AnalystServicer):
     def FetchSiteModel(self, request, context):
         """The caller's site model: checked and read before the first message (refusals come
         as a status, not mid-stream); the caller gate watches the stream's pace."""
-        pid, _ = self._caller(context, request.federation_id)
-        raw = self.fed.site_model(pid, request.participant_id)
+        pid, pem = self._caller(context, request.federation_id)
+        raw = self.fed.site_model(pid, request.participant_id, request.signature, pem)
         return self._site_model_parts(pid, raw)
 
     @staticmethod

@@ -278,13 +278,18 @@ class BundleStream:
     trailer : sequence of bytes, optional
         Digests of a trailer (set by a transport that finds it after the chunks:
         :func:`common.wire.stream_of_messages`).
+    signature : bytes
+        The sender's kit-key signature over its receipt
+        (:func:`common.signed_statements.bundle_statement`), from the header or the trailer;
+        read once the chunks are exhausted.
     """
 
     def __init__(self, spec: BundleSpec, chunks: Iterable[bytes | memoryview],
-                 trailer: Sequence[bytes] | None = None) -> None:
+                 trailer: Sequence[bytes] | None = None, signature: bytes = b"") -> None:
         self.spec = spec
         self._chunks = chunks
         self.trailer = None if trailer is None else tuple(trailer)
+        self.signature = signature
 
     def chunks(self) -> Iterator[bytes | memoryview]:
         """The chunk payloads (once)."""

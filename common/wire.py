@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -193,18 +193,30 @@ class BundleSender:
         The arrays, in ``spec`` order.
     chunk_size : int
         Bytes per chunk message.
+    sign : callable, optional
+        The sender's signature of the spec with every digest (its signed receipt,
+        :func:`common.signed_statements.bundle_statement`): sent in the header when the digests
+        are known, else in the trailer.
     """
 
     def __init__(self, spec: BundleSpec, arrays: Mapping[str, np.ndarray],
-                 chunk_size: int = CHUNK_SIZE) -> None:
+                 chunk_size: int = CHUNK_SIZE,
+                 sign: Callable[[BundleSpec], bytes] | None = None) -> None:
         self.spec = spec
         self._arrays = arrays
         self._chunk_size = chunk_size
+        self._sign = sign
+
+    def _signature(self, spec: BundleSpec) -> bytes:
+        return self._sign(spec) if self._sign is not None else b""
 
     def messages(self) -> Iterator[bytes]:
         """The serialized messages of one pass: header, chunks, and the trailer when needed."""
         spec = self.spec
-        yield pb.UploadRequest(header=bundle_header(spec)).SerializeToString()
+        header = bundle_header(spec)
+        if spec.has_digests:
+            header.signature = self._signature(spec)
+        yield pb.UploadRequest(header=header).SerializeToString()
         if spec.has_digests:
             for piece in iter_chunks(self._arrays, self._chunk_size):
                 yield encode_chunk(piece)
@@ -221,7 +233,8 @@ class BundleSender:
                 done.result()
         digests = [h.digest() for h in hashes]
         self.spec = spec.with_digests(digests)
-        yield pb.UploadRequest(trailer=pb.BundleTrailer(sha256=digests)).SerializeToString()
+        yield pb.UploadRequest(trailer=pb.BundleTrailer(
+            sha256=digests, signature=self._signature(self.spec))).SerializeToString()
 
 
 def request_stream(
@@ -242,7 +255,7 @@ def stream_of_messages(messages: Iterable[bytes | memoryview | pb.UploadRequest]
     if part != "header":
         raise InvalidInputError("a bundle stream must start with its header")
     assert isinstance(header, pb.BundleHeader)
-    stream = BundleStream(bundle_spec_of(header), ())
+    stream = BundleStream(bundle_spec_of(header), (), signature=bytes(header.signature))
     stream._chunks = _payloads(stream, it)
     return stream
 
@@ -255,7 +268,9 @@ def _payloads(stream: BundleStream, messages: Iterator) -> Iterator[bytes | memo
         if part == "chunk":
             yield value  # type: ignore[misc]  # bytes or a view of them
         elif part == "trailer":
-            stream.trailer = tuple(bytes(d) for d in value.sha256)  # type: ignore[attr-defined]
+            trailer: pb.BundleTrailer = value  # type: ignore[assignment]
+            stream.trailer = tuple(bytes(d) for d in trailer.sha256)
+            stream.signature = bytes(trailer.signature) or stream.signature
         else:
             raise InvalidInputError("only chunks and a trailer may follow the header")
 

@@ -135,7 +135,8 @@ def _perform(client: AnalystClient, machine: SeedAgreement, action: Action) -> o
         return None
     if isinstance(action, PublishCommitment):
         client.call("publish commitment", lambda: stub.PublishCommitment(
-            pb.PublishCommitmentRequest(federation_id=fid, digest=action.digest)))
+            pb.PublishCommitmentRequest(federation_id=fid, digest=action.digest,
+                                        signature=action.signature)))
         return None
     if isinstance(action, ListCommitments):
         return [commitment_of(c) for c in _listed(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import hashlib
 import logging
 import random
@@ -27,6 +28,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+from cryptography import x509
 
 from noisyanchor.common import errors
 from noisyanchor.common.durations import human_duration, human_time
@@ -36,12 +38,15 @@ from noisyanchor.common.errors import (
     IntegrityError,
     InvalidInputError,
     NoisyAnchorError,
+    UnauthenticatedError,
 )
+from noisyanchor.common.identity import participant_id
 from noisyanchor.common.progress import Pending
 from noisyanchor.common.text import MAX_PEER_TEXT, peer_text
 from noisyanchor.common.tomlconfig import TlsFiles
-from noisyanchor.common.wire import CHUNK_SIZE, BundleSender, BundleSpec
+from noisyanchor.common.wire import CHUNK_SIZE, PROTO_HEADERS, BundleSender, BundleSpec
 from noisyanchor.participant import tls_check
+from noisyanchor.participant.core.upload import SiteSigner
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 from noisyanchor.protos.v1 import analyst_pb2_grpc as pb_grpc
 
@@ -321,7 +326,9 @@ class AnalystClient:
 
     def send_bundle(self, kind: str, spec: BundleSpec, arrays: Mapping[str, np.ndarray],
                     chunk_size: int = CHUNK_SIZE) -> pb.Receipt:
-        """Stream one bundle (``kind`` is ``upload`` or ``disclosure``); re-streamed on retry.
+        """Stream one bundle (``kind`` is ``upload`` or ``disclosure``), signed by this site's
+        kit key over its receipt (:class:`participant.core.upload.SiteSigner`); re-streamed on
+        retry. The analyst's receipt is checked against the one this site computes.
 
         With ``spec`` from ``bundle_spec(..., digests=False)`` the arrays are hashed while they
         are sent and the digests follow in the trailer (:class:`common.wire.BundleSender`); a
@@ -329,8 +336,24 @@ class AnalystClient:
         """
         rpc = self.raw_upload if kind == "upload" else self.raw_disclose
         deadline = STREAM_DEADLINE_BASE + spec.nbytes / STREAM_MIN_RATE
-        sender = BundleSender(spec, arrays, chunk_size)
-        return self.call(kind, lambda: rpc(sender.messages(), timeout=deadline))
+        signer = self.signer
+        sender = BundleSender(spec, arrays, chunk_size, sign=None if signer is None else (
+            lambda final: signer.bundle_signature(kind, final)))
+        reply = self.call(kind, lambda: rpc(sender.messages(), timeout=deadline))
+        if signer is not None:
+            signer.checked_receipt(kind, sender.spec, reply.receipt)
+        return reply
+
+    @functools.cached_property
+    def signer(self) -> SiteSigner | None:
+        """This site's statements, signed with its kit key as the id its own certificate names
+        (:func:`common.identity.participant_id`). None when it names no one participant: such a
+        site's statements go unsigned, and the analyst refuses the certificate saying why."""
+        try:
+            pid = participant_id(x509.load_pem_x509_certificate(self.tls.cert.read_bytes()))
+        except (UnauthenticatedError, ValueError):
+            return None
+        return SiteSigner(self.federation_id, pid, self.tls.key.read_bytes(), PROTO_HEADERS)
 
     def status(self, *, rejoin: bool = False) -> pb.StatusReply:
         """The federation's progress; ``rejoin``: this participant takes part again, which
@@ -348,9 +371,11 @@ class AnalystClient:
         """This participant's site model file from the analyst (``FetchSiteModel``), checked by
         its size and SHA-256 as it arrives; retried (from its start) while the analyst is
         unavailable. A federation that is not done is a refusal (FAILED_PRECONDITION) naming
-        what it waits for."""
-        request = pb.SiteModelRequest(federation_id=self.federation_id,
-                                      participant_id=participant_id)
+        what it waits for. The request is signed by this site's kit key."""
+        request = pb.SiteModelRequest(
+            federation_id=self.federation_id, participant_id=participant_id,
+            signature=b"" if self.signer is None else self.signer.site_model_signature(
+                participant_id))
         return self.call("fetch the site model", lambda: _receive_site_model(
             self.stub.FetchSiteModel(request, timeout=SITE_MODEL_DEADLINE), max_bytes))
 

@@ -66,6 +66,12 @@ from noisyanchor.common.protocol_messages import (
     Withdrawal,
 )
 from noisyanchor.common.sealing import share_statement, verify_exchange_key, verify_statement
+from noisyanchor.common.signed_statements import (
+    bundle_statement,
+    check_signed,
+    commitment_statement,
+    site_model_statement,
+)
 from noisyanchor.common.splits import SPLIT_NAMES
 from noisyanchor.common.text import MAX_PEER_TEXT, peer_text
 from noisyanchor.common.theory import phase_transition_v
@@ -324,7 +330,18 @@ class Federation:
                                     f"({', '.join(SPLIT_NAMES.values())})")
 
     # -- one-shot bundles ----------------------------------------------------------------------
-    def _commit(self, pid: str, stream: BundleStream, kind: str) -> Committed:
+    def _check_bundle_signature(self, pid: str, kind: str, spec: BundleSpec, signature: bytes,
+                                cert_pem: bytes | None) -> None:
+        """Refuse ``pid``'s ``kind`` bundle ``spec`` (with every digest) unless ``signature``
+        is its kit key's over its receipt (:func:`common.signed_statements.bundle_statement`);
+        ``cert_pem`` None: the caller vouches for ``pid`` (in-process use, no transport)."""
+        if cert_pem is not None:
+            check_signed(cert_pem, self.ca_pems[0], pid, bundle_statement(
+                self.config.federation_id, pid, kind, self._receipt(spec, pid)), signature,
+                f"the {kind}")
+
+    def _commit(self, pid: str, stream: BundleStream, kind: str,
+                cert_pem: bytes | None) -> Committed:
         path = (self.store.upload_path(pid) if kind == "upload"
                 else self.store.disclosure_path(pid))
         lock = self._participant_locks[pid]
@@ -332,11 +349,14 @@ class Federation:
             raise PreconditionError(f"another {kind} stream of {pid!r} is still in progress")
         try:
             if path.exists():
-                return self._repeated(pid, path, stream, kind)
+                return self._repeated(pid, path, stream, kind, cert_pem)
             if kind == "upload" and self._state != "collecting":
                 raise PreconditionError(f"federation is {self._state}; uploads are closed")
+            # The signature is read when the stream is: in its header or its trailer.
             spec = receive_bundle(path, stream, self._check_tags if kind == "upload" else None,
-                                  codec=self.store.codec)
+                                  codec=self.store.codec,
+                                  verify=lambda final: self._check_bundle_signature(
+                                      pid, kind, final, stream.signature, cert_pem))
         finally:
             lock.release()
         missing = self.missing_uploads()
@@ -345,7 +365,8 @@ class Federation:
                  else "; every upload is in")
         return Committed(self._receipt(spec, pid), False)
 
-    def _repeated(self, pid: str, path: Path, stream: BundleStream, kind: str) -> Committed:
+    def _repeated(self, pid: str, path: Path, stream: BundleStream, kind: str,
+                  cert_pem: bytes | None) -> Committed:
         """A stream of an already committed bundle: its receipt again when identical, else
         refused. A header with digests is answered at once; one whose digests follow in the
         trailer is read to its end (hashed, nothing stored) unless its arrays differ already."""
@@ -355,6 +376,7 @@ class Federation:
         if spec.without_digests() == committed.without_digests() and not spec.has_digests:
             spec = drain(stream)
         if spec.has_digests and self._receipt(spec, pid) == self._receipt(committed, pid):
+            self._check_bundle_signature(pid, kind, spec, stream.signature, cert_pem)
             return Committed(self._receipt(committed, pid), True)
         when = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC)
         done = "uploaded" if kind == "upload" else f"made its {kind}"
@@ -363,24 +385,28 @@ class Federation:
             f"{self._receipt(committed, pid).hex()[:16]}...; each participant uploads exactly "
             f"once and this {kind} differs, so it was refused and nothing was stored")
 
-    def upload(self, pid: str, stream: BundleStream) -> Committed:
-        """Participant ``pid``'s one upload; starts the alignment once everyone has committed."""
+    def upload(self, pid: str, stream: BundleStream, cert_pem: bytes | None = None) -> Committed:
+        """Participant ``pid``'s one upload, signed by its kit key (the certificate
+        ``cert_pem`` the CA issued naming ``pid``; None: an in-process caller vouches for
+        ``pid``); starts the alignment once everyone has committed."""
         self.check_caller(pid, stream.spec.federation_id)
         self.check_deadline()
         self.check_upload_header(stream.spec)
-        done = self._commit(pid, stream, "upload")
+        done = self._commit(pid, stream, "upload", cert_pem)
         self.rejoin(pid)
         self.maybe_align()
         return done
 
-    def disclose(self, pid: str, stream: BundleStream) -> Committed:
-        """A colluder's disclosure, accepted only when the federation allows collusion."""
+    def disclose(self, pid: str, stream: BundleStream,
+                 cert_pem: bytes | None = None) -> Committed:
+        """A colluder's disclosure, signed as an upload is, accepted only when the federation
+        allows collusion."""
         self.check_caller(pid, stream.spec.federation_id)
         if not self.config.accept_collusion:
             raise PermissionDeniedError(f"federation {self.config.federation_id!r} does not "
                                         "accept collusion disclosures (accept_collusion = false)")
         self.check_disclosure_header(stream.spec)
-        return self._commit(pid, stream, "disclosure")
+        return self._commit(pid, stream, "disclosure", cert_pem)
 
     # -- relay ---------------------------------------------------------------------------------
     def _publish_once(self, path: Path, data: bytes, refusal: str,
@@ -505,10 +531,16 @@ class Federation:
             raise NotFoundError(f"no sealed share for {pid!r} yet")
         return self.store.codec.share_of(self.store.read(path))
 
-    def publish_commitment(self, pid: str, digest: bytes) -> None:
-        """Store ``pid``'s anchor commitment."""
+    def publish_commitment(self, pid: str, digest: bytes, signature: bytes = b"",
+                           cert_pem: bytes | None = None) -> None:
+        """Store ``pid``'s anchor commitment, signed by its kit key
+        (:func:`common.signed_statements.commitment_statement`; ``cert_pem`` None: an
+        in-process caller vouches for ``pid``)."""
         if len(digest) != 32:
             raise InvalidInputError(f"a commitment is a 32-byte SHA-256 digest, got {len(digest)}")
+        if cert_pem is not None:
+            check_signed(cert_pem, self.ca_pems[0], pid, commitment_statement(
+                self.config.federation_id, pid, digest), signature, "the commitment")
         self._publish_once(self.store.commitments / f"{pid}.bin", digest,
                            f"the commitment of {pid!r} was already published differently",
                            event=f"{pid} committed to the anchor")
@@ -552,13 +584,18 @@ class Federation:
                               for p, r in self.withdrawals().items()],
                 "deadline_unix": self._deadline_unix()}
 
-    def site_model(self, pid: str, asked: str = "") -> bytes:
+    def site_model(self, pid: str, asked: str = "", signature: bytes = b"",
+                   cert_pem: bytes | None = None) -> bytes:
         """The site model file of participant ``pid`` (its map ``N_i``, the model, the
         federation's held-out metrics and its own; :mod:`analyst.site_models`): the same bytes
-        on every call, checked against the digest ``result.json`` recorded.
+        on every call, checked against the digest ``result.json`` recorded. The request is
+        signed by ``pid``'s kit key (:func:`common.signed_statements.site_model_statement`;
+        ``cert_pem`` None: an in-process caller vouches for ``pid``).
 
         Raises
         ------
+        UnauthenticatedError
+            The request is unsigned, or not signed by ``pid``'s kit key.
         PermissionDeniedError
             ``asked`` names another participant than the caller (only one's own part is served).
         PreconditionError
@@ -567,6 +604,9 @@ class Federation:
             The stored file does not match its digest or is not a valid site model.
         """
         self.check_member(pid)
+        if cert_pem is not None:
+            check_signed(cert_pem, self.ca_pems[0], pid, site_model_statement(
+                self.config.federation_id, pid, asked), signature, "the site model request")
         if asked and asked != pid:
             raise PermissionDeniedError(f"{pid!r} may fetch only its own site model, not "
                                         f"{asked!r}'s: each site receives its own map N_i")

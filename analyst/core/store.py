@@ -123,6 +123,7 @@ def _data_offset(header_bytes: bytes) -> int:
 def receive_bundle(
     path: Path, stream: BundleStream,
     check: Callable[[dict[str, np.ndarray]], None] | None = None, *, codec: HeaderCodec,
+    verify: Callable[[BundleSpec], None] | None = None,
 ) -> BundleSpec:
     """Stream a bundle to a temporary file, verify it, then commit it at ``path``.
 
@@ -144,6 +145,9 @@ def receive_bundle(
         Content check on the received arrays (memory-mapped) before the commit.
     codec : HeaderCodec
         How the header is written (:data:`common.wire.PROTO_HEADERS` for every store so far).
+    verify : callable, optional
+        Check of the header with its verified digests (the sender's signature) before the
+        commit; what it raises refuses the bundle.
 
     Returns
     -------
@@ -177,6 +181,8 @@ def receive_bundle(
             digests = stream.digests()
             digester.finish(digests)
             final = spec.with_digests(digests)
+            if verify is not None:
+                verify(final)
             header = codec.header_bytes(final)
             if len(header) != header_size:  # fixed-size digests: cannot happen
                 raise IntegrityError("the bundle header changed size with its digests")

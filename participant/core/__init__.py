@@ -16,6 +16,13 @@ codec=, dealer_seed=None)``
     (:class:`common.errors.UnauthenticatedError`, :class:`~common.errors.IntegrityError`); a
     reply the state does not take raises :class:`agreement.ProtocolStateError`. ``codec`` is a
     :class:`agreement.SecretCodec` (``common.wire_messages.PROTO_CODEC``).
+``upload.SiteSigner(federation_id, participant_id, tls_key_pem, codec)``
+    The site's signed statements: ``bundle_signature(kind, spec)`` (over its receipt, the
+    analyst's core checks it), ``site_model_signature(asked)``, ``receipt(spec)``, and
+    ``checked_receipt(kind, spec, answered)``, which refuses an analyst's receipt for other bytes
+    or another site (:class:`common.errors.IntegrityError`). The commitment is signed by the
+    agreement itself (``PublishCommitment.signature``).
 
-The gRPC driver is :func:`participant.anchor.agree_on_seed`.
+The gRPC drivers are :func:`participant.anchor.agree_on_seed` and
+:class:`participant.client.AnalystClient` (``send_bundle``, ``fetch_site_model``).
 """

@@ -53,6 +53,7 @@ from noisyanchor.common.sealing import (
     verify_exchange_key,
     verify_statement,
 )
+from noisyanchor.common.signed_statements import commitment_statement, sign
 
 
 class ProtocolStateError(InvalidInputError):
@@ -115,9 +116,11 @@ class PostShares:
 
 @dataclass(frozen=True)
 class PublishCommitment:
-    """Publish this site's commitment to the seed and its parameters."""
+    """Publish this site's commitment to the seed and its parameters, signed by its kit key
+    (:func:`common.signed_statements.commitment_statement`)."""
 
     digest: bytes
+    signature: bytes
 
 
 @dataclass(frozen=True)
@@ -360,7 +363,8 @@ class SeedAgreement:
                                          anchors=p.anchors, dim=p.dim,
                                          translation_scale=p.translation_scale)
         self.state = "committed"
-        return PublishCommitment(self._digest)
+        return PublishCommitment(self._digest, sign(self._tls_key_pem, commitment_statement(
+            self.federation_id, self.participant_id, self._digest)))
 
     def _on_committed(self, reply: object) -> Action:
         _no_reply(reply, "a published commitment")

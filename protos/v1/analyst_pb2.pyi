@@ -21,24 +21,28 @@ class ArrayHeader(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., sha256: _Optional[bytes] = ...) -> None: ...
 
 class BundleHeader(_message.Message):
-    __slots__ = ("federation_id", "method", "arrays", "preprocessing_sha256", "projection_cost")
+    __slots__ = ("federation_id", "method", "arrays", "preprocessing_sha256", "projection_cost", "signature")
     FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     ARRAYS_FIELD_NUMBER: _ClassVar[int]
     PREPROCESSING_SHA256_FIELD_NUMBER: _ClassVar[int]
     PROJECTION_COST_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     federation_id: str
     method: str
     arrays: _containers.RepeatedCompositeFieldContainer[ArrayHeader]
     preprocessing_sha256: bytes
     projection_cost: float
-    def __init__(self, federation_id: _Optional[str] = ..., method: _Optional[str] = ..., arrays: _Optional[_Iterable[_Union[ArrayHeader, _Mapping]]] = ..., preprocessing_sha256: _Optional[bytes] = ..., projection_cost: _Optional[float] = ...) -> None: ...
+    signature: bytes
+    def __init__(self, federation_id: _Optional[str] = ..., method: _Optional[str] = ..., arrays: _Optional[_Iterable[_Union[ArrayHeader, _Mapping]]] = ..., preprocessing_sha256: _Optional[bytes] = ..., projection_cost: _Optional[float] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class BundleTrailer(_message.Message):
-    __slots__ = ("sha256",)
+    __slots__ = ("sha256", "signature")
     SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     sha256: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, sha256: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    signature: bytes
+    def __init__(self, sha256: _Optional[_Iterable[bytes]] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class UploadRequest(_message.Message):
     __slots__ = ("header", "chunk", "trailer")
@@ -308,12 +312,14 @@ class Commitment(_message.Message):
     def __init__(self, participant_id: _Optional[str] = ..., digest: _Optional[bytes] = ...) -> None: ...
 
 class PublishCommitmentRequest(_message.Message):
-    __slots__ = ("federation_id", "digest")
+    __slots__ = ("federation_id", "digest", "signature")
     FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     federation_id: str
     digest: bytes
-    def __init__(self, federation_id: _Optional[str] = ..., digest: _Optional[bytes] = ...) -> None: ...
+    signature: bytes
+    def __init__(self, federation_id: _Optional[str] = ..., digest: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class PublishCommitmentReply(_message.Message):
     __slots__ = ()
@@ -334,12 +340,14 @@ class ListCommitmentsReply(_message.Message):
     def __init__(self, expected: _Optional[_Iterable[str]] = ..., commitments: _Optional[_Iterable[_Union[Commitment, _Mapping]]] = ...) -> None: ...
 
 class SiteModelRequest(_message.Message):
-    __slots__ = ("federation_id", "participant_id")
+    __slots__ = ("federation_id", "participant_id", "signature")
     FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
     PARTICIPANT_ID_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     federation_id: str
     participant_id: str
-    def __init__(self, federation_id: _Optional[str] = ..., participant_id: _Optional[str] = ...) -> None: ...
+    signature: bytes
+    def __init__(self, federation_id: _Optional[str] = ..., participant_id: _Optional[str] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class SiteModelHeader(_message.Message):
     __slots__ = ("participant_id", "format", "nbytes", "sha256")

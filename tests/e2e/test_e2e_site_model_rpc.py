@@ -11,6 +11,7 @@ from e2e_support import FEDERATION, random_upload, send, wait_until
 from noisyanchor.analyst.service import SITE_MODEL_CHUNK
 from noisyanchor.common.errors import PermissionDeniedError, PreconditionError
 from noisyanchor.common.models import load_site_model
+from noisyanchor.common.signed_statements import sign, site_model_statement
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 pytestmark = pytest.mark.e2e
@@ -36,8 +37,15 @@ def test_site_model_is_served_to_its_own_site_only_once_done(analyst, rng):
                                                         "its own site model, not 'p2'"):
             c.fetch_site_model("p2")
         # Bounded messages: a header, then chunks of at most SITE_MODEL_CHUNK bytes.
-        parts = list(c.stub.FetchSiteModel(pb.SiteModelRequest(federation_id=FEDERATION),
-                                           timeout=30))
+        signed = sign(c.tls.key.read_bytes(), site_model_statement(FEDERATION, "p1", ""))
+        parts = list(c.stub.FetchSiteModel(pb.SiteModelRequest(
+            federation_id=FEDERATION, signature=signed), timeout=30))
+        # The request is the site's statement, whatever carries it: unsigned, refused.
+        with pytest.raises(grpc.RpcError) as unsigned:
+            list(c.stub.FetchSiteModel(pb.SiteModelRequest(federation_id=FEDERATION),
+                                       timeout=30))
+        assert unsigned.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "site model request of 'p1' is not signed" in unsigned.value.details()
     part = load_site_model(raw)
     assert part.participant == "p1" and part.model is not None
     assert parts[0].WhichOneof("part") == "header" and parts[0].header.nbytes == len(raw)

@@ -67,7 +67,7 @@ def _perform(fed, pki, pid, action):
     if isinstance(action, PostShares):
         return fed.post_sealed(pid, action.shares, cert)
     if isinstance(action, PublishCommitment):
-        return fed.publish_commitment(pid, action.digest)
+        return fed.publish_commitment(pid, action.digest, action.signature, cert)
     assert isinstance(action, ListCommitments)
     listed = fed.list_commitments()
     return listed if set(action.expected) <= {c.participant_id for c in listed} else WAIT
