@@ -261,7 +261,8 @@ class FlowerFederation:
             self.fed.post_sealed(pid, [share_of(m) for m in
                                        pb.PostSealedRequest.FromString(raw).shares], cert)
         elif kind == "PublishCommitmentRequest":
-            self.fed.publish_commitment(pid, pb.PublishCommitmentRequest.FromString(raw).digest)
+            m = pb.PublishCommitmentRequest.FromString(raw)
+            self.fed.publish_commitment(pid, m.digest, m.signature, cert)
         else:
             raise UnauthenticatedError(f"{pid} sent a relay write of unknown kind {kind!r}")
 
@@ -301,7 +302,7 @@ class FlowerFederation:
         for node, r in replies.items():
             pid, stream = pids[node], BundleStream.from_messages(r["bundle"])
             try:
-                done = self.fed.upload(pid, stream)
+                done = self.fed.upload(pid, stream, self.sites[pid].certificate)
             except NoisyAnchorError as err:
                 raise type(err)(f"{pid}: {err}") from None
             receipts[pid] = {"receipt": done.receipt.hex(),

@@ -60,7 +60,13 @@ from noisyanchor.common.files import atomic_write, private_dir
 from noisyanchor.common.gdp import secret_rng
 from noisyanchor.common.models import load_site_model
 from noisyanchor.common.sealing import public_bytes, sign_statement
-from noisyanchor.common.wire import BundleSender, bundle_spec
+from noisyanchor.common.wire import (
+    PROTO_HEADERS,
+    BundleSender,
+    bundle_header,
+    bundle_spec,
+    bundle_spec_of,
+)
 from noisyanchor.common.wire_messages import (
     PROTO_CODEC,
     commitment_of,
@@ -78,6 +84,7 @@ from noisyanchor.participant.core.agreement import (
     SeedAgreement,
     SharedParameters,
 )
+from noisyanchor.participant.core.upload import SiteSigner
 from noisyanchor.participant.local_state import UploadReceipt, keep_receipt, now_iso
 from noisyanchor.participant.predict import SITE_MODEL_FILE, _checked
 from noisyanchor.participant.relay_view import Snapshot, Step, Write, step
@@ -100,6 +107,9 @@ CONFIG_KEY = "noisyanchor-config"
 #: The key of an upload sent but not yet acknowledged (kept once the receipt comes back, as
 #: the gRPC path keeps it only once the analyst committed the upload).
 PENDING_KEY_FILE = "site-key.pending"
+
+#: The header (with every digest) of the upload sent, until the analyst's receipt is checked.
+PENDING_HEADER_FILE = "upload-header.pending"
 
 
 def kit_config(context: Context) -> Path:
@@ -187,7 +197,8 @@ def _request(write: Write, federation_id: str):
     if isinstance(write, PostShares):
         return pb.PostSealedRequest(federation_id=federation_id,
                                     shares=[share_message(s) for s in write.shares])
-    return pb.PublishCommitmentRequest(federation_id=federation_id, digest=write.digest)
+    return pb.PublishCommitmentRequest(federation_id=federation_id, digest=write.digest,
+                                       signature=write.signature)
 
 
 def agree(cfg: ParticipantConfig, fields: ConfigRecord) -> dict[str, Any]:
@@ -230,7 +241,19 @@ def upload(cfg: ParticipantConfig, fields: ConfigRecord) -> dict[str, Any]:
                   run.public_projection(cfg, data.x.shape[1]), data.x.shape[1], tags,
                   records_digest(data.x, data.labels), data.feature_names)
     atomic_write(cfg.state_dir / PENDING_KEY_FILE, key.to_bytes())
-    return {"bundle": list(BundleSender(spec, arrays).messages()), "records": len(x)}
+    signer = _signer(cfg)
+    sender = BundleSender(spec, arrays, sign=lambda final: signer.bundle_signature("upload",
+                                                                                     final))
+    messages = list(sender.messages())
+    # What was sent, to check the analyst's receipt against when it comes (result).
+    atomic_write(cfg.state_dir / PENDING_HEADER_FILE,
+                 bundle_header(sender.spec).SerializeToString(deterministic=True))
+    return {"bundle": messages, "records": len(x)}
+
+
+def _signer(cfg: ParticipantConfig) -> SiteSigner:
+    """This site's statements signed with its kit key (the receipt of its upload)."""
+    return SiteSigner(cfg.federation_id, cfg.id, cfg.tls.key.read_bytes(), PROTO_HEADERS)
 
 
 def result(cfg: ParticipantConfig, fields: ConfigRecord) -> dict[str, Any]:
@@ -239,6 +262,10 @@ def result(cfg: ParticipantConfig, fields: ConfigRecord) -> dict[str, Any]:
     raw = bytes(fields["site_model"])
     _checked(cfg, load_site_model(raw, what="the site model from the ServerApp"),
              "the ServerApp's answer")
+    sent = cfg.state_dir / PENDING_HEADER_FILE
+    if sent.is_file():  # the receipt must be for the bytes this site sent, as this site's
+        _signer(cfg).checked_receipt("upload", bundle_spec_of(pb.BundleHeader.FromString(
+            cfg.read_state(sent))), bytes.fromhex(str(fields["receipt"])))
     pending = cfg.state_dir / PENDING_KEY_FILE
     if pending.is_file():
         os.replace(pending, cfg.state_dir / SITE_KEY_FILE)
@@ -248,6 +275,7 @@ def result(cfg: ParticipantConfig, fields: ConfigRecord) -> dict[str, Any]:
                                     int(fields["records"]), int(fields["bytes"]), cfg.analyst))
     keep_with_digest(cfg.state_dir / SITE_MODEL_FILE, raw)
     upload_seed_path(cfg).unlink(missing_ok=True)
+    sent.unlink(missing_ok=True)
     exchange_key_path(cfg.state_dir, cfg.federation_id).unlink(missing_ok=True)
     log.info("%s: upload committed (receipt %s...) and site model kept in %s", cfg.id,
              str(fields["receipt"])[:16], cfg.state_dir)
