@@ -5,36 +5,12 @@ at every site, and a site stops where it must wait, naming for whom. No Flower, 
 
 from __future__ import annotations
 
-import pytest
-
-from noisyanchor.analyst.config import AnalystConfig
 from noisyanchor.analyst.federation import Federation
-from noisyanchor.analyst.storage import Store
 from noisyanchor.common.errors import NotFoundError
 from noisyanchor.common.sealing import new_exchange_key
-from noisyanchor.common.tomlconfig import TlsFiles
-from noisyanchor.common.wire_messages import PROTO_CODEC
-from noisyanchor.deploy.certs import write_pki
-from noisyanchor.participant.core.agreement import (
-    PostShares,
-    PublishKey,
-    SeedAgreement,
-    SharedParameters,
-)
+from noisyanchor.participant.core.agreement import PostShares, PublishKey
 from noisyanchor.participant.relay_view import Snapshot, step
-
-SITES = ("a", "b", "c")
-PARAMS = SharedParameters("aa-igdp", 12, 5, 1.0)
-
-
-@pytest.fixture
-def relay(tmp_path):
-    pki = write_pki(tmp_path / "pki", SITES)
-    cfg = AnalystConfig(federation_id="f", participants=SITES, method="aa-igdp", anchors=12,
-                        dim=5, sigma=0.0, v=0.0, reference="a", max_iter=10, tol=1e-9,
-                        output_dir=tmp_path / "store",
-                        tls=TlsFiles(pki.ca, pki.server_cert, pki.server_key))
-    return Federation(cfg, Store(tmp_path / "store")), pki
+from tests.participant.test_seed_agreement import SITES, _machine
 
 
 def _snapshot(fed: Federation, pid: str) -> Snapshot:
@@ -43,12 +19,6 @@ def _snapshot(fed: Federation, pid: str) -> Snapshot:
     except NotFoundError:
         share = None
     return Snapshot(tuple(fed.list_keys()), tuple(fed.list_commitments()), share)
-
-
-def _machine(pki, pid: str, key) -> SeedAgreement:
-    return SeedAgreement(federation_id="f", participant_id=pid, dealer="a", expected=SITES,
-                         exchange_key=key, tls_key_pem=pki.clients[pid][1].read_bytes(),
-                         ca_pem=pki.ca.read_bytes(), params=PARAMS, codec=PROTO_CODEC)
 
 
 def _relay(fed: Federation, pki, pid: str, writes) -> None:
