@@ -11,7 +11,8 @@ from pathlib import Path
 COMMANDS = {"certs": "make a CA, the analyst's server certificate and one client certificate "
                      "per participant",
             "demo": "run analyst, participants, colluder and attack as separate processes over "
-                    "mutual TLS on bundled data (digits, or the breast cancer table)",
+                    "mutual TLS on bundled data (digits, or the breast cancer table); "
+                    "--transport flower: the Flower app on Flower's simulation engine",
             "provision": "make one startup kit per site (and the analyst) from a project file; "
                          "add sites, renew certificates, sign a site's CSR"}
 
@@ -55,6 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     from noisyanchor.common.cliargs import int_at_least, nonnegative_float
     from noisyanchor.common.methods import DEFAULT_ANCHOR_NOISE, Method
+    from noisyanchor.deploy.demo import TRANSPORTS
 
     demo = sub.add_parser("demo", help=COMMANDS["demo"])
     demo.add_argument("--participants", type=int_at_least(2), default=4, help="p")
@@ -80,6 +82,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     demo.add_argument("--dataset", choices=("digits", "breast-cancer"), default="digits",
                       help="bundled data: handwritten digits, or the breast cancer table scaled "
                       "as deploy/templates/federation-breast-cancer.toml declares")
+    demo.add_argument("--transport", choices=TRANSPORTS, default="grpc",
+                      help="grpc: analyst and sites as processes over mutual TLS (default); "
+                      "flower: the Flower app on Flower's simulation engine, one virtual "
+                      "SuperNode per site (up to 100 on one host; needs the flower extra; no "
+                      "colluder, as the Flower app carries no disclosure)")
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
     demo.set_defaults(handler=_demo)
 
@@ -191,12 +198,14 @@ def _demo(args: argparse.Namespace) -> int:
     s = run_demo(participants=args.participants, method=args.method, v=args.v,
                  sigma=args.sigma, dim=args.dim, anchors=args.anchors,
                  colluder=None if args.colluder < 0 else args.colluder, seed=args.seed,
-                 workdir=args.workdir, dataset=args.dataset)
+                 workdir=args.workdir, dataset=args.dataset, transport=args.transport)
     if args.json:
         print(json.dumps(s, indent=2))
         return 0
-    print(f"demo: analyst, {s['participants']} participants, colluder and attack ran as "
-          f"{len(s['pids'])} separate processes over mutual TLS; method {s['method']} "
+    ran = (f"colluder and attack ran as {len(s['pids'])} separate processes over mutual TLS"
+           if s["transport"] == "grpc" else "ran as a Flower ServerApp and one ClientApp per "
+           "virtual SuperNode on Flower's simulation engine")
+    print(f"demo: analyst, {s['participants']} participants, {ran}; method {s['method']} "
           f"(d = {s['dim']} columns aligned, an anchor of r = {s['anchors']} rows, anchor "
           f"noise v = {s['v']}, seed {s['seed']})")
     solver = s["solver"]

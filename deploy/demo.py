@@ -41,6 +41,9 @@ Z_RTOL = 1e-12
 #: Seconds any one demo process may take.
 PROCESS_TIMEOUT = 300.0
 
+#: How the demo's sites reach the analyst (``noisyanchor demo --transport``).
+TRANSPORTS = ("grpc", "flower")
+
 #: Share of each site's records held back from its upload and predicted afterwards.
 HELD_BACK = 0.1
 
@@ -383,15 +386,20 @@ def run_demo(*, participants: int = 4, method: str = "aa-igdp-an",
              v: float = DEFAULT_ANCHOR_NOISE, sigma: float = 0.0, dim: int | None = None,
              anchors: int | None = None, colluder: int | None = 0, seed: int | None = None,
              workdir: Path | None = None, held_back: float = HELD_BACK,
-             dataset: str = "digits") -> dict[str, Any]:
+             dataset: str = "digits", transport: str = "grpc") -> dict[str, Any]:
     """Run the demo, keep everything in ``workdir`` (default: a new folder under the working
     directory) with ``summary.json``, ``summary.md`` and the figures, and return the summary
     (keys of issue 3 kept; ``folder``, ``sites`` and ``files`` added). ``dataset``: ``digits``
     or ``breast-cancer`` (its 30 columns encoded with the public ranges its pilot template
-    declares, by the encoder every site uses: :func:`experiments.datasets.load_tabular`)."""
+    declares, by the encoder every site uses: :func:`experiments.datasets.load_tabular`).
+    ``transport``: ``grpc`` (processes over mutual TLS) or ``flower`` (the Flower app on
+    Flower's simulation engine, :mod:`deploy.flower_demo`; no colluder: it has no disclosure)."""
     from noisyanchor.common.methods import Method
     from noisyanchor.experiments.simulate import SimulationConfig, prepare, simulate
 
+    if transport not in TRANSPORTS:
+        raise InvalidInputError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+    colluder = colluder if transport == "grpc" else None
     start_time = time.perf_counter()
     seed = secrets.randbits(32) if seed is None else seed
     config = SimulationConfig(dataset=dataset, method=method, participants=participants,
@@ -403,7 +411,12 @@ def run_demo(*, participants: int = 4, method: str = "aa-igdp-an",
     if root.exists() and any(root.iterdir()):
         raise InvalidInputError(f"workdir {root} is not empty")
     root.mkdir(parents=True, exist_ok=True)
-    run = _run_processes(root, config, fed, colluder, attack_runs, held)
+    if transport == "grpc":
+        run = _run_processes(root, config, fed, colluder, attack_runs, held)
+    else:
+        from noisyanchor.deploy.flower_demo import run_flower
+
+        run = run_flower(root, config, fed, held)
     z = np.load(root / "store" / "result" / "z.npy")
     labels = np.load(root / "store" / "result" / "labels.npy")
     tags = np.load(root / "store" / "result" / "tags.npy")
@@ -416,7 +429,9 @@ def run_demo(*, participants: int = 4, method: str = "aa-igdp-an",
         "participants": participants, "dataset": dataset, "method": method, "v": v,
         "sigma": sigma, "dim": fed.d, "anchors": run.result["anchors"], "seed": seed,
         "colluder": participant_ids(participants)[colluder] if colluder is not None else None,
-        "tls": {"mutual": True, "ca": "demo CA (ECDSA P-256)", "server_name": "localhost",
+        "transport": transport,
+        "tls": {"mutual": transport == "grpc", "ca": "demo CA (ECDSA P-256)",
+                "server_name": "localhost" if transport == "grpc" else None,
                 "client_certificates": participants},
         "pids": run.pids,
         "z_matches_inprocess": rel <= Z_RTOL, "z_max_abs_diff": diff, "z_max_rel_diff": rel,
