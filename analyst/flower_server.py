@@ -65,7 +65,7 @@ from noisyanchor.common.errors import (
     UnauthenticatedError,
 )
 from noisyanchor.common.sealing import verify_statement
-from noisyanchor.common.wire import BundleStream
+from noisyanchor.common.wire import proto_receipt, stream_of_messages
 from noisyanchor.common.wire_messages import (
     commitment_message,
     federation_info_message,
@@ -300,7 +300,7 @@ class FlowerFederation:
         replies, missing = self._exchange(UPLOAD, {
             node: {"info": info} | self._snapshot(pid) for node, pid in pids.items()})
         for node, r in replies.items():
-            pid, stream = pids[node], BundleStream.from_messages(r["bundle"])
+            pid, stream = pids[node], stream_of_messages(r["bundle"])
             try:
                 done = self.fed.upload(pid, stream, self.sites[pid].certificate)
             except NoisyAnchorError as err:
@@ -320,7 +320,7 @@ class FlowerFederation:
     def _kept_receipt(self, pid: str) -> dict[str, Any]:
         """The receipt of ``pid``'s upload committed in an earlier run."""
         spec = read_bundle_spec(self.fed.store.upload_path(pid), root=self.fed.store.root)[0]
-        return {"receipt": spec.receipt(pid).hex(), "already_committed": True,
+        return {"receipt": proto_receipt(spec, pid).hex(), "already_committed": True,
                 "records": int(spec.array("data").shape[0]), "bytes": spec.nbytes}
 
     def deliver(self, receipts: dict[str, dict[str, Any]]) -> None:

@@ -91,7 +91,7 @@ from noisyanchor.common.scoreshield import (
     release_score_vector,
 )
 from noisyanchor.common.scoreshield.regimes import identity_regime_bound
-from noisyanchor.common.wire import ArraySpec, decode_array
+from noisyanchor.common.wire import ArraySpec, array_header, array_spec_of, decode_array
 from noisyanchor.protos.v1 import release_pb2 as pb
 from noisyanchor.protos.v1 import release_pb2_grpc as pb_grpc
 
@@ -275,7 +275,7 @@ def decode_record(header, data: bytes, d: int) -> np.ndarray:
     Checks dtype and shape against the collection's width before looking at the bytes, then
     the byte count, the SHA-256 (:func:`common.wire.decode_array`) and finiteness.
     """
-    spec = ArraySpec.from_proto(header)
+    spec = array_spec_of(header)
     if spec.dtype != "<f8" or spec.shape != (d,):
         raise InvalidInputError(f"the query record must be a '<f8' array of shape ({d},), got "
                                 f"{spec.dtype!r} {spec.shape}")
@@ -464,7 +464,7 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
                  rel.sigma, charge.spent_epsilon)
         return pb.ScoreRelease(
             spend=self._spend(charge, cal, repeated=False),
-            scores_header=ArraySpec.of("scores", scores).to_proto(),
+            scores_header=array_header(ArraySpec.of("scores", scores)),
             scores=scores.astype("<f8").tobytes(),
             top_ids=[] if ids is None else ids.tolist(), records=n, clipped=rel.n_clipped,
             noise_dominated=rel.noise_dominated, useful_epsilon=rel.useful_epsilon)
@@ -607,7 +607,7 @@ class ReleaseServicer(pb_grpc.ReleaseServicer):
         proj = rel.projection
         header = pb.GramHeader(
             spend=self._spend(job.charge, cal, repeated=False),
-            matrix=ArraySpec.of("gram", rel.matrix).to_proto(), projector=rel.projector,
+            matrix=array_header(ArraySpec.of("gram", rel.matrix)), projector=rel.projector,
             iterations=proj.iterations if proj else 0, converged=bool(proj and proj.converged),
             min_eigenvalue=proj.min_eigenvalue if proj else 0.0,
             max_diag_error=proj.max_diag_error if proj else 0.0,

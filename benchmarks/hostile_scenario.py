@@ -49,7 +49,7 @@ import numpy as np
 from noisyanchor.analyst.config import load_analyst_config
 from noisyanchor.common.errors import NoisyAnchorError
 from noisyanchor.common.tomlconfig import TlsFiles
-from noisyanchor.common.wire import bundle_spec, iter_chunks
+from noisyanchor.common.wire import bundle_header, bundle_spec, iter_chunks
 from noisyanchor.deploy.demo import write_analyst
 from noisyanchor.deploy.launch import child_env, start, stop, wait_for_port
 from noisyanchor.participant.client import AnalystClient
@@ -262,7 +262,7 @@ def _hostile_thread(spec: dict, stream: dict, stop: threading.Event, outcomes: C
                     lock: threading.Lock) -> None:
     rng = np.random.default_rng(zlib.crc32(stream["cert"].encode()))
     arrays = aligned_uploads(rng, ("any",), spec["rows"], spec["dim"], spec["anchors"])["any"]
-    header = pb.UploadRequest(header=bundle_spec(spec["federation"], METHOD, arrays).to_proto())
+    header = pb.UploadRequest(header=bundle_header(bundle_spec(spec["federation"], METHOD, arrays)))
     raw = b"".join(bytes(c) for c in iter_chunks(arrays))
     channel = _channel(spec, stream["cert"], stream["key"])
     try:

@@ -10,8 +10,8 @@ incrementally and refuses a stream that is too long, too short or corrupt.
 
 How a header is encoded is a transport's business: :class:`HeaderCodec` is what the protocol
 core asks of it (the canonical bytes of a header, for the store and for receipts, and the header
-back from them); :mod:`common.wire` is the protobuf one, which also attaches the ``to_proto`` /
-``from_proto`` / ``receipt`` methods the gRPC path calls on these classes.
+back from them); :mod:`common.wire` is the protobuf one, with the functions that convert
+these classes to and from their messages.
 
 References: issues 3, 14 (wire format) and 32 (a transport-free core).
 """

@@ -9,10 +9,9 @@ uploads at wire speed). The receiving side reads the messages with :func:`stream
 (chunk payloads without a copy). :data:`PROTO_HEADERS` is the protobuf :class:`HeaderCodec`
 the analyst's store and receipts use.
 
-The gRPC path keeps calling ``spec.to_proto()``, ``BundleSpec.from_proto(msg)``,
-``spec.receipt(pid)`` and ``BundleStream.from_messages(...)``: this module attaches those
-methods to the classes of :mod:`common.bundles` at import, so that module (and the protocol core
-above it) never imports the generated code.
+The gRPC path converts with plain functions (:func:`bundle_header` / :func:`bundle_spec_of`,
+:func:`array_header` / :func:`array_spec_of`, :func:`proto_receipt`, :func:`stream_of_messages`),
+so :mod:`common.bundles` (and the protocol core above it) never imports the generated code.
 
 References: issues 3, 14 (wire format) and 32; ``protos/v1/analyst.proto``.
 """
@@ -50,11 +49,35 @@ from noisyanchor.common.bundles import (
 from noisyanchor.common.errors import IntegrityError, InvalidInputError
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 
-__all__ = ["CHUNK_SIZE", "DIGEST_SIZE", "HASH_AHEAD", "MAX_NDIM", "PROTO_HEADERS", "ArraySpec",
-           "BundleDigester", "BundleSender", "BundleSpec", "BundleStream", "HeaderCodec",
-           "bundle_spec", "decode_array", "drain", "encode_chunk", "iter_chunks",
-           "little_endian", "parse_request", "raw_bytes", "request_stream",
-           "stream_of_messages", "wire_dtype"]
+__all__ = [
+    "CHUNK_SIZE",
+    "DIGEST_SIZE",
+    "HASH_AHEAD",
+    "MAX_NDIM",
+    "PROTO_HEADERS",
+    "ArraySpec",
+    "BundleDigester",
+    "BundleSender",
+    "BundleSpec",
+    "BundleStream",
+    "HeaderCodec",
+    "array_header",
+    "array_spec_of",
+    "bundle_header",
+    "bundle_spec",
+    "bundle_spec_of",
+    "decode_array",
+    "drain",
+    "encode_chunk",
+    "iter_chunks",
+    "little_endian",
+    "parse_request",
+    "proto_receipt",
+    "raw_bytes",
+    "request_stream",
+    "stream_of_messages",
+    "wire_dtype",
+]
 
 #: Tag byte of ``UploadRequest.chunk`` on the wire (field number 2, length-delimited).
 _CHUNK_TAG = bytes([2 << 3 | 2])
@@ -65,19 +88,18 @@ HASH_AHEAD = 16
 
 def array_spec_of(msg: pb.ArrayHeader) -> ArraySpec:
     """Spec from a header message, after checking it is self-consistent
-    (:meth:`ArraySpec.checked`); attached as ``ArraySpec.from_proto``."""
+    (:meth:`ArraySpec.checked`)."""
     return ArraySpec.checked(msg.name, msg.dtype, msg.shape, msg.nbytes, msg.sha256)
 
 
 def array_header(spec: ArraySpec) -> pb.ArrayHeader:
-    """Header message of ``spec``; attached as ``ArraySpec.to_proto``."""
+    """Header message of ``spec``."""
     return pb.ArrayHeader(name=spec.name, dtype=spec.dtype, shape=list(spec.shape),
                           nbytes=spec.nbytes, sha256=spec.sha256)
 
 
 def bundle_spec_of(msg: pb.BundleHeader) -> BundleSpec:
-    """Spec from a header message (:meth:`BundleSpec.checked`); attached as
-    ``BundleSpec.from_proto``."""
+    """Spec from a header message (:meth:`BundleSpec.checked`)."""
     return BundleSpec.checked(
         msg.federation_id, msg.method, tuple(array_spec_of(a) for a in msg.arrays),
         bytes(msg.preprocessing_sha256),
@@ -85,7 +107,7 @@ def bundle_spec_of(msg: pb.BundleHeader) -> BundleSpec:
 
 
 def bundle_header(spec: BundleSpec) -> pb.BundleHeader:
-    """Header message of ``spec``; attached as ``BundleSpec.to_proto``."""
+    """Header message of ``spec``."""
     return pb.BundleHeader(federation_id=spec.federation_id, method=spec.method,
                            arrays=[array_header(a) for a in spec.arrays],
                            preprocessing_sha256=spec.preprocessing_sha256,
@@ -247,8 +269,7 @@ def request_stream(
 
 def stream_of_messages(messages: Iterable[bytes | memoryview | pb.UploadRequest]
                        ) -> BundleStream:
-    """The stream of wire messages: a header first, then chunks, then at most a trailer
-    (attached as ``BundleStream.from_messages``)."""
+    """The stream of wire messages: a header first, then chunks, then at most a trailer."""
     it = iter(messages)
     first = next(it, None)
     part, header = parse_request(first) if first is not None else ("", None)
@@ -295,19 +316,6 @@ def decode_array(header: pb.ArrayHeader, data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype=wire_dtype(spec.dtype)).reshape(spec.shape)
 
 
-def _proto_receipt(spec: BundleSpec, participant_id: str) -> bytes:
-    """:func:`common.bundles.receipt` over the protobuf header; attached as
-    ``BundleSpec.receipt``."""
+def proto_receipt(spec: BundleSpec, participant_id: str) -> bytes:
+    """:func:`common.bundles.receipt` over the protobuf header."""
     return receipt(spec, participant_id, PROTO_HEADERS.header_bytes)
-
-
-# The methods the gRPC path calls on the transport-free classes (see the module docstring);
-# attached by name, not declared, so type checkers of the core see classes without them.
-for _cls, _name, _member in (
-        (ArraySpec, "from_proto", staticmethod(array_spec_of)),
-        (ArraySpec, "to_proto", array_header),
-        (BundleSpec, "from_proto", staticmethod(bundle_spec_of)),
-        (BundleSpec, "to_proto", bundle_header),
-        (BundleSpec, "receipt", _proto_receipt),
-        (BundleStream, "from_messages", staticmethod(stream_of_messages))):
-    setattr(_cls, _name, _member)

@@ -53,6 +53,7 @@ from noisyanchor.common.errors import InvalidInputError, PreconditionError
 from noisyanchor.common.gdp import GdpKey, gdp_map
 from noisyanchor.common.npy_files import load_npy, load_npz
 from noisyanchor.common.scoreshield.baseline import GramBaseline
+from noisyanchor.common.wire import array_header, array_spec_of
 from noisyanchor.participant.config import ParticipantConfig
 
 #: Seconds between two polls of a Gram release's progress, at most; the first poll comes
@@ -248,7 +249,7 @@ def release_scores(cfg: ParticipantConfig, t: np.ndarray, epsilon: float, delta:
 
     t = np.ascontiguousarray(t, dtype="<f8")
     query = pb.ScoreQuery(federation_id=cfg.federation_id, dataset=dataset,
-                          record_header=ArraySpec.of("record", t).to_proto(), record=t.tobytes(),
+                          record_header=array_header(ArraySpec.of("record", t)), record=t.tobytes(),
                           epsilon=epsilon, delta=delta, top_k=top_k,
                           request_id=request_id or new_request_id(), adjacency=adjacency,
                           margin=margin)
@@ -302,13 +303,13 @@ def baseline_from_proto(msg, n: int, sigma: float) -> GramBaseline:
 
 def _receive_gram(parts) -> tuple[Any, np.ndarray]:
     """Header and matrix of a FetchGram stream, checked by size and SHA-256 as it arrives."""
-    from noisyanchor.common.wire import ArraySpec, BundleDigester, BundleSpec, wire_dtype
+    from noisyanchor.common.wire import BundleDigester, BundleSpec, wire_dtype
 
     first = next(parts, None)
     if first is None or first.WhichOneof("part") != "header":
         raise InvalidInputError("a Gram release stream must start with its header")
     header = first.header
-    spec = ArraySpec.from_proto(header.matrix)
+    spec = array_spec_of(header.matrix)
     if spec.dtype != "<f8" or len(spec.shape) != 2 or spec.shape[0] != spec.shape[1]:
         raise InvalidInputError(f"the released Gram must be a square '<f8' matrix, got "
                                 f"{spec.dtype!r} {spec.shape}")

@@ -27,7 +27,7 @@ from noisyanchor.common.errors import (
 from noisyanchor.common.gdp import anchor_from_seed
 from noisyanchor.common.json_vocabulary import problems
 from noisyanchor.common.tomlconfig import TlsFiles
-from noisyanchor.common.wire import BundleStream, bundle_spec, iter_chunks
+from noisyanchor.common.wire import BundleStream, bundle_spec, iter_chunks, proto_receipt
 from noisyanchor.participant.compute import compute_upload
 
 P, N, D, R = 3, 30, 5, 12
@@ -186,7 +186,7 @@ def test_identical_retries_get_the_same_receipt_wherever_the_digests_travel(
               "labels": np.zeros(N, "<i8"), "tags": np.zeros(N, "|i1")}
     fed = Federation(_config(tmp_path), Store(tmp_path / "store"))
     first = _send(fed, "a", "upload", arrays, trailer=first_trailer)
-    assert first.receipt == bundle_spec("f", "aa-igdp", arrays).receipt("a")
+    assert first.receipt == proto_receipt(bundle_spec("f", "aa-igdp", arrays), "a")
     retry = _send(fed, "a", "upload", arrays, trailer=retry_trailer)
     assert retry.already_committed and retry.receipt == first.receipt
     changed = arrays | {"data": arrays["data"] + 1.0}  # same shapes, other bytes

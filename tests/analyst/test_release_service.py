@@ -21,7 +21,7 @@ from noisyanchor.common.alignment import align
 from noisyanchor.common.errors import ConfigError, InvalidInputError, PreconditionError
 from noisyanchor.common.gdp import gdp_map, make_anchor, sample_key
 from noisyanchor.common.methods import make_upload
-from noisyanchor.common.wire import ArraySpec
+from noisyanchor.common.wire import ArraySpec, array_header
 from noisyanchor.deploy.launch import write_toml
 
 P, N, D, R = 3, 20, 5, 12
@@ -79,7 +79,7 @@ def test_unit_rows_refuses_a_row_on_the_origin():
 
 
 def _header(t: np.ndarray):
-    return ArraySpec.of("record", t).to_proto()
+    return array_header(ArraySpec.of("record", t))
 
 
 def test_decode_record_returns_the_row():

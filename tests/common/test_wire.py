@@ -8,13 +8,16 @@ from noisyanchor.common.wire import (
     ArraySpec,
     BundleDigester,
     BundleSender,
-    BundleSpec,
     BundleStream,
+    bundle_header,
     bundle_spec,
+    bundle_spec_of,
     drain,
     encode_chunk,
     iter_chunks,
+    proto_receipt,
     request_stream,
+    stream_of_messages,
     wire_dtype,
 )
 from noisyanchor.protos.v1 import analyst_pb2 as pb
@@ -73,24 +76,24 @@ def test_header_round_trips_and_receipt_depends_on_sender_and_content(arrays):
     assert msgs[0].WhichOneof("part") == "header"
     assert all(m.WhichOneof("part") == "chunk" for m in msgs[1:])
     assert b"".join(m.chunk for m in msgs[1:]) == b"".join(iter_chunks(arrays))
-    back = BundleSpec.from_proto(msgs[0].header)
-    assert back == spec and back.receipt("p0") == spec.receipt("p0")
-    assert spec.receipt("p0") != spec.receipt("p1")
+    back = bundle_spec_of(msgs[0].header)
+    assert back == spec and proto_receipt(back, "p0") == proto_receipt(spec, "p0")
+    assert proto_receipt(spec, "p0") != proto_receipt(spec, "p1")
     changed = bundle_spec("f", "aa-igdp", arrays | {"labels": arrays["labels"] + 1})
-    assert changed.receipt("p0") != spec.receipt("p0")
+    assert proto_receipt(changed, "p0") != proto_receipt(spec, "p0")
 
 
 def test_a_projection_cost_travels_only_when_sent_and_must_be_a_difference(arrays):
     plain = bundle_spec("fed", "aa-igdp-an", arrays)
-    assert not plain.to_proto().HasField("projection_cost")  # receipts of others unchanged
+    assert not bundle_header(plain).HasField("projection_cost")  # receipts of others unchanged
     sent = bundle_spec("fed", "aa-igdp-an", arrays, projection_cost=0.042)
-    assert BundleSpec.from_proto(sent.to_proto()).projection_cost == 0.042
-    assert BundleSpec.from_proto(plain.to_proto()).projection_cost is None
-    assert sent.receipt("p0") != plain.receipt("p0")
-    msg = sent.to_proto()
+    assert bundle_spec_of(bundle_header(sent)).projection_cost == 0.042
+    assert bundle_spec_of(bundle_header(plain)).projection_cost is None
+    assert proto_receipt(sent, "p0") != proto_receipt(plain, "p0")
+    msg = bundle_header(sent)
     msg.projection_cost = 3.0
     with pytest.raises(InvalidInputError, match=r"projection cost 3.0 .*\[-1, 1\]"):
-        BundleSpec.from_proto(msg)
+        bundle_spec_of(msg)
 
 
 @pytest.mark.parametrize("dtype", [">f8", "O", "<U3", "<c16", "float64x"])
@@ -100,14 +103,14 @@ def test_only_little_endian_numeric_dtypes_are_accepted(dtype):
 
 
 def test_header_with_inconsistent_size_or_digest_length_is_refused(arrays):
-    msg = bundle_spec("f", "aa-igdp", arrays).to_proto()
+    msg = bundle_header(bundle_spec("f", "aa-igdp", arrays))
     msg.arrays[0].nbytes += 8
     with pytest.raises(InvalidInputError, match="declares"):
-        BundleSpec.from_proto(msg)
-    msg = bundle_spec("f", "aa-igdp", arrays).to_proto()
+        bundle_spec_of(msg)
+    msg = bundle_header(bundle_spec("f", "aa-igdp", arrays))
     msg.arrays[0].sha256 = b"short"
     with pytest.raises(InvalidInputError, match="SHA-256"):
-        BundleSpec.from_proto(msg)
+        bundle_spec_of(msg)
 
 
 @pytest.mark.parametrize("size", [0, 1, 127, 128, 16383, 16384, 1 << 20])
@@ -135,20 +138,20 @@ def test_sender_without_digests_hashes_while_sending_and_ends_with_the_trailer(a
     # After a complete pass the digests are known: a retry carries them in its header.
     assert sender.spec == bundle_spec("f", "aa-igdp", arrays)
     again = [pb.UploadRequest.FromString(m) for m in sender.messages()]
-    assert BundleSpec.from_proto(again[0].header) == sender.spec
+    assert bundle_spec_of(again[0].header) == sender.spec
     assert again[-1].WhichOneof("part") == "chunk"
 
 
 def test_received_stream_gives_chunk_views_without_copies_and_the_trailer(arrays):
     messages = list(request_stream(bundle_spec("f", "aa-igdp", arrays, digests=False), arrays,
                                    chunk_size=100))
-    stream = BundleStream.from_messages(iter(messages))
+    stream = stream_of_messages(iter(messages))
     chunks = list(stream.chunks())
     assert all(isinstance(c, memoryview) and c.obj is m for c, m in zip(chunks, messages[1:],
                                                                         strict=False))
     assert b"".join(chunks) == b"".join(iter_chunks(arrays))
     assert list(stream.digests()) == _digests(arrays)
-    assert drain(BundleStream.from_messages(iter(messages))) == bundle_spec("f", "aa-igdp",
+    assert drain(stream_of_messages(iter(messages))) == bundle_spec("f", "aa-igdp",
                                                                             arrays)
 
 
@@ -159,24 +162,24 @@ def test_messages_the_protobuf_runtime_wrote_parse_the_same(arrays):
     raw = b"".join(iter_chunks(arrays))
     twice = encode_chunk(b"ignored") + encode_chunk(raw)
     for messages in (
-        [pb.UploadRequest(header=spec.to_proto()).SerializeToString(),
+        [pb.UploadRequest(header=bundle_header(spec)).SerializeToString(),
          pb.UploadRequest(chunk=raw).SerializeToString()],
-        [pb.UploadRequest(header=spec.to_proto()), pb.UploadRequest(chunk=raw)],
-        [pb.UploadRequest(header=spec.to_proto()).SerializeToString(), twice],
+        [pb.UploadRequest(header=bundle_header(spec)), pb.UploadRequest(chunk=raw)],
+        [pb.UploadRequest(header=bundle_header(spec)).SerializeToString(), twice],
     ):
-        stream = BundleStream.from_messages(messages)
+        stream = stream_of_messages(messages)
         assert b"".join(bytes(c) for c in stream.chunks()) == raw
         assert stream.digests() == tuple(_digests(arrays))
 
 
 def test_malformed_streams_are_refused_with_the_reason(arrays):
     spec = bundle_spec("f", "aa-igdp", arrays)
-    header = pb.UploadRequest(header=spec.without_digests().to_proto()).SerializeToString()
+    header = pb.UploadRequest(header=bundle_header(spec.without_digests())).SerializeToString()
     raw = b"".join(iter_chunks(arrays))
     trailer = pb.UploadRequest(trailer=pb.BundleTrailer(sha256=_digests(arrays)))
 
     def consume(messages):
-        stream = BundleStream.from_messages(messages)
+        stream = stream_of_messages(messages)
         for _ in stream.chunks():
             pass
         return stream.digests()
@@ -192,16 +195,16 @@ def test_malformed_streams_are_refused_with_the_reason(arrays):
     short = pb.UploadRequest(trailer=pb.BundleTrailer(sha256=_digests(arrays)[:-1]))
     with pytest.raises(InvalidInputError, match="digests for the"):
         consume([header, encode_chunk(raw), short.SerializeToString()])
-    full = pb.UploadRequest(header=spec.to_proto()).SerializeToString()
+    full = pb.UploadRequest(header=bundle_header(spec)).SerializeToString()
     other = pb.UploadRequest(trailer=pb.BundleTrailer(sha256=[b"\0" * 32] * len(arrays)))
     with pytest.raises(InvalidInputError, match="differ from the header"):
         consume([full, encode_chunk(raw), other.SerializeToString()])
-    some = spec.to_proto()
+    some = bundle_header(spec)
     some.arrays[0].sha256 = b""
     with pytest.raises(InvalidInputError, match="some arrays only"):
-        BundleSpec.from_proto(some)
+        bundle_spec_of(some)
     with pytest.raises(InvalidInputError, match="receipt needs"):
-        spec.without_digests().receipt("p0")
+        proto_receipt(spec.without_digests(), "p0")
 
 
 def test_drain_refuses_a_trailer_that_does_not_match_the_bytes(arrays):

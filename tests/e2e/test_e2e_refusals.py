@@ -18,7 +18,7 @@ from noisyanchor.common.errors import (
     PermissionDeniedError,
 )
 from noisyanchor.common.tomlconfig import TlsFiles
-from noisyanchor.common.wire import bundle_spec, iter_chunks
+from noisyanchor.common.wire import bundle_header, bundle_spec, iter_chunks, proto_receipt
 from noisyanchor.deploy.certs import write_pki
 from noisyanchor.deploy.demo import write_participant
 from noisyanchor.deploy.launch import start
@@ -71,13 +71,13 @@ def test_truncated_and_corrupt_streams_commit_nothing(fed, rng):
     spec = bundle_spec(FEDERATION, "aa-igdp", arrays)
     raw = b"".join(iter_chunks(arrays))
     with fed.client("p1") as c:
-        err = _raw_stream(c, spec.to_proto(), [raw[: len(raw) // 2]])
+        err = _raw_stream(c, bundle_header(spec), [raw[: len(raw) // 2]])
         assert err.code() == grpc.StatusCode.DATA_LOSS and "truncated" in err.details()
         bad = bytearray(raw)
         bad[5] ^= 0xFF
-        err = _raw_stream(c, spec.to_proto(), [bytes(bad)])
+        err = _raw_stream(c, bundle_header(spec), [bytes(bad)])
         assert err.code() == grpc.StatusCode.DATA_LOSS and "corrupt" in err.details()
-        err = _raw_stream(c, spec.to_proto(), [raw, b"extra"])
+        err = _raw_stream(c, bundle_header(spec), [raw, b"extra"])
         assert err.code() == grpc.StatusCode.DATA_LOSS
     assert _stored(fed) == []
 
@@ -86,7 +86,7 @@ def test_trailer_streams_without_or_with_wrong_digests_commit_nothing(fed, rng):
     """A header without digests announces a trailer: a stream that ends without it, or whose
     trailer does not match the bytes, is refused (DATA_LOSS) and stores nothing."""
     arrays = random_upload(rng, N, D, R)
-    header = bundle_spec(FEDERATION, "aa-igdp", arrays, digests=False).to_proto()
+    header = bundle_header(bundle_spec(FEDERATION, "aa-igdp", arrays, digests=False))
     raw = b"".join(iter_chunks(arrays))
     digests = [a.sha256 for a in bundle_spec(FEDERATION, "aa-igdp", arrays).arrays]
     with fed.client("p1") as c:
@@ -106,8 +106,8 @@ def test_digests_in_the_header_or_the_trailer_give_one_receipt(fed, rng):
         first = send(c, "aa-igdp", arrays, digests=True)
         again = send(c, "aa-igdp", arrays)  # trailer: read to its end, then answered
     assert not first.already_committed and again.already_committed
-    assert first.receipt == again.receipt == bundle_spec(FEDERATION, "aa-igdp",
-                                                         arrays).receipt("p2")
+    assert first.receipt == again.receipt == proto_receipt(bundle_spec(FEDERATION, "aa-igdp",
+                                                         arrays), "p2")
 
 
 @pytest.mark.parametrize("change, match", [
@@ -186,7 +186,7 @@ def test_refusals_leave_the_analyst_serving_and_status_reports_progress(fed, rng
 
 
 def _messages(spec, arrays):
-    yield pb.UploadRequest(header=spec.to_proto())
+    yield pb.UploadRequest(header=bundle_header(spec))
     for chunk in iter_chunks(arrays):
         yield pb.UploadRequest(chunk=bytes(chunk))
 
@@ -229,7 +229,7 @@ def test_a_stalled_stream_is_cancelled_and_frees_the_participants_slot(analyst, 
     arrays = random_upload(rng, N, D, R)
     spec = bundle_spec(FEDERATION, "aa-igdp", arrays)
     raw = b"".join(iter_chunks(arrays))
-    messages = [pb.UploadRequest(header=spec.to_proto()),
+    messages = [pb.UploadRequest(header=bundle_header(spec)),
                 pb.UploadRequest(chunk=raw[: len(raw) // 2])][:sent_before_stalling]
 
     def stalled(stop):

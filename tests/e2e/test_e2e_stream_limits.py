@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from e2e_support import FEDERATION, random_upload, refused_upload, send, wait_until
 
-from noisyanchor.common.wire import bundle_spec, iter_chunks
+from noisyanchor.common.wire import bundle_header, bundle_spec, iter_chunks
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 from noisyanchor.protos.v1 import release_pb2, release_pb2_grpc
 
@@ -112,7 +112,7 @@ def test_zero_byte_chunks_do_not_keep_a_stream_alive(analyst, rng):
     spec = bundle_spec(FEDERATION, "aa-igdp", random_upload(rng, N, D, R))
 
     def trickle(stop):
-        yield pb.UploadRequest(header=spec.to_proto())
+        yield pb.UploadRequest(header=bundle_header(spec))
         while not stop.wait(0.2):
             yield pb.UploadRequest(chunk=b"")
 
@@ -134,7 +134,7 @@ def test_a_stream_past_its_absolute_deadline_is_ended(analyst, rng):
     raw = b"".join(iter_chunks(arrays))
 
     def byte_by_byte(stop):
-        yield pb.UploadRequest(header=bundle_spec(FEDERATION, "aa-igdp", arrays).to_proto())
+        yield pb.UploadRequest(header=bundle_header(bundle_spec(FEDERATION, "aa-igdp", arrays)))
         for k in range(len(raw)):
             if stop.wait(0.05):
                 return

@@ -29,7 +29,7 @@ def _relay(fed: Federation, pki, pid: str, writes) -> None:
         elif isinstance(w, PostShares):
             fed.post_sealed(pid, w.shares, cert)
         else:
-            fed.publish_commitment(pid, w.digest)
+            fed.publish_commitment(pid, w.digest, w.signature, cert)
 
 
 def test_rounds_of_snapshots_end_with_one_seed_at_every_site(relay):
