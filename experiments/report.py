@@ -738,7 +738,7 @@ def _threat_section(main: dict[str, Any], config: dict[str, Any]) -> list[str]:
                      f"mostly {got['attack']})"))
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     names = [a for a in next(iter(table.values()))["mean_linkage"]
-             if a.startswith(("known_input_", "distance_match_", "known_sample"))]
+             if a.startswith(("known_input_", "distance_match_", "known_sample", "ica"))]
     if names:
         lines += ["", "The attacks without a colluder one by one (mean linkage):", "",
                   "| method | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]

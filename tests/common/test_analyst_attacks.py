@@ -139,9 +139,9 @@ def test_known_sample_from_a_disjoint_sample_beats_a_random_decoder(rng):
 
 @pytest.mark.parametrize("method", [m.value for m in Method])
 def test_attacks_without_a_colluder_give_every_method_a_reconstruction(rng, method):
-    """Known-input and known-sample read only the data uploads: they run on every method, I-GDP
-    included; the pooled known-sample needs a common frame, which I-GDP lacks. With the analyst
-    alone (no disclosure) the colluder's attacks are skipped with a reason and every
+    """Known-input, known-sample and ICA read only the data uploads: they run on every method,
+    I-GDP included; the pooled known-sample needs a common frame, which I-GDP lacks. With the
+    analyst alone (no disclosure) the colluder's attacks are skipped with a reason and every
     participant is a target."""
     m = Method(method)
     d = 4
@@ -161,7 +161,7 @@ def test_attacks_without_a_colluder_give_every_method_a_reconstruction(rng, meth
     expect = {"known_input_2", f"known_input_{d + 1}", "known_input_label_2",
               f"known_input_label_{d + 1}", "known_input_label_spectral_2",
               f"known_input_label_spectral_{d + 1}", "distance_match_2", f"distance_match_{d + 1}",
-              "known_sample"}
+              "known_sample", "ica"}
     if m is not Method.I_GDP:
         expect.add("known_sample_pooled")
     assert set(run.reconstructions) == expect
