@@ -229,7 +229,8 @@ def test_report_judges_every_claim_in_every_replicate_on_its_axes_with_intervals
     assert set(scales) == {"1.0", "100.0"} and set(scales["1.0"]) == set(MODELS)
     threats = summary["threat_table"]
     assert set(threats) == {m.value for m in Method}  # every method gets a row
-    assert set(threats["i-gdp"]["sets"]) == {"analyst", "public"}
+    # I-GDP: no colluder attack, but ICA on the uploads alone is in every threat's set
+    assert set(threats["i-gdp"]["sets"]) == {"all", "analyst", "public"}
     assert set(threats["aa-igdp-an"]["sets"]) == {"paper", "all", "analyst", "public"}
 
 
@@ -439,7 +440,9 @@ def test_threat_model_section_is_regenerated_in_place(tiny, tmp_path):
     assert first.startswith("# Threat model\n\nhand-written intro\n") and start in first
     section = first.split(start)[1].split(end)[0]
     assert "| method | analyst + colluder | analyst alone | analyst + public data |" in section
-    assert "| i-gdp (noiseless) | - |" in section  # I-GDP gets a row
+    # I-GDP gets a row; no colluder attack applies to it, ICA on the uploads alone does
+    igdp = section.split("| i-gdp (noiseless) | ")[1].split("\n")[0]
+    assert igdp.split(" | ")[0].endswith("(ica)")
     for claim in summary["claims"]:
         assert summary["claim_intervals"][claim]["verdict"] in section
     doc.write_text(first + "\nmore hand-written text\n")
