@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from noisyanchor.experiments.figures import noise_axis, pyplot, save_figure
+from noisyanchor.experiments.figures import fit_to_points, noise_axis, pyplot, save_figure
 from noisyanchor.experiments.linkage import CHANCE
 from noisyanchor.experiments.study import Study, strongest
 
@@ -215,11 +215,13 @@ def threats(replicates: dict[int, dict[str, Study]], model: str, path: Path,
         studies = [replicates[k][f"{model}/{aud}"] for k in reps]
         xs = np.concatenate([_threat_points(s, method, a)[0] for s in studies for a, _ in sets])
         edges = np.linspace(float(xs.min()), float(xs.max()), BINS + 1) if len(xs) else None
+        seen = [CHANCE]  # the column's y range: its points and intervals (a fit may swing out)
         for i, study in enumerate(studies):
             ax = axes[i][j]
             for c, (aset, _) in enumerate(sets):
                 x, y = _threat_points(study, method, aset)
                 ax.scatter(x, y, s=3, color=f"C{c}", alpha=0.6)
+                seen += y.tolist()
                 fit = study.fits.get(f"{method}/strongest-{aset}")
                 if fit is not None:
                     ax.plot(fit.grid, fit.fit, color=f"C{c}", lw=0.9)
@@ -227,6 +229,7 @@ def threats(replicates: dict[int, dict[str, Study]], model: str, path: Path,
                 value = None if ctrl is None else strongest(ctrl, aset, study.threats)
                 if value is not None:
                     ax.axhline(value, color=f"C{c}", ls="--", lw=0.6)
+                    seen.append(value)
             ax.axhline(CHANCE, color="gray", ls=":", lw=0.8)
             if j == 0:
                 ax.set_ylabel(f"replicate {study.replicate}\nlinkage", fontsize=7)
@@ -240,13 +243,15 @@ def threats(replicates: dict[int, dict[str, Study]], model: str, path: Path,
                                 if len(_threat_points(s, method, aset)[0]) else
                                 np.full(BINS, np.nan) for s in studies])
                 for b, mid in enumerate(mids):
-                    _draw_interval(ax, mid + (c - 1) * 0.12 * width, mean_interval(per[:, b]),
-                                   f"C{c}", "o")
+                    got = mean_interval(per[:, b])
+                    _draw_interval(ax, mid + (c - 1) * 0.12 * width, got, f"C{c}", "o")
+                    seen += [] if got is None else list(got)
         ax.axhline(CHANCE, color="gray", ls=":", lw=0.8)
         if j == 0:
             ax.set_ylabel(f"all {len(reps)} deployments\nbin mean, 95% t", fontsize=7)
         noise_axis(ax, kind, fontsize=6)
         ax.tick_params(labelsize=6)
+        fit_to_points(ax, seen)
         axes[0][j].set_title(f"{aud} auditor, "
                              + ("private-data noise (c-gdp-pn = aa-igdp-pn)"
                                 if method == "c-gdp-pn" else "anchor noise (aa-igdp-an)"),
