@@ -42,7 +42,9 @@ included, because they read only the data uploads):
   known), then the known-input decoder from every placed record: the exact key from few
   known records under anchor noise, which leaves every distance exact.
 * ``ica`` (threat ``uploads``): FastICA on the target's upload alone, exact up to estimation
-  error when the attributes are independent and skewed (a heuristic on pixels).
+  error when the attributes are independent and skewed (a heuristic on pixels). It needs no
+  side knowledge, so it is offered only when asked (:func:`available_attacks` ``uploads``; the
+  bench's sweeps ask).
 * ``known_sample`` (threat ``public``): principal axes of the target's upload matched with a
   public sample's, signs by skewness, refined by Wasserstein-Procrustes.
 * ``known_sample_pooled`` (threat ``public``): the same fitted on every participant's rows in the
@@ -641,10 +643,12 @@ UPLOAD_ATTACKS: tuple[Attack, ...] = (
 
 
 def available_attacks(*, plugins: bool = True,
-                      known_records: Sequence[int] = DEFAULT_KNOWN_RECORDS) -> dict[str, Attack]:
+                      known_records: Sequence[int] = DEFAULT_KNOWN_RECORDS,
+                      uploads: bool = False) -> dict[str, Attack]:
     """Built-in attacks (the colluder's, ``known_input_<m>`` for every ``m`` in
-    ``known_records``, the known-sample ones, ICA), then every plug-in of the
-    ``noisyanchor.attacks`` entry-point group (module docstring), by name."""
+    ``known_records``, the known-sample ones, and with ``uploads`` those on the uploads alone:
+    ICA, which needs no side knowledge and so would run wherever it is offered), then every
+    plug-in of the ``noisyanchor.attacks`` entry-point group (module docstring), by name."""
     out = {a.name: a for a in BUILTIN_ATTACKS}
     sizes = sorted(set(known_records))
     out.update((a.name, a) for a in (*(known_input(m) for m in sizes),
@@ -652,7 +656,7 @@ def available_attacks(*, plugins: bool = True,
                                      *(known_input(m, by_label=True, spectral=True)
                                        for m in sizes),
                                      *(distance_match(m) for m in sizes),
-                                     *SAMPLE_ATTACKS, *UPLOAD_ATTACKS))
+                                     *SAMPLE_ATTACKS, *(UPLOAD_ATTACKS if uploads else ())))
     if plugins:
         reserved = (*ATTACK_NAMES, *(a.name for a in (*SAMPLE_ATTACKS, *UPLOAD_ATTACKS)))
         for name, obj in load_plugins(ATTACK_GROUP, reserved=reserved).items():

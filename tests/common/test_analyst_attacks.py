@@ -157,7 +157,8 @@ def test_attacks_without_a_colluder_give_every_method_a_reconstruction(rng, meth
     view = AttackerView(m, None, [u.data for u in ups],
                         [u.anchor for u in ups] if m.uses_anchor else None, res.rotations,
                         side=side)
-    run = attack_all(view, available_attacks(plugins=False, known_records=(2, d + 1)))
+    run = attack_all(view, available_attacks(plugins=False, known_records=(2, d + 1),
+                                             uploads=True))
     expect = {"known_input_2", f"known_input_{d + 1}", "known_input_label_2",
               f"known_input_label_{d + 1}", "known_input_label_spectral_2",
               f"known_input_label_spectral_{d + 1}", "distance_match_2", f"distance_match_{d + 1}",

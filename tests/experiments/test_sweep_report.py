@@ -387,6 +387,9 @@ def test_committed_digits_rows_are_reproduced_by_the_current_code():
     from noisyanchor.experiments.sweep import _Decoder, noise_levels, run_task
 
     results = Path(__file__).resolve().parents[2] / "experiments" / "results" / "digits"
+    if not (results / ROWS_FILE).exists():  # 10 deployments' rows are ~17 MB: not committed
+        pytest.skip("experiments/results/digits holds no rows.jsonl; the sweep command in "
+                    "NOTES.md there makes them")
     cfg = BenchConfig.from_dict(json.loads((results / "meta.json").read_text())["config"])
     committed = {(r["method"], r["draw"], r.get("replicate", 0)): r
                  for r in _rows(results) if r["translation_scale"] == cfg.translation_scale}
