@@ -156,9 +156,10 @@ def claims(summary: dict[str, Any], path: Path, dataset: str = "") -> bool:
         ax.tick_params(axis="x", labelsize=7)
     fig.legend(handles=_claims_legend(plt), loc="upper center", ncol=5, fontsize=7,
                bbox_to_anchor=(0.5, 1.0 - 0.25 / fig.get_figheight()), frameon=False)
-    fig.suptitle(f"{dataset or 'sweep'}, p = {summary['p']}: every claim in each of the "
-                 f"{len(reps)} replicated deployments, pooled, and at the deployment level "
-                 "(95% intervals)", fontsize=10, y=1.0)
+    where = (f"in each of the {len(reps)} replicated deployments, pooled, and at the "
+             "deployment level" if len(reps) > 1 else "in the one deployment")
+    fig.suptitle(f"{dataset or 'sweep'}, p = {summary['p']}: every claim {where} (95% "
+                 "intervals)", fontsize=10, y=1.0)
     save_figure(plt, fig, path)
     return True
 
@@ -208,8 +209,10 @@ def threats(replicates: dict[int, dict[str, Study]], model: str, path: Path,
         return False
     columns = [(aud, m) for aud in auditors for m in ("c-gdp-pn", "aa-igdp-an")]
     plt = pyplot()
-    fig, axes = plt.subplots(len(reps) + 1, len(columns), squeeze=False, sharex="col",
-                             sharey="col", figsize=(3.4 * len(columns), 1.55 * (len(reps) + 1) + 1))
+    pooled = len(reps) > 1  # a bottom row of the deployments' means needs two of them
+    rows = len(reps) + pooled
+    fig, axes = plt.subplots(rows, len(columns), squeeze=False, sharex="col", sharey="col",
+                             figsize=(3.4 * len(columns), 1.55 * rows + 1))
     for j, (aud, method) in enumerate(columns):
         kind = "sigma" if method == "c-gdp-pn" else "v"
         studies = [replicates[k][f"{model}/{aud}"] for k in reps]
@@ -234,8 +237,8 @@ def threats(replicates: dict[int, dict[str, Study]], model: str, path: Path,
             if j == 0:
                 ax.set_ylabel(f"replicate {study.replicate}\nlinkage", fontsize=7)
             ax.tick_params(labelsize=6)
-        ax = axes[len(reps)][j]
-        if edges is not None:
+        ax = axes[rows - 1][j]
+        if edges is not None and pooled:
             mids = (edges[:-1] + edges[1:]) / 2
             width = edges[1] - edges[0]
             for c, (aset, _) in enumerate(sets):
@@ -247,7 +250,7 @@ def threats(replicates: dict[int, dict[str, Study]], model: str, path: Path,
                     _draw_interval(ax, mid + (c - 1) * 0.12 * width, got, f"C{c}", "o")
                     seen += [] if got is None else list(got)
         ax.axhline(CHANCE, color="gray", ls=":", lw=0.8)
-        if j == 0:
+        if j == 0 and pooled:
             ax.set_ylabel(f"all {len(reps)} deployments\nbin mean, 95% t", fontsize=7)
         noise_axis(ax, kind, fontsize=6)
         ax.tick_params(labelsize=6)
@@ -256,7 +259,7 @@ def threats(replicates: dict[int, dict[str, Study]], model: str, path: Path,
                              + ("private-data noise (c-gdp-pn = aa-igdp-pn)"
                                 if method == "c-gdp-pn" else "anchor noise (aa-igdp-an)"),
                              fontsize=7)
-    fig.legend(handles=_threats_legend(sets), loc="upper center", ncol=len(sets) + 3,
+    fig.legend(handles=_threats_legend(sets, pooled), loc="upper center", ncol=len(sets) + 3,
                fontsize=7, bbox_to_anchor=(0.5, 1.0 - 0.3 / fig.get_figheight()),
                frameon=False)
     fig.suptitle(f"{dataset or 'sweep'}, p = {any_study.meta['p']}: exact-source linkage of "
@@ -266,15 +269,16 @@ def threats(replicates: dict[int, dict[str, Study]], model: str, path: Path,
     return True
 
 
-def _threats_legend(sets) -> list:
+def _threats_legend(sets, pooled: bool) -> list:
     from matplotlib.lines import Line2D
 
     out = [Line2D([], [], color=f"C{c}", marker="o", markersize=3, lw=1, label=text)
            for c, (_, text) in enumerate(sets)]
     out += [Line2D([], [], color="k", ls="--", lw=0.6, label="noiseless c-gdp, same threat"),
-            Line2D([], [], color="gray", ls=":", label="chance"),
-            Line2D([], [], color="k", marker="o", markersize=3, lw=1,
-                   label="bottom row: mean over deployments, 95% t")]
+            Line2D([], [], color="gray", ls=":", label="chance")]
+    if pooled:
+        out.append(Line2D([], [], color="k", marker="o", markersize=3, lw=1,
+                          label="bottom row: mean over deployments, 95% t"))
     return out
 
 
