@@ -5,8 +5,9 @@ packages add their own.
 Each attack declares its threat (:data:`THREATS`): what the attacker holds besides the uploads
 and the analyst's alignment. ``colluder``: a colluding participant's disclosure (the paper's
 Definition 2.2). ``analyst``: the analyst alone, knowing ``m`` records of the target (not where
-they are). ``public``: the analyst alone with a public sample of the population. Side knowledge
-comes in :class:`SideKnowledge`.
+they are). ``public``: the analyst alone with a public sample of the population. ``uploads``:
+the analyst alone with the uploads and nothing else (allowed under every other threat too).
+Side knowledge comes in :class:`SideKnowledge`.
 
 The colluder ``c`` discloses its data ``X_c``, its secret state ``(O_c, Psi_c, noise)`` and the
 anchor ``A``; several colluders disclose jointly (:class:`AttackerView` takes their
@@ -40,6 +41,10 @@ included, because they read only the data uploads):
   target's rows by their distances to its ``m`` located known records (within labels when
   known), then the known-input decoder from every placed record: the exact key from few
   known records under anchor noise, which leaves every distance exact.
+* ``ica`` (threat ``uploads``): FastICA on the target's upload alone, exact up to estimation
+  error when the attributes are independent and skewed (a heuristic on pixels). It needs no
+  side knowledge, so it is offered only when asked (:func:`available_attacks` ``uploads``; the
+  bench's sweeps ask).
 * ``known_sample`` (threat ``public``): principal axes of the target's upload matched with a
   public sample's, signs by skewness, refined by Wasserstein-Procrustes.
 * ``known_sample_pooled`` (threat ``public``): the same fitted on every participant's rows in the
@@ -79,6 +84,7 @@ import numpy as np
 from noisyanchor.common.analyst_attacks import (
     decode_located,
     distance_match_attack,
+    ica_attack,
     known_sample_attack,
     locate_known_records,
     spectral_filter,
@@ -99,6 +105,7 @@ THREATS = {
     "colluder": "the analyst with a colluding participant's disclosure (records, key, anchor)",
     "analyst": "the analyst alone, knowing m records of the target (not where they are)",
     "public": "the analyst alone, with a public sample of the population",
+    "uploads": "the analyst alone, with the uploads only (allowed under every threat above)",
 }
 #: Known-record counts ``m`` of the built-in known-input attacks unless a caller chooses.
 DEFAULT_KNOWN_RECORDS = (2, 8, 17)
@@ -578,6 +585,14 @@ def _known_sample(view: AttackerView, i: int) -> np.ndarray:
     return res.decode(view.data[i])
 
 
+def _ica(view: AttackerView, i: int) -> np.ndarray:
+    """FastICA on ``Y_i`` alone (:mod:`common.analyst_attacks.ica`); seeded by the target's
+    index so that a draw's reconstruction does not depend on the order targets are attacked."""
+    res = ica_attack(view.data[i], np.random.default_rng(i))
+    view.note("ica", i, {"kept_directions": res.kept})
+    return res.reconstruction
+
+
 def _sample_facts(res: Any) -> dict[str, Any]:
     return {"cost": res.cost, "pca_cost": res.pca_cost, "chosen_start": res.chosen_start,
             "iterations": res.iterations, "ambiguous_signs": res.ambiguous_signs,
@@ -620,13 +635,20 @@ SAMPLE_ATTACKS: tuple[Attack, ...] = (
     Attack("known_sample_pooled", _known_sample_pooled, threat="public",
            description="known-sample fitted on the analyst's common frame"),
 )
+#: Built-in attacks of the analyst with the uploads only.
+UPLOAD_ATTACKS: tuple[Attack, ...] = (
+    Attack("ica", _ica, threat="uploads",
+           description="FastICA on the target's upload alone (independent attributes)"),
+)
 
 
 def available_attacks(*, plugins: bool = True,
-                      known_records: Sequence[int] = DEFAULT_KNOWN_RECORDS) -> dict[str, Attack]:
+                      known_records: Sequence[int] = DEFAULT_KNOWN_RECORDS,
+                      uploads: bool = False) -> dict[str, Attack]:
     """Built-in attacks (the colluder's, ``known_input_<m>`` for every ``m`` in
-    ``known_records``, the known-sample ones), then every plug-in of the ``noisyanchor.attacks``
-    entry-point group (module docstring), by name."""
+    ``known_records``, the known-sample ones, and with ``uploads`` those on the uploads alone:
+    ICA, which needs no side knowledge and so would run wherever it is offered), then every
+    plug-in of the ``noisyanchor.attacks`` entry-point group (module docstring), by name."""
     out = {a.name: a for a in BUILTIN_ATTACKS}
     sizes = sorted(set(known_records))
     out.update((a.name, a) for a in (*(known_input(m) for m in sizes),
@@ -634,9 +656,9 @@ def available_attacks(*, plugins: bool = True,
                                      *(known_input(m, by_label=True, spectral=True)
                                        for m in sizes),
                                      *(distance_match(m) for m in sizes),
-                                     *SAMPLE_ATTACKS))
+                                     *SAMPLE_ATTACKS, *(UPLOAD_ATTACKS if uploads else ())))
     if plugins:
-        reserved = (*ATTACK_NAMES, *(a.name for a in SAMPLE_ATTACKS))
+        reserved = (*ATTACK_NAMES, *(a.name for a in (*SAMPLE_ATTACKS, *UPLOAD_ATTACKS)))
         for name, obj in load_plugins(ATTACK_GROUP, reserved=reserved).items():
             if name.startswith((KNOWN_INPUT_PREFIX, DISTANCE_MATCH_PREFIX)):
                 raise InvalidInputError(f"plug-in attack {name!r}: names starting with "

@@ -237,7 +237,9 @@ def margin_ends(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
 def estimate_text(result: dict[str, Any], points: bool = True) -> str:
     """``+x.x [lo, hi]`` of a claim's result ('' without an estimate; points: x100 with a
     sign). A matched-linkage result shows its worst margin and, unless it holds, its best
-    margin beside (``; best +y.y [lo, hi]``): the two intervals its verdict read."""
+    margin beside (``worst +x.x [lo, hi]; best +y.y [lo, hi]``, each named: a worst margin's
+    interval below zero is undecided while the best's covers zero): the two intervals its
+    verdict read."""
     fmt = (lambda x: f"{100 * x:+.1f}") if points else (lambda x: f"{x:.3g}")
 
     def one(part: dict[str, Any]) -> str:
@@ -251,10 +253,9 @@ def estimate_text(result: dict[str, Any], points: bool = True) -> str:
     worst, best = ends
     if worst.get("estimate") is None:
         return ""
-    text = one(worst)
-    if result["verdict"] != "holds" and best.get("estimate") is not None:
-        text += f"; best {one(best)}"
-    return text
+    if result["verdict"] == "holds" or best.get("estimate") is None:
+        return one(worst)
+    return f"worst {one(worst)}; best {one(best)}"
 
 
 def _deployment_result(results: list[dict[str, Any]]) -> dict[str, Any] | None:

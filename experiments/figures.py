@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from noisyanchor.experiments.linkage import CHANCE
-from noisyanchor.experiments.study import Study, strongest
+from noisyanchor.experiments.study import Study
 
 
 def pyplot():
@@ -51,6 +51,22 @@ def title(study: Study, dataset: str = "", *, model: bool = True, auditor: bool 
     if auditor and study.auditor:
         parts.append(f"{study.auditor} auditor")
     return ", ".join(parts)
+
+
+#: What the noise axes say: the level and where it is added (data units for sigma; the anchor
+#: ``A`` has unit columns, so v is on the scale of its entries).
+SIGMA_LABEL = "sigma: s.d. of the noise on each entry of Y_i (data units)"
+V_LABEL = "v: s.d. of the noise on each entry of B_i (A has unit-norm columns)"
+
+
+def noise_axis(ax, kind: str, v_pt: float | None = None, fontsize: float = 7) -> None:
+    """Label a noise axis with the level's unit: ``kind`` "sigma" or "v"; with ``v_pt`` a top
+    axis in units of ``v_PT`` (the GOPP phase transition)."""
+    ax.set_xlabel(SIGMA_LABEL if kind == "sigma" else V_LABEL, fontsize=fontsize)
+    if kind == "v" and v_pt:
+        top = ax.secondary_xaxis("top", functions=(lambda v: v / v_pt, lambda u: u * v_pt))
+        top.set_xlabel("v / v_PT", fontsize=fontsize)
+        top.tick_params(labelsize=fontsize)
 
 
 def outside_legend(ax, **kwargs) -> None:
@@ -94,14 +110,14 @@ def linkage(study: Study, path: Path, dataset: str = "") -> None:
     _scatter_fit(axes[0], study, "aa-igdp-pn", "known_anchor", "C1",
                  "AA-I-GDP-pn known-anchor", lambda r: r["linkage"]["known_anchor"],
                  identical=True)
-    axes[0].set_xlabel("sigma")
+    noise_axis(axes[0], "sigma")
     an = study.draws.get("aa-igdp-an", [])
     colluder = [a for a in (an[0]["linkage"] if an else [])
                 if study.threats.get(a, "colluder") == "colluder"]
     for k, attack in enumerate(colluder):
         _scatter_fit(axes[1], study, "aa-igdp-an", attack, f"C{k + 2}", attack,
                      lambda r, a=attack: r["linkage"][a])
-    axes[1].set_xlabel("v")
+    noise_axis(axes[1], "v", study.meta.get("v_pt"))
     ctrl = study.controls.get("c-gdp")
     for ax, name in zip(axes, ("(a) private-data noise", "(b) AA-I-GDP anchor noise, colluder"),
                         strict=True):
@@ -129,7 +145,7 @@ def utility(study: Study, path: Path, dataset: str = "") -> None:
     _scatter_fit(axes[0], study, "c-gdp-pn", "utility", "C0", "C-GDP-pn", lambda r: r["utility"])
     _scatter_fit(axes[0], study, "aa-igdp-pn", "utility", "C1", "AA-I-GDP-pn",
                  lambda r: r["utility"], identical=True)
-    axes[0].set_xlabel("sigma")
+    noise_axis(axes[0], "sigma")
     an = study.draws.get("aa-igdp-an", [])
     conv = [r for r in an if r["solver"]["converged"]]
     cap = [r for r in an if not r["solver"]["converged"]]
@@ -140,7 +156,7 @@ def utility(study: Study, path: Path, dataset: str = "") -> None:
     if "aa-igdp-an/utility" in study.fits:
         _curve(axes[1], study.fits["aa-igdp-an/utility"], "C2", "AA-I-GDP-an fit")
     axes[1].axvline(study.meta["v_pt"], color="C3", ls="--", label="v_PT")
-    axes[1].set_xlabel("v")
+    noise_axis(axes[1], "v", study.meta.get("v_pt"))
     for ax in axes:
         if "c-gdp" in study.controls:
             ax.axhline(study.controls["c-gdp"]["utility"], color="k", ls="-.",
@@ -226,7 +242,7 @@ def solver(study: Study, path: Path, dataset: str = "") -> None:
         ax.scatter(v[~cert], y[~cert], s=8, facecolors="none", edgecolors="C3",
                    label="not certified")
         ax.axvline(study.meta["v_pt"], color="k", ls="--", label="v_PT")
-        ax.set_xlabel("v")
+        noise_axis(ax, "v", study.meta.get("v_pt"))
         ax.set_ylabel(ylabel)
     outside_legend(axes[-1])
     fig.suptitle(title(study, dataset, model=False, auditor=False), fontsize=10)
@@ -328,162 +344,18 @@ def frontier_pairs(pairs: dict[str, Study], path: Path, dataset: str = "") -> No
     save_figure(plt, fig, path)
 
 
-#: Colours of the verdicts in the claims figure.
-VERDICT_COLORS = {"holds": "C2", "fails": "C3", "undecided": "C7", "not reached": "C1",
-                  "not enough draws": "C1"}
-
-
-def claims(summary: dict[str, Any], path: Path, dataset: str = "") -> bool:
-    """Every claim's statistic with its 95% interval, per axis (model/auditor pair, model or
-    auditor) and replicate, and pooled over the replicates (draws nested in them; black
-    edge), coloured by verdict; zero marked. False without judgements."""
-    from noisyanchor.experiments.claims import CLAIMS
-
-    by_rep = summary.get("claims_by_replicate") or {}
-    if not by_rep:
-        return False
-    pooled = summary.get("claims_pooled") or {}
-    reps = sorted(by_rep, key=int)
-    rows = [*reps, "pooled"] if pooled else reps
-    keys = [c for c in CLAIMS if c != "pn_pairs_identical"]  # exact: no interval to draw
-    axes_of = {c: list(by_rep[reps[0]][c]) for c in keys}
-    plt = pyplot()
-    fig, axes = plt.subplots(len(keys), 1, squeeze=False,
-                             figsize=(9, sum(1.0 + 0.32 * len(v) * len(rows)
-                                             for v in axes_of.values())),
-                             gridspec_kw={"height_ratios": [len(axes_of[c]) for c in keys]})
-    markers = "os^Dv"
-    for ax, claim in zip(axes[:, 0], keys, strict=True):
-        labels = axes_of[claim]
-        for j, rep in enumerate(rows):
-            for i, axis in enumerate(labels):
-                res = (by_rep[rep] if rep != "pooled" else pooled).get(claim, {}).get(axis)
-                if res is None:  # judged per replicate only
-                    continue
-                y = i + (j - (len(rows) - 1) / 2) * 0.8 / len(rows)
-                if res.get("estimate") is None:
-                    ax.text(0, y, res["verdict"], fontsize=6, va="center", color="C1")
-                    continue
-                x = 100 * res["estimate"]
-                color = VERDICT_COLORS[res["verdict"]]
-                if res.get("interval"):
-                    lo, hi = (100 * v for v in res["interval"])
-                    ax.plot([lo, hi], [y, y], color=color, lw=1.5)
-                ax.scatter([x], [y], color=color, marker=markers[j % len(markers)], s=14,
-                           edgecolors="k" if rep == "pooled" else "none",
-                           label=(f"replicate {rep}" if rep != "pooled" else
-                                  "pooled (draws nested in replicates)") if i == 0 else None)
-        ax.axvline(0, color="k", lw=0.8)
-        ax.set_yticks(range(len(labels)), labels, fontsize=7)
-        ax.invert_yaxis()
-        ax.set_title(CLAIMS[claim], fontsize=8)
-        ax.set_xlabel("points (95% interval; green holds, red fails, grey undecided)",
-                      fontsize=7)
-    outside_legend(axes[0][0])
-    fig.suptitle(f"{dataset or 'sweep'}, p = {summary['p']}: the claims in every replicate"
-                 + (" and pooled" if pooled else ""),
-                 fontsize=10)
-    save_figure(plt, fig, path)
-    return True
-
-
-def threats(study: Study, path: Path, dataset: str = "") -> bool:
-    """Linkage of the strongest attack of each threat vs noise: private-data noise (the
-    coupled C-GDP-pn = AA-I-GDP-pn runs) and anchor noise, with the noiseless controls of every
-    method (I-GDP included) as horizontal lines. False when only the colluder's attacks ran."""
-    sets = [a for a in ("all", "analyst", "public")
-            if any(a in study.attack_sets(m) for m in ("c-gdp-pn", "aa-igdp-an"))]
-    if sets == ["all"] or not sets:
-        return False
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), sharey=True)
-    names = {"all": "colluder", "analyst": "analyst alone (known records)",
-             "public": "analyst + public data"}
-    for ax, method, xlabel in ((axes[0], "c-gdp-pn", "sigma"), (axes[1], "aa-igdp-an", "v")):
-        for k, aset in enumerate(sets):
-            if aset in study.attack_sets(method):
-                _scatter_fit(ax, study, method, f"strongest-{aset}", f"C{k}", names[aset],
-                             lambda r, a=aset: strongest(r, a, study.threats))
-        shown = []
-        for ctrl, ls in (("c-gdp", "-."), ("i-gdp", "--")):  # = aa-igdp noiseless, coupled
-            row = study.controls.get(ctrl)
-            for k, aset in enumerate(sets):
-                value = None if row is None else strongest(row, aset, study.threats)
-                if value is not None:
-                    shown.append(value)
-                    ax.axhline(value, color=f"C{k}", ls=ls, lw=0.8,
-                               label=f"{ctrl} noiseless, {names[aset]}")
-        ax.axhline(CHANCE, color="gray", ls=":", label="chance")
-        fit_to_points(ax, [*shown, CHANCE, *(strongest(r, a, study.threats)
-                                             for m in ("c-gdp-pn", "aa-igdp-an")
-                                             for r in study.draws.get(m, []) for a in sets)])
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(study.metric_label)
-        ax.set_title(f"{method}" + (" (= aa-igdp-pn, coupled)" if method == "c-gdp-pn" else ""),
-                     fontsize=9)
-    outside_legend(axes[1])
-    fig.suptitle(title(study, dataset, model=False) + ": every threat", fontsize=10)
-    save_figure(plt, fig, path)
-    return True
-
-
-def membership(rows: list[dict[str, Any]], config: dict[str, Any], path: Path,
-               dataset: str = "", p: int | None = None) -> bool:
-    """Membership inference AUC against the returned model vs noise, one column per model
-    (loss threshold filled, shadow models hollow), private-data and anchor noise, every
-    replicate; the controls as horizontal lines. False without membership rows."""
-    rs = [r for r in rows if r.get("membership")]
-    if not rs:
-        return False
-    plt = pyplot()
-    models = config["models"]
-    fig, axes = plt.subplots(2, len(models), figsize=(4.2 * len(models) + 2, 6.5),
-                             squeeze=False, sharey=True)
-    for col, model in enumerate(models):
-        for row_ax, methods, xlabel in ((axes[0][col], ("c-gdp-pn", "aa-igdp-pn"), "sigma"),
-                                        (axes[1][col], ("aa-igdp-an",), "v")):
-            for k, m in enumerate(methods):
-                sel = [r for r in rs if r["method"] == m and not r["control"]]
-                same = m == "aa-igdp-pn"  # coupled to c-gdp-pn: the same points
-                for attack, filled in (("loss_threshold", True), ("shadow", False)):
-                    pts = [(r["noise"], g["auc"]) for r in sel
-                           if (g := r["membership"]["model"][model].get(attack))]
-                    if not pts:
-                        continue
-                    x, y = zip(*pts, strict=True)
-                    style = ({"color": f"C{k}"} if filled else
-                             {"facecolors": "none", "edgecolors": f"C{k}"})
-                    row_ax.scatter(x, y, s=4 if same else 16, marker="x" if same else "o",
-                                   label=f"{m} {attack}" + (" (= c-gdp-pn, coupled)" if same
-                                                            else ""),
-                                   **({"color": f"C{k}"} if same else style))
-            for ctrl, ls, name in (("aa-igdp", "-.", "c-gdp = aa-igdp noiseless (coupled)"),
-                                   ("i-gdp", "--", "i-gdp noiseless")):
-                got = [r["membership"]["model"][model]["loss_threshold"]["auc"] for r in rs
-                       if r["method"] == ctrl and r["control"]]
-                if got:
-                    row_ax.axhline(float(np.mean(got)), color="k", lw=0.8, ls=ls,
-                                   label=f"{name}, loss threshold")
-            row_ax.axhline(0.5, color="gray", lw=0.8, label="chance")
-            row_ax.set_xlabel(xlabel)
-            row_ax.set_ylabel("membership AUC")
-            row_ax.set_title(f"model {model}", fontsize=9)
-        if col == len(models) - 1:
-            outside_legend(axes[0][col])
-            outside_legend(axes[1][col])
-    fig.suptitle(f"{dataset or 'sweep'}, p = {p}, every replicate: membership inference "
-                 "against the returned model", fontsize=10)
-    save_figure(plt, fig, path)
-    return True
-
-
 def draw_all(studies: dict[int, Study], main_p: int, out: Path,
              pairs: dict[str, Study] | None = None, summary: dict[str, Any] | None = None,
              rows: list[dict[str, Any]] | None = None,
-             config: dict[str, Any] | None = None) -> list[str]:
+             config: dict[str, Any] | None = None,
+             replicates: dict[int, dict[str, Study]] | None = None) -> list[str]:
     """Every figure into ``out``; returns the file names written. ``pairs``: the main ``p``'s
     view per (model, auditor), for ``fig_frontier_pairs.png``; ``summary``, ``rows`` and
-    ``config`` (the main ``p``'s): for the claims, threats and membership figures."""
+    ``config`` (the main ``p``'s): for the claims and membership figures; ``replicates`` (every
+    replicate's views per (model, auditor)) and ``config``: for the threats figure
+    (:mod:`experiments.figures_deployments`)."""
+    from noisyanchor.experiments import figures_deployments as every
+
     main = studies[main_p]
     dataset = (config or {}).get("name", "")
     files = []
@@ -499,11 +371,12 @@ def draw_all(studies: dict[int, Study], main_p: int, out: Path,
     if len(studies) > 1:
         participants(studies, out / "fig_participants.png", dataset)
         files.append("fig_participants.png")
-    if threats(main, out / "fig_threats.png", dataset):
+    if replicates and config is not None and every.threats(
+            replicates, config["model"], out / "fig_threats.png", dataset):
         files.append("fig_threats.png")
-    if summary is not None and claims(summary, out / "fig_claims.png", dataset):
+    if summary is not None and every.claims(summary, out / "fig_claims.png", dataset):
         files.append("fig_claims.png")
-    if rows is not None and config is not None and membership(
-            rows, config, out / "fig_membership.png", dataset, main_p):
+    if rows is not None and config is not None and every.membership(
+            rows, config, out / "fig_membership.png", dataset, main_p, main.meta.get("v_pt")):
         files.append("fig_membership.png")
     return files

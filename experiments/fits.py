@@ -1,5 +1,7 @@
 """Descriptive curve fits of the sweeps: cubic regression splines with five equally spaced
-interior knots and pointwise percentile-bootstrap bands (the paper's Section 5 fits).
+interior knots and pointwise percentile-bootstrap bands (the paper's Section 5 fits); with
+fewer than :data:`POINTS_PER_COEFFICIENT` points per coefficient, fewer interior knots (down to
+none, a cubic), so a fit on few draws smooths instead of interpolating.
 
 References: noisy-anchor GDP paper, Section 5.2.2 (fits and bands).
 """
@@ -15,6 +17,15 @@ from noisyanchor.common.errors import InvalidInputError
 
 #: Interior knots and degree of the paper's fits.
 INTERIOR_KNOTS, DEGREE = 5, 3
+#: Fewest points per spline coefficient before an interior knot is dropped (a fit on 12 draws
+#: with the paper's 9 coefficients swung far outside the data between them).
+POINTS_PER_COEFFICIENT = 6
+
+
+def interior_knots(n: int) -> int:
+    """Interior knots of a fit on ``n`` points: the paper's :data:`INTERIOR_KNOTS` while every
+    coefficient has :data:`POINTS_PER_COEFFICIENT` points, fewer below that (none: a cubic)."""
+    return min(INTERIOR_KNOTS, max(0, n // POINTS_PER_COEFFICIENT - DEGREE - 1))
 
 
 @dataclass(frozen=True)
@@ -58,8 +69,8 @@ class SplineFit:
         return float(x0 + (y0 - level) * (x1 - x0) / (y0 - y1))
 
 
-def _knots(lo: float, hi: float) -> np.ndarray:
-    inner = np.linspace(lo, hi, INTERIOR_KNOTS + 2)[1:-1]
+def _knots(lo: float, hi: float, interior: int) -> np.ndarray:
+    inner = np.linspace(lo, hi, interior + 2)[1:-1]
     return np.r_[[lo] * (DEGREE + 1), inner, [hi] * (DEGREE + 1)]
 
 
@@ -72,8 +83,9 @@ def fit_spline(
     x: np.ndarray, y: np.ndarray, rng: np.random.Generator, *, resamples: int = 500,
     points: int = 201,
 ) -> SplineFit:
-    """Cubic least-squares spline of ``y`` on ``x`` with 5 equally spaced interior knots over
-    ``[min x, max x]``, and a 95% pointwise percentile bootstrap over (x, y) pairs."""
+    """Cubic least-squares spline of ``y`` on ``x`` with :func:`interior_knots` equally spaced
+    interior knots over ``[min x, max x]`` (5 from 54 points on), and a 95% pointwise
+    percentile bootstrap over (x, y) pairs."""
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
     if x.shape != y.shape or x.ndim != 1:
@@ -81,7 +93,7 @@ def fit_spline(
     if len(x) < INTERIOR_KNOTS + DEGREE + 1:
         raise InvalidInputError(f"a spline fit needs at least {INTERIOR_KNOTS + DEGREE + 1} "
                                 f"points, got {len(x)}")
-    knots = _knots(float(x.min()), float(x.max()))
+    knots = _knots(float(x.min()), float(x.max()), interior_knots(len(x)))
     grid = np.linspace(x.min(), x.max(), points)
     fit = _fit(x, y, knots, grid)
     boots = []

@@ -33,17 +33,19 @@ PAPER_ATTACKS = {"c-gdp": ("known_secret",), "c-gdp-pn": ("known_secret",),
                  "aa-igdp-an": PAPER_ANCHOR_ATTACKS}
 #: Attack sets whose strongest member is reported: the paper's; every attack of the colluder's
 #: threat model (built-in and plug-in, the paper's included: "all"); the analyst alone with known
-#: records of the target ("analyst"); the analyst with public data ("public").
+#: records of the target ("analyst"); the analyst with public data ("public"). The attacks on the
+#: uploads alone (ICA) belong to every set but "paper": each threat allows them.
 ATTACK_SETS = ("paper", "all", "analyst", "public")
-#: The threat (:data:`common.attacks.THREATS`) whose attacks each set holds, but "paper".
-SET_THREATS = {"all": "colluder", "analyst": "analyst", "public": "public"}
+#: The threats (:data:`common.attacks.THREATS`) whose attacks each set holds, but "paper".
+SET_THREATS = {"all": ("colluder", "uploads"), "analyst": ("analyst", "uploads"),
+               "public": ("public", "uploads")}
 
 
 def attack_set_members(names: Iterable[str], method: str, attack_set: str,
                        threats: Mapping[str, str] | None = None) -> list[str]:
     """The attacks of ``names`` in ``attack_set`` for ``method``: the paper's for the method
     (none for I-GDP), or those whose threat (``threats``; an attack missing from it is a
-    colluder's) is the set's."""
+    colluder's) is one of the set's."""
     if attack_set == "paper":
         paper = PAPER_ATTACKS.get(method, ())
         return [a for a in names if a in paper]
@@ -51,7 +53,7 @@ def attack_set_members(names: Iterable[str], method: str, attack_set: str,
         raise InvalidInputError(f"attack set {attack_set!r} is not one of "
                                 f"{', '.join(ATTACK_SETS)}")
     threats = threats or {}
-    return [a for a in names if threats.get(a, "colluder") == SET_THREATS[attack_set]]
+    return [a for a in names if threats.get(a, "colluder") in SET_THREATS[attack_set]]
 
 
 def strongest_attack(linkage: Mapping[str, float], method: str, attack_set: str = "all",

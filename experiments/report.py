@@ -738,7 +738,7 @@ def _threat_section(main: dict[str, Any], config: dict[str, Any]) -> list[str]:
                      f"mostly {got['attack']})"))
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     names = [a for a in next(iter(table.values()))["mean_linkage"]
-             if a.startswith(("known_input_", "distance_match_", "known_sample"))]
+             if a.startswith(("known_input_", "distance_match_", "known_sample", "ica"))]
     if names:
         lines += ["", "The attacks without a colluder one by one (mean linkage):", "",
                   "| method | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
@@ -1040,7 +1040,7 @@ def make_report(results: Path, out: Path | None = None, *, resamples: int | None
     main_p = main_participant_count(studies)
     others = [summaries[p] for p in sorted(summaries)] if len(studies) > 1 else []
     files = figures.draw_all(studies, main_p, out, pairs[main_p].get(0),
-                             summaries[main_p], by_p[main_p], config)
+                             summaries[main_p], by_p[main_p], config, pairs[main_p])
     (out / "fits.json").write_text(json.dumps(
         {str(p): {name: {k: (v.tolist() if isinstance(v, np.ndarray) else v)
                          for k, v in asdict(fit).items()} for name, fit in s.fits.items()}

@@ -254,7 +254,8 @@ def attack_threats(attacks: dict[str, Attack] | None = None,
                    cfg: BenchConfig | None = None) -> dict[str, str]:
     """Each attack's threat by name (:data:`common.attacks.THREATS`)."""
     if attacks is None:
-        attacks = available_attacks(known_records=() if cfg is None else cfg.known_records)
+        attacks = available_attacks(known_records=() if cfg is None else cfg.known_records,
+                                    uploads=True)
     return {name: a.threat for name, a in attacks.items()}
 
 
@@ -297,7 +298,8 @@ def run_task(bench: Bench, decoder: _Decoder, task: tuple,
     if task.replicate != bench.replicate:
         raise InvalidInputError(f"task of replicate {task.replicate} on the bench of replicate "
                                 f"{bench.replicate}")
-    attacks = available_attacks(known_records=cfg.known_records) if attacks is None else attacks
+    attacks = (available_attacks(known_records=cfg.known_records, uploads=True)
+               if attacks is None else attacks)
     threats = attack_threats(attacks)
     method = Method.parse(task.method)
     fed = draw_federation(bench, method, task.draw, task.level, task.translation_scale)
@@ -487,7 +489,7 @@ def _init_worker(cfg_dict: dict[str, Any]) -> None:
     _WORKER["cfg"] = cfg
     _WORKER["benches"] = {}
     # built-ins and plug-ins, resolved once
-    _WORKER["attacks"] = available_attacks(known_records=cfg.known_records)
+    _WORKER["attacks"] = available_attacks(known_records=cfg.known_records, uploads=True)
 
 
 def _worker_run(task: Task) -> list[dict]:
@@ -539,7 +541,8 @@ def bench_meta(bench: Bench) -> dict[str, Any]:
             "grid_original": np.round(grid, 4).tolist(),
             "grid_projection_floor": np.round(floor, 4).tolist(),
             "auditors": list(bench.auditors), "models": list(bench.config.models),
-            "attacks": list(available_attacks(known_records=bench.config.known_records)),
+            "attacks": list(available_attacks(known_records=bench.config.known_records,
+                                              uploads=True)),
             "attack_threats": attack_threats(cfg=bench.config),
             "replicate": bench.replicate, "known_records": {
                 str(i): len(rows) for i, rows in bench.known.items()},

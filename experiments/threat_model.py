@@ -51,7 +51,8 @@ def render(config: dict[str, Any], summary: dict[str, Any], results: Path) -> st
              f"{len(reps)} replicated deployments, {config['draws']} draws per noisy method "
              f"each; the attacker without a colluder knows m = "
              f"{', '.join(str(m) for m in config.get('known_records') or [])} records of each "
-             "target (known input) or holds the public pool (known sample). Linkage: "
+             "target (known input) or holds the public pool (known sample); ICA needs the "
+             "uploads alone and joins every threat. Linkage: "
              f"{config['auditor']} auditor, exact-source, chance 10%; the strongest attack of "
              "each threat chosen per draw on held-out galleries.", "",
              "| method | analyst + colluder | analyst alone | analyst + public data |",

@@ -139,9 +139,9 @@ def test_known_sample_from_a_disjoint_sample_beats_a_random_decoder(rng):
 
 @pytest.mark.parametrize("method", [m.value for m in Method])
 def test_attacks_without_a_colluder_give_every_method_a_reconstruction(rng, method):
-    """Known-input and known-sample read only the data uploads: they run on every method, I-GDP
-    included; the pooled known-sample needs a common frame, which I-GDP lacks. With the analyst
-    alone (no disclosure) the colluder's attacks are skipped with a reason and every
+    """Known-input, known-sample and ICA read only the data uploads: they run on every method,
+    I-GDP included; the pooled known-sample needs a common frame, which I-GDP lacks. With the
+    analyst alone (no disclosure) the colluder's attacks are skipped with a reason and every
     participant is a target."""
     m = Method(method)
     d = 4
@@ -157,11 +157,12 @@ def test_attacks_without_a_colluder_give_every_method_a_reconstruction(rng, meth
     view = AttackerView(m, None, [u.data for u in ups],
                         [u.anchor for u in ups] if m.uses_anchor else None, res.rotations,
                         side=side)
-    run = attack_all(view, available_attacks(plugins=False, known_records=(2, d + 1)))
+    run = attack_all(view, available_attacks(plugins=False, known_records=(2, d + 1),
+                                             uploads=True))
     expect = {"known_input_2", f"known_input_{d + 1}", "known_input_label_2",
               f"known_input_label_{d + 1}", "known_input_label_spectral_2",
               f"known_input_label_spectral_{d + 1}", "distance_match_2", f"distance_match_{d + 1}",
-              "known_sample"}
+              "known_sample", "ica"}
     if m is not Method.I_GDP:
         expect.add("known_sample_pooled")
     assert set(run.reconstructions) == expect

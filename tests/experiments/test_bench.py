@@ -22,11 +22,13 @@ def test_shipped_configs_load(name):
 
 def test_digits_config_keeps_the_papers_protocol_numbers():
     cfg = BenchConfig.from_toml(CONFIGS / "digits.toml")
-    # the paper's 200 draws per method, here spread over 3 replicated deployments (issue 23)
-    assert cfg.participants == [10] and cfg.draws * cfg.replicates >= 200
-    assert cfg.episodes == 1000 and cfg.replicates >= 3 and cfg.draws >= cfg.min_draws
+    # At least 10 replicated deployments (issue 33); the paper's 200 draws per method were cut to
+    # 12 per deployment (120 in all) to fit 2 shared cores, the deployments carrying the claims.
+    assert cfg.participants == [10] and cfg.draws * cfg.replicates >= 120
+    assert cfg.episodes == 1000 and cfg.replicates >= 10 and cfg.draws >= cfg.min_draws
     assert cfg.partition == "stratified" and cfg.projection == "gaussian"
-    assert cfg.dim + 1 in cfg.known_records and cfg.known_sample  # exact from d + 1 records
+    # exact from d + 1 records or more, and the fewest the distance matching needs
+    assert max(cfg.known_records) >= cfg.dim + 1 and 2 in cfg.known_records and cfg.known_sample
 
 
 def test_unknown_or_invalid_config_keys_are_named():

@@ -1,10 +1,11 @@
-"""Cubic regression splines with five interior knots and bootstrap bands."""
+"""Cubic regression splines with five interior knots (fewer on few points) and bootstrap
+bands."""
 
 import numpy as np
 import pytest
 
 from noisyanchor.common.errors import InvalidInputError
-from noisyanchor.experiments.fits import fit_spline
+from noisyanchor.experiments.fits import fit_spline, interior_knots
 
 
 def test_spline_reproduces_a_cubic_exactly(rng):
@@ -35,3 +36,13 @@ def test_first_crossing_interpolates_a_decreasing_fit(rng):
 def test_spline_needs_enough_points(rng):
     with pytest.raises(InvalidInputError, match="at least"):
         fit_spline(np.arange(5.0), np.arange(5.0), rng)
+
+
+def test_few_points_get_fewer_knots_and_stay_within_the_data(rng):
+    """The paper's 5 interior knots from 54 points on (6 per coefficient), none (a cubic) on
+    12: a fit on 12 noisy points of a line stays near it instead of swinging between them."""
+    assert [interior_knots(n) for n in (9, 12, 30, 53, 54, 200)] == [0, 0, 1, 4, 5, 5]
+    x = np.linspace(0, 1, 12)
+    y = 0.2 - 0.1 * x + 0.02 * rng.standard_normal(12)
+    fit = fit_spline(x, y, rng, resamples=0)
+    assert np.max(np.abs(fit.fit - (0.2 - 0.1 * fit.grid))) < 0.05

@@ -162,13 +162,13 @@ def test_a_matched_linkage_result_shows_every_interval_its_verdict_reads():
     worst = {"estimate": -0.02, "interval": [-0.04, -0.001]}
     best = {"estimate": 0.01, "interval": [-0.01, 0.03]}
     undecided = {"verdict": "undecided", **worst, "margin": {"worst": worst, "best": best}}
-    assert estimate_text(undecided) == "-2.0 [-4.0, -0.1]; best +1.0 [-1.0, +3.0]"
+    assert estimate_text(undecided) == "worst -2.0 [-4.0, -0.1]; best +1.0 [-1.0, +3.0]"
     held = {"verdict": "holds", "estimate": 0.05, "interval": [0.01, 0.09],
             "margin": {"worst": {"estimate": 0.05, "interval": [0.01, 0.09]}, "best": best}}
     assert estimate_text(held) == "+5.0 [+1.0, +9.0]"
     low = {"estimate": -0.01, "interval": [-0.02, -0.005]}
     failed = {"verdict": "fails", **low, "margin": {"worst": worst, "best": low}}
-    assert estimate_text(failed) == "-2.0 [-4.0, -0.1]; best -1.0 [-2.0, -0.5]"
+    assert estimate_text(failed) == "worst -2.0 [-4.0, -0.1]; best -1.0 [-2.0, -0.5]"
     claim = "anchor_noise_beats_data_noise_at_low_linkage_paper_attacks"
     spread = [0.01, 0.2, 0.02]  # each deployment holds; their mean's t interval covers zero
     by_rep = {str(k): {c: {"a/b": {"verdict": "holds", "estimate": e,
@@ -204,4 +204,4 @@ def test_a_matched_linkage_claim_at_the_deployment_level_reads_its_worst_and_bes
     np.testing.assert_allclose(got["margin"]["worst"]["interval"], [-0.04 - half, -0.04 + half])
     np.testing.assert_allclose(got["margin"]["best"]["interval"], [0.02 - half, 0.02 + half])
     assert got["verdict"] == "undecided"
-    assert estimate_text(got) == "-4.0 [-6.5, -1.5]; best +2.0 [-0.5, +4.5]"
+    assert estimate_text(got) == "worst -4.0 [-6.5, -1.5]; best +2.0 [-0.5, +4.5]"

@@ -4,10 +4,12 @@ import numpy as np
 
 from noisyanchor.experiments.datasets import load_digits, make_synthetic
 from noisyanchor.experiments.linkage import (
+    attack_set_members,
     exact_source_galleries,
     fit_auditor,
     identity_galleries,
     linkage_accuracy,
+    strongest_attack,
 )
 from noisyanchor.experiments.partition import identity_disjoint
 
@@ -55,3 +57,19 @@ def test_identity_linkage_finds_another_record_of_the_same_identity(rng):
     rand = linkage_accuracy(auditor.embed(rng.standard_normal((2000, 16)) * 3), bank, gal)
     assert exact > 0.6  # same identity, different record: well above chance
     assert abs(rand - 0.1) < 0.027  # Binomial(2000, 0.1): sd 0.0067, 4 sigma
+
+
+def test_an_attack_on_the_uploads_alone_competes_under_every_threat():
+    """ICA needs nothing but the uploads, so every threat allows it: it joins each attack set
+    (not the paper's), and where it links most it is the set's strongest."""
+    threats = {"op": "colluder", "known_input_17": "analyst", "known_sample": "public",
+               "ica": "uploads"}
+    names = list(threats)
+    assert attack_set_members(names, "aa-igdp-an", "all", threats) == ["op", "ica"]
+    assert attack_set_members(names, "aa-igdp-an", "analyst", threats) == ["known_input_17",
+                                                                            "ica"]
+    assert attack_set_members(names, "aa-igdp-an", "public", threats) == ["known_sample", "ica"]
+    assert attack_set_members(names, "aa-igdp-an", "paper", threats) == ["op"]
+    link = {"op": 0.2, "known_input_17": 0.3, "known_sample": 0.1, "ica": 0.25}
+    assert strongest_attack(link, "aa-igdp-an", "public", threats) == ("ica", 0.25)
+    assert strongest_attack(link, "aa-igdp-an", "analyst", threats) == ("known_input_17", 0.3)

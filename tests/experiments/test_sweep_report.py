@@ -48,11 +48,14 @@ KNOWN = ("known_input_2", "known_input_9", "known_input_label_2", "known_input_l
          "known_input_label_spectral_2", "known_input_label_spectral_9", "distance_match_2",
          "distance_match_9")
 ALONE = {*KNOWN, "known_sample", "known_sample_pooled"}
+#: Attacks on the uploads alone: every threat allows them, so every attack set but the paper's
+#: holds them.
+UPLOADS = ("ica",)
 
 
 def _alone(method: str) -> set[str]:
     """The attacks without a colluder that apply to ``method`` (I-GDP has no common frame)."""
-    return ALONE - ({"known_sample_pooled"} if method == "i-gdp" else set())
+    return {*ALONE, *UPLOADS} - ({"known_sample_pooled"} if method == "i-gdp" else set())
 FIGURES = ("fig_linkage.png", "fig_utility.png", "fig_frontier.png", "fig_solver.png",
            "fig_grid.png", "fig_claims.png", "fig_threats.png", "fig_membership.png")
 
@@ -130,13 +133,14 @@ def test_rows_carry_every_model_every_auditor_and_the_strongest_attack(tiny):
             best = r["strongest"]["linkage"][auditor]
             chosen = r["selection_linkage_by_auditor"][auditor]
             assert set(chosen) == set(link)  # every attack also on the held-out galleries
+            # the colluder's attacks and those on the uploads alone (I-GDP: ICA only)
             colluder = {a: v for a, v in chosen.items() if a not in ALONE}
-            if not colluder:
-                assert best["all"] is None and best["paper"] is None  # I-GDP
-            else:  # chosen on the selection galleries, reported on the others
-                assert best["all"]["attack"] == max(colluder, key=colluder.get)
-                assert link[best["all"]["attack"]] == best["all"]["linkage"]
-            known = {a: chosen[a] for a in KNOWN}
+            if r["method"] == "i-gdp":
+                assert best["paper"] is None and set(colluder) == set(UPLOADS)
+            # chosen on the selection galleries, reported on the others
+            assert best["all"]["attack"] == max(colluder, key=colluder.get)
+            assert link[best["all"]["attack"]] == best["all"]["linkage"]
+            known = {a: chosen[a] for a in (*KNOWN, *UPLOADS)}
             assert best["analyst"]["attack"] == max(known, key=known.get)
             if r["method"] == "aa-igdp-an":
                 paper = {a: chosen[a] for a in ("mp", "op", "am")}
@@ -158,8 +162,10 @@ def test_report_files_exist_and_controls_equal_the_simulator(tiny):
         sim = simulate(fed.config, federation=fed).summary()
         assert summary["controls"][m]["utility"] == sim["utility"]["balanced_accuracy"]
         for attack, res in sim["attacks"].items():
+            # ICA's unmixing, often unconverged on pixels, carries rounding-level differences
+            # between the sweep's and the simulator's uploads into its estimate.
             assert summary["controls"][m]["relative_error"][attack] == pytest.approx(
-                res["relative_error"], rel=1e-12)
+                res["relative_error"], rel=0.05 if attack in UPLOADS else 1e-12), attack
     # Noiseless C-GDP and AA-I-GDP give the same Z up to a rotation: same utility and linkage.
     c, aa = summary["controls"]["c-gdp"], summary["controls"]["aa-igdp"]
     assert c["utility"] == pytest.approx(aa["utility"], abs=1e-12)
@@ -223,7 +229,8 @@ def test_report_judges_every_claim_in_every_replicate_on_its_axes_with_intervals
     assert set(scales) == {"1.0", "100.0"} and set(scales["1.0"]) == set(MODELS)
     threats = summary["threat_table"]
     assert set(threats) == {m.value for m in Method}  # every method gets a row
-    assert set(threats["i-gdp"]["sets"]) == {"analyst", "public"}
+    # I-GDP: no colluder attack, but ICA on the uploads alone is in every threat's set
+    assert set(threats["i-gdp"]["sets"]) == {"all", "analyst", "public"}
     assert set(threats["aa-igdp-an"]["sets"]) == {"paper", "all", "analyst", "public"}
 
 
@@ -380,6 +387,9 @@ def test_committed_digits_rows_are_reproduced_by_the_current_code():
     from noisyanchor.experiments.sweep import _Decoder, noise_levels, run_task
 
     results = Path(__file__).resolve().parents[2] / "experiments" / "results" / "digits"
+    if not (results / ROWS_FILE).exists():  # 10 deployments' rows are ~17 MB: not committed
+        pytest.skip("experiments/results/digits holds no rows.jsonl; the sweep command in "
+                    "NOTES.md there makes them")
     cfg = BenchConfig.from_dict(json.loads((results / "meta.json").read_text())["config"])
     committed = {(r["method"], r["draw"], r.get("replicate", 0)): r
                  for r in _rows(results) if r["translation_scale"] == cfg.translation_scale}
@@ -433,7 +443,9 @@ def test_threat_model_section_is_regenerated_in_place(tiny, tmp_path):
     assert first.startswith("# Threat model\n\nhand-written intro\n") and start in first
     section = first.split(start)[1].split(end)[0]
     assert "| method | analyst + colluder | analyst alone | analyst + public data |" in section
-    assert "| i-gdp (noiseless) | - |" in section  # I-GDP gets a row
+    # I-GDP gets a row; no colluder attack applies to it, ICA on the uploads alone does
+    igdp = section.split("| i-gdp (noiseless) | ")[1].split("\n")[0]
+    assert igdp.split(" | ")[0].endswith("(ica)")
     for claim in summary["claims"]:
         assert summary["claim_intervals"][claim]["verdict"] in section
     doc.write_text(first + "\nmore hand-written text\n")
