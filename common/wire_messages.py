@@ -194,7 +194,8 @@ class ProtoCodec(ProtoHeaders):
     """The protobuf encoding of everything the cores keep or seal: the analyst's
     :class:`analyst.core.codec.StoreCodec` (bundle headers, :class:`common.wire.ProtoHeaders`,
     and relay objects) and the site's :class:`participant.core.agreement.SecretCodec` (a sealed
-    share's plaintext), each serialized deterministically."""
+    share's plaintext) and :class:`participant.core.join.SchemaCodec` (its kept schema), each
+    serialized deterministically."""
 
     def key_bytes(self, key: SignedKey) -> bytes:
         """The canonical bytes of a signed key."""
@@ -211,6 +212,10 @@ class ProtoCodec(ProtoHeaders):
     def share_of(self, raw: bytes) -> SealedShare:
         """The sealed share ``raw`` encodes."""
         return share_of(pb.SealedShare.FromString(raw))
+
+    def schema_bytes(self, schema: RecordSchema) -> bytes:
+        """The canonical bytes of a record schema (what a site keeps once it joined)."""
+        return schema_message(schema).SerializeToString(deterministic=True)
 
     def secret_bytes(self, secret: AnchorSecret) -> bytes:
         """The canonical bytes of a sealed share's plaintext (``AnchorSecret``)."""

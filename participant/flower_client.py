@@ -57,26 +57,24 @@ from noisyanchor.common.errors import (
     PreconditionError,
 )
 from noisyanchor.common.files import atomic_write, private_dir
-from noisyanchor.common.gdp import secret_rng
 from noisyanchor.common.models import load_site_model
 from noisyanchor.common.sealing import public_bytes, sign_statement
 from noisyanchor.common.wire import (
     PROTO_HEADERS,
     BundleSender,
     bundle_header,
-    bundle_spec,
     bundle_spec_of,
 )
 from noisyanchor.common.wire_messages import (
     PROTO_CODEC,
     commitment_of,
+    federation_info_of,
     key_of,
     share_message,
     share_of,
 )
 from noisyanchor.participant import run
 from noisyanchor.participant.anchor import exchange_key_path, kept_exchange_key
-from noisyanchor.participant.compute import compute_upload
 from noisyanchor.participant.config import ParticipantConfig, load_participant_config
 from noisyanchor.participant.core.agreement import (
     PostShares,
@@ -84,18 +82,22 @@ from noisyanchor.participant.core.agreement import (
     SeedAgreement,
     SharedParameters,
 )
-from noisyanchor.participant.core.upload import SiteSigner
+from noisyanchor.participant.core.join import Joined, join, keep_schema
+from noisyanchor.participant.core.upload import (
+    SiteSigner,
+    compute_site_upload,
+    own_site_model,
+    plan_upload,
+    site_seeds,
+)
 from noisyanchor.participant.local_state import UploadReceipt, keep_receipt, now_iso
-from noisyanchor.participant.predict import SITE_MODEL_FILE, _checked
+from noisyanchor.participant.predict import SITE_MODEL_FILE
 from noisyanchor.participant.relay_view import Snapshot, Step, Write, step
 from noisyanchor.participant.site_state import (
     SITE_KEY_FILE,
-    SiteKey,
     keep_with_digest,
     load_site_key,
-    records_digest,
     upload_seed_path,
-    upload_seeds,
 )
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 
@@ -121,16 +123,13 @@ def kit_config(context: Context) -> Path:
     return Path(str(path))
 
 
-def joined(cfg: ParticipantConfig, info: pb.FederationInfo) -> run.Joined:
+def joined(cfg: ParticipantConfig, info: pb.FederationInfo) -> Joined:
     """This site's records read with the federation's schema and checked against its
     declaration (``participant upload``'s checks, in its order); the schema is kept."""
-    run.check_member(cfg, info)
-    schema = run.served_schema(cfg, info)
-    data = run.read_records(cfg, schema)
-    x = run.working_data(cfg, data.x)
-    run.check_fits_federation(cfg, info, data, x)
-    run.keep_schema(cfg, info)
-    return run.Joined(info, data, x, schema.preprocessing_sha256 if schema is not None else b"")
+    declared = federation_info_of(info)
+    site = join(cfg, declared)
+    keep_schema(cfg, declared, PROTO_CODEC)
+    return site
 
 
 def _info(fields: ConfigRecord) -> pb.FederationInfo:
@@ -214,41 +213,23 @@ def agree(cfg: ParticipantConfig, fields: ConfigRecord) -> dict[str, Any]:
 def upload(cfg: ParticipantConfig, fields: ConfigRecord) -> dict[str, Any]:
     """This site's one upload, as ``participant upload`` computes it (the same seeds, the same
     bytes), as the bundle's wire messages; its key is kept aside until the receipt comes."""
-    site = joined(cfg, _info(fields))
-    data, x = site.data, site.x
-    seeds = None if cfg.seed is not None else upload_seeds(cfg)
-    rng = secret_rng(cfg.seed if seeds is None else seeds.secret)
-    tags = run._tags(cfg, data, seeds)
-    cost = run._projection_cost(cfg, site, tags)
-    d = x.shape[1]
-    r = cfg.anchors or 4 * d
+    plan = plan_upload(cfg, joined(cfg, _info(fields)), site_seeds(cfg))
     seed = None
     if cfg.needs_shared_seed:
-        seed = _agreement(cfg, fields, d).seed
+        seed = _agreement(cfg, fields, plan.d).seed
         if seed is None:
             raise PreconditionError(f"{cfg.id}: the upload was asked for before the anchor "
                                     "agreement ended")
-    made, state = compute_upload(cfg.method, x, rng, shared_seed=seed, anchors=r,
-                                 sigma=cfg.sigma, v=cfg.v,
-                                 translation_scale=cfg.translation_scale)
-    arrays = {"data": made.data}
-    if made.anchor is not None:
-        arrays["anchor"] = made.anchor
-    arrays |= {"labels": data.labels.astype("<i8"), "tags": tags.astype("|i1")}
-    spec = bundle_spec(cfg.federation_id, cfg.method, arrays, digests=False,
-                       preprocessing_sha256=site.preprocessing_sha256, projection_cost=cost)
-    key = SiteKey(cfg.federation_id, cfg.id, cfg.method, state.key,
-                  run.public_projection(cfg, data.x.shape[1]), data.x.shape[1], tags,
-                  records_digest(data.x, data.labels), data.feature_names)
-    atomic_write(cfg.state_dir / PENDING_KEY_FILE, key.to_bytes())
+    made = compute_site_upload(plan, seed)
+    atomic_write(cfg.state_dir / PENDING_KEY_FILE, made.key.to_bytes())
     signer = _signer(cfg)
-    sender = BundleSender(spec, arrays, sign=lambda final: signer.bundle_signature("upload",
-                                                                                     final))
+    sender = BundleSender(made.spec, made.arrays,
+                          sign=lambda final: signer.bundle_signature("upload", final))
     messages = list(sender.messages())
     # What was sent, to check the analyst's receipt against when it comes (result).
     atomic_write(cfg.state_dir / PENDING_HEADER_FILE,
                  bundle_header(sender.spec).SerializeToString(deterministic=True))
-    return {"bundle": messages, "records": len(x)}
+    return {"bundle": messages, "records": made.records}
 
 
 def _signer(cfg: ParticipantConfig) -> SiteSigner:
@@ -260,8 +241,8 @@ def result(cfg: ParticipantConfig, fields: ConfigRecord) -> dict[str, Any]:
     """Keep the key, the receipt and this site's model file (checked to be its own), as
     ``participant upload`` and ``participant predict`` keep them."""
     raw = bytes(fields["site_model"])
-    _checked(cfg, load_site_model(raw, what="the site model from the ServerApp"),
-             "the ServerApp's answer")
+    own_site_model(cfg, load_site_model(raw, what="the site model from the ServerApp"),
+                   "the ServerApp's answer")
     sent = cfg.state_dir / PENDING_HEADER_FILE
     if sent.is_file():  # the receipt must be for the bytes this site sent, as this site's
         _signer(cfg).checked_receipt("upload", bundle_spec_of(pb.BundleHeader.FromString(

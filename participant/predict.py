@@ -36,6 +36,7 @@ from noisyanchor.common.tabular.ranges import RangeTally
 from noisyanchor.common.tabular.reader import CHUNK_ROWS
 from noisyanchor.common.text import inert_cell
 from noisyanchor.participant.config import ParticipantConfig, load_participant_config
+from noisyanchor.participant.core.upload import own_site_model
 from noisyanchor.participant.data import LocalData, local_data_chunks
 from noisyanchor.participant.site_state import (
     SiteKey,
@@ -60,14 +61,6 @@ PREDICT_CHUNK_ROWS = CHUNK_ROWS
 FETCH_WAIT = 30.0
 
 
-def _checked(cfg: ParticipantConfig, site: SiteModel, where: str) -> SiteModel:
-    if (site.federation_id, site.participant) != (cfg.federation_id, cfg.id):
-        raise PreconditionError(f"{where} is the site model of {site.participant!r} in "
-                                f"federation {site.federation_id!r}, not of {cfg.id!r} in "
-                                f"{cfg.federation_id!r}")
-    return site
-
-
 def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
                wait: float = FETCH_WAIT) -> SiteModel:
     """This site's part of the result: from the state folder, else (or with ``refresh``)
@@ -86,13 +79,13 @@ def site_model(cfg: ParticipantConfig, *, refresh: bool = False,
         raw = cfg.read_state(path)
         site = load_site_model(raw, what=str(path))  # what it is first: a pickle is named
         check_kept_digest(path, raw, "fetch it again with --refresh", since="fetched")
-        return _checked(cfg, site, str(path))
+        return own_site_model(cfg, site, str(path))
     from noisyanchor.participant.anchor import exchange_key_path
     from noisyanchor.participant.run import analyst_client
 
     with analyst_client(cfg, min(cfg.wait_seconds, wait)) as client:
         raw = client.fetch_site_model(cfg.id)
-    site = _checked(cfg, load_site_model(raw, what="the site model from the analyst"),
+    site = own_site_model(cfg, load_site_model(raw, what="the site model from the analyst"),
                     "the analyst's answer")
     keep_with_digest(path, raw)
     # The federation is done: no screening can send this site back to the agreement.

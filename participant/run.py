@@ -6,14 +6,11 @@ References: SPEC.md sections 1 and 3; issue 3, items 3-5.
 from __future__ import annotations
 
 import datetime
-import io
 import json
 import logging
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
 from google.protobuf.message import DecodeError
 
 from noisyanchor.common.durations import human_duration, human_time
@@ -25,24 +22,35 @@ from noisyanchor.common.errors import (
     NoisyAnchorError,
     NotFoundError,
 )
-from noisyanchor.common.files import atomic_write, private_dir
-from noisyanchor.common.gdp import anchor_from_seed, gaussian_projection, secret_rng
+from noisyanchor.common.files import private_dir
 from noisyanchor.common.npy_files import load_npz
 from noisyanchor.common.progress import Progress
-from noisyanchor.common.schema import RecordSchema, check_declared
-from noisyanchor.common.splits import split_tags
+from noisyanchor.common.schema import RecordSchema
 from noisyanchor.common.tabular import TableError
 from noisyanchor.common.tabular.ranges import far_values
 from noisyanchor.common.text import MAX_PEER_TEXT, peer_text
-from noisyanchor.common.validation import check_projection_dim
 from noisyanchor.common.visibility import visible_json
 from noisyanchor.common.wire import bundle_spec
-from noisyanchor.common.wire_messages import schema_of
-from noisyanchor.participant.anchor import SharedParameters, agree_on_seed, exchange_key_path
+from noisyanchor.common.wire_messages import PROTO_CODEC, federation_info_of, schema_of
+from noisyanchor.participant.anchor import agree_on_seed, exchange_key_path
 from noisyanchor.participant.client import AnalystClient
-from noisyanchor.participant.compute import compute_upload
 from noisyanchor.participant.config import ParticipantConfig
-from noisyanchor.participant.data import LocalData, load_local_data
+from noisyanchor.participant.core.join import (
+    Joined,
+    join,
+    keep_schema,
+    read_records,
+    schema_path,
+    working_data,
+)
+from noisyanchor.participant.core.upload import (
+    SECRETS_FILE,
+    compute_site_upload,
+    keep_secrets,
+    plan_upload,
+    site_seeds,
+)
+from noisyanchor.participant.data import LocalData
 from noisyanchor.participant.local_state import (
     UploadReceipt,
     keep_receipt,
@@ -51,22 +59,16 @@ from noisyanchor.participant.local_state import (
     now_iso,
     receipt_path,
 )
-from noisyanchor.participant.projection_cost import projection_cost
 from noisyanchor.participant.site_state import (
     SiteKey,
-    UploadSeeds,
     keep_site_key,
     load_site_key,
     records_digest,
     upload_seed_path,
-    upload_seeds,
 )
 from noisyanchor.protos.v1 import analyst_pb2 as pb
 
 log = logging.getLogger(__name__)
-
-#: File (in ``state_dir``) of the secrets a colluder keeps.
-SECRETS_FILE = "secrets.npz"
 
 
 @dataclass(frozen=True)
@@ -88,40 +90,6 @@ class Sent:
     received_at: str = ""
     kept_receipt: str | None = None
     analyst_unreachable: str | None = None
-
-
-def public_projection(cfg: ParticipantConfig, d_in: int) -> np.ndarray | None:
-    """The public Gaussian ``F`` (``d_in x h``) drawn from ``projection_seed``, exactly as the
-    simulator draws it; None without a projection. Refused when ``h > d_in`` (naming the key:
-    an analyst without a ``[schema]`` cannot check it)."""
-    if cfg.dim is None:
-        return None
-    try:
-        check_projection_dim(cfg.dim, d_in, f"the columns of {cfg.data}")
-    except InvalidInputError as err:
-        raise InvalidInputError(f"[protocol] dim: {err}") from None
-    return gaussian_projection(d_in, cfg.dim, np.random.default_rng(cfg.projection_seed))
-
-
-def working_data(cfg: ParticipantConfig, x: np.ndarray) -> np.ndarray:
-    """``X_i F`` (``X_i`` if no projection)."""
-    f = public_projection(cfg, x.shape[1])
-    return x if f is None else x @ f
-
-
-def schema_path(cfg: ParticipantConfig) -> Path:
-    """Where the federation's schema is kept once this site joined (``state_dir``)."""
-    return cfg.state_dir / f"schema-{cfg.federation_id}.pb"
-
-
-def keep_schema(cfg: ParticipantConfig, info: pb.FederationInfo) -> None:
-    """Keep the schema the analyst served, so that later uses of this site's records
-    (disclosure, release queries, prediction) preprocess them exactly as the upload did."""
-    if info.HasField("schema"):
-        private_dir(cfg.state_dir)
-        atomic_write(schema_path(cfg), info.schema.SerializeToString(deterministic=True))
-    else:  # a schema kept from an earlier declaration of this federation no longer applies
-        schema_path(cfg).unlink(missing_ok=True)
 
 
 def kept_schema(cfg: ParticipantConfig) -> RecordSchema | None:
@@ -148,20 +116,6 @@ def kept_schema(cfg: ParticipantConfig) -> RecordSchema | None:
     return schema
 
 
-def served_schema(cfg: ParticipantConfig, info: pb.FederationInfo) -> RecordSchema | None:
-    """The schema the analyst declares, checked against the preprocessing digest this site's
-    kit pins (``[protocol] preprocessing_sha256``), if any."""
-    schema = schema_of(info.schema) if info.HasField("schema") else None
-    digest = schema.preprocessing_sha256.hex() if schema is not None else ""
-    if cfg.preprocessing_sha256 is not None and digest != cfg.preprocessing_sha256:
-        raise InvalidInputError(
-            f"the analyst serves a preprocessing (digest {digest[:16] or 'none'}) other than "
-            f"the one {cfg.id}'s config agreed to ([protocol] preprocessing_sha256 = "
-            f"{cfg.preprocessing_sha256[:16]}...): the federation's [schema] changed after "
-            "this kit was provisioned; ask the operator for the current kit")
-    return schema
-
-
 def local_data(cfg: ParticipantConfig, schema: RecordSchema | None = None, *,
                require_labels: bool = True) -> LocalData:
     """This participant's records after the federation's public preprocessing, with labels
@@ -175,15 +129,6 @@ def local_data(cfg: ParticipantConfig, schema: RecordSchema | None = None, *,
                         require_labels=require_labels)
 
 
-def read_records(cfg: ParticipantConfig, schema: RecordSchema | None, *,
-                 require_labels: bool = True) -> LocalData:
-    """This participant's records read with exactly ``schema`` (None: no schema declared)."""
-    return load_local_data(cfg.data, schema=schema, label_column=cfg.label_column,
-                           tag_column=cfg.tag_column, label_index=cfg.label_index,
-                           require_labels=require_labels, delimiter=cfg.delimiter,
-                           decimal=cfg.decimal)
-
-
 def withdrawal_reason(cfg: ParticipantConfig, err: Exception) -> str:
     """What the other sites are told when this site's data or config is refused: the line
     and column of a bad cell but never its value (a private record's), no local path, one
@@ -195,16 +140,6 @@ def withdrawal_reason(cfg: ParticipantConfig, err: Exception) -> str:
                        key=lambda p: len(str(p)), reverse=True):
         text = text.replace(str(path), path.name)
     return "".join(ch if ch.isprintable() else " " for ch in " ".join(text.split()))
-
-
-def _tags(cfg: ParticipantConfig, data: LocalData, seeds: UploadSeeds | None) -> np.ndarray:
-    # Tags are not secret; without given tags hold out a stratified 20% test split, drawn from
-    # a generator separate from the secret one (so keys do not depend on it), and kept with the
-    # key: the site's gain is measured on the same test rows.
-    if data.tags is not None:
-        return data.tags
-    rng = np.random.default_rng([cfg.seed, 1] if seeds is None else seeds.split)
-    return split_tags(data.labels, rng).astype("|i1")
 
 
 #: Seconds ``participant status`` retries an unavailable analyst (a question, not a wait).
@@ -222,62 +157,11 @@ def analyst_client(cfg: ParticipantConfig, wait: float | None = None) -> Analyst
                          cfg.wait_seconds if wait is None else wait)
 
 
-def _declared(info: pb.FederationInfo) -> dict:
-    """The parameters the analyst declares, by the participant config's key names."""
-    declared = {"federation_id": info.federation_id, "method": info.method}
-    for name in ("anchors", "dim", "sigma", "v", "dealer", "projection_seed",
-                 "translation_scale"):
-        declared[name] = getattr(info, name) if info.HasField(name) else None
-    return declared
-
-
-def check_member(cfg: ParticipantConfig, info: pb.FederationInfo) -> None:
-    """Refuse a participant the federation does not name."""
-    if cfg.id not in info.participants:
-        raise InvalidInputError(f"participant {cfg.id!r} is not one of federation "
-                                f"{info.federation_id!r}'s participants {list(info.participants)}")
-
-
-def check_fits_federation(cfg: ParticipantConfig, info: pb.FederationInfo, data: LocalData,
-                          x: np.ndarray) -> None:
-    """Refuse locally, naming both sides, when this participant's config or data do not fit
-    what the analyst declares (issue 10, item 2): before any key, seed or upload leaves.
-
-    The working width ``d`` is compared with a declared ``dim``: it is ``h`` with a public
-    projection and the data's own width without one.
-    """
-    check_member(cfg, info)
-    d = x.shape[1]
-    own = {"federation_id": cfg.federation_id, "method": cfg.method, "sigma": cfg.sigma,
-           "v": cfg.v, "anchors": cfg.anchors or 4 * d, "dim": d, "dealer": cfg.dealer,
-           "projection_seed": cfg.projection_seed if cfg.dim is not None else None,
-           "translation_scale": cfg.translation_scale}
-    declared = _declared(info)
-    if declared["anchors"] is None and declared["dim"] is not None:
-        declared["anchors"] = 4 * declared["dim"]
-    if info.HasField("schema"):
-        schema_of(info.schema).check(
-            data.x, data.feature_names, who=f"{cfg.id}'s data {cfg.data.name}",
-            federation=info.federation_id)
-    check_declared(declared, own, who=f"{cfg.id}'s config", analyst="the analyst")
-
-
 def _preprocessing(schema: RecordSchema | None) -> str:
     """What the log says of the preprocessing: the typed schema and its digest."""
     if schema is None or schema.tabular is None:
         return "no typed columns"
     return f"{schema.describe()}, preprocessing {schema.preprocessing_sha256.hex()[:16]}"
-
-
-@dataclass(frozen=True)
-class Joined:
-    """A participant that joined: the declaration, its records as the federation's schema
-    encodes them, the working data ``X_i F`` and the preprocessing digest."""
-
-    info: pb.FederationInfo
-    data: LocalData
-    x: np.ndarray
-    preprocessing_sha256: bytes
 
 
 def _withdraw(client: AnalystClient, cfg: ParticipantConfig, err: InvalidInputError) -> None:
@@ -320,22 +204,19 @@ def _join(client: AnalystClient, cfg: ParticipantConfig, early: LocalData | None
     reported to the analyst as this site's withdrawal, so the other sites stop waiting and
     learn which site failed and why (:func:`withdrawal_reason`), before it is raised here.
     """
-    info = client.describe()
     try:
-        check_member(cfg, info)
-        schema = served_schema(cfg, info)
-        same = schema is not None and schema.tabular == cfg.schema
-        data = early if early is not None and same else read_records(cfg, schema)
-        x = working_data(cfg, data.x)
-        check_fits_federation(cfg, info, data, x)
+        # Converted inside: a served schema that does not decode is refused as the others are.
+        info = federation_info_of(client.describe())
+        joined = join(cfg, info, early)
     except InvalidInputError as err:
         _withdraw(client, cfg, err)
         raise
-    keep_schema(cfg, info)
+    keep_schema(cfg, info, PROTO_CODEC)
     # Its records read and checked, this site takes part (again): a withdrawal it left
     # standing is cleared now, before it waits for the dealer, or the others, waiting too,
     # would stop on it (issue 34).
     client.status(rejoin=True)
+    schema, data = info.schema, joined.data
     if schema is not None and schema.tabular is not None and data.lines is not None:
         for far in far_values(schema.tabular, data.x, data.lines):  # this log only, not sent
             log.warning("%s: %s", cfg.data, far)
@@ -349,46 +230,7 @@ def _join(client: AnalystClient, cfg: ParticipantConfig, early: LocalData | None
     log.info("%s joined federation %s (%d participants, %s; %d records, %s); waiting for the "
              "others %s", cfg.id, info.federation_id, len(info.participants), info.method,
              len(data.x), _preprocessing(schema), limit)
-    return Joined(info, data, x, schema.preprocessing_sha256 if schema is not None else b"")
-
-
-def _write_secrets(cfg: ParticipantConfig, arrays: dict[str, np.ndarray]) -> Path:
-    # Mode 0600 (atomic_write): the secrets never leave this machine unless the colluder says so.
-    private_dir(cfg.state_dir)
-    path = cfg.state_dir / SECRETS_FILE
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    atomic_write(path, buf.getvalue())
-    return path
-
-
-def _projection_cost(cfg: ParticipantConfig, joined: Joined, tags: np.ndarray) -> float | None:
-    """What the public projection ``F`` costs this site's own model, measured on its own rows
-    (:mod:`participant.projection_cost`) and said in its log, a warning when the cost exceeds
-    the noise of the measurement; the number to send with the upload when the federation asks
-    for it (``[federation] report_projection_cost``), else None. Nothing without ``F``."""
-    data, info = joined.data, joined.info
-    f = public_projection(cfg, data.x.shape[1])
-    if f is None or data.labels is None:
-        return None
-    model = info.model if info.HasField("model") and info.model != "none" else "logistic"
-    try:
-        # Fixed folds: nothing secret in them, and a repeated upload sends the same number.
-        measured = projection_cost(data.x, data.labels, tags, f, model=model,
-                                   rng=np.random.default_rng(0))
-    except InvalidInputError as err:
-        log.info("%s: what the projection F costs its own model was not measured: %s", cfg.id,
-                 err)
-        return None
-    if measured.exceeds_noise:
-        log.warning("%s: %s: more than the noise of the measurement; the operator can leave "
-                    "[federation] dim out", cfg.id, measured.text())
-    else:
-        log.info("%s: %s", cfg.id, measured.text())
-    if not info.report_projection_cost:
-        return None
-    log.info("%s: the federation asks for this one number: it is sent with the upload", cfg.id)
-    return measured.cost
+    return joined
 
 
 def _keep_baseline(cfg: ParticipantConfig, joined: Joined, key: SiteKey) -> None:
@@ -405,7 +247,7 @@ def _keep_baseline(cfg: ParticipantConfig, joined: Joined, key: SiteKey) -> None
     )
 
     info, data = joined.info, joined.data
-    name = info.model if info.HasField("model") else "logistic"
+    name = info.model if info.model is not None else "logistic"
     if name in NOT_RETURNED or data.labels is None:
         return  # no model reaches this site: its gain is the analyst's
     start = time.perf_counter()
@@ -429,66 +271,39 @@ def run_upload(cfg: ParticipantConfig) -> Sent:
     kept = load_receipt(cfg)
     if kept is not None and (answer := already_committed(cfg, kept)) is not None:
         return answer
-    # An experiment's seed makes every run identical; otherwise the seeds are kept until the
-    # upload commits, so an interrupted run repeats the same upload.
-    seeds = None if cfg.seed is not None else upload_seeds(cfg)
-    rng = secret_rng(cfg.seed if seeds is None else seeds.secret)
+    seeds = site_seeds(cfg)
     # Kept until the federation is done (the site model fetched, participant.predict): an
     # upload the analyst's screening refuses is discarded, and this site's next run resumes
     # the same agreement with it. A run refused because its upload still stands drops it.
     key_file = exchange_key_path(cfg.state_dir, cfg.federation_id)
     early = read_before_connecting(cfg)
     with analyst_client(cfg) as client:
-        joined = _join(client, cfg, early)
-        data, x = joined.data, joined.x
-        tags = _tags(cfg, data, seeds)
-        cost = _projection_cost(cfg, joined, tags)
-        d = x.shape[1]
-        r = cfg.anchors or 4 * d
+        plan = plan_upload(cfg, _join(client, cfg, early), seeds)
         seed = None
         if cfg.needs_shared_seed:
             seed = agree_on_seed(
                 client, participant_id=cfg.id, dealer=cfg.dealer,
                 tls_key_pem=cfg.tls.key.read_bytes(), ca_pem=cfg.tls.ca.read_bytes(),
-                params=SharedParameters(cfg.method, r, d, cfg.translation_scale),
-                key_path=key_file,
-                dealer_seed=cfg.anchor_seed)
-        upload, state = compute_upload(cfg.method, x, rng, shared_seed=seed, anchors=r,
-                                       sigma=cfg.sigma, v=cfg.v,
-                                       translation_scale=cfg.translation_scale)
-        arrays = {"data": upload.data}
-        if upload.anchor is not None:
-            arrays["anchor"] = upload.anchor
-        arrays |= {"labels": data.labels.astype("<i8"), "tags": tags.astype("|i1")}
-        spec = bundle_spec(cfg.federation_id, cfg.method, arrays, digests=False,
-                           preprocessing_sha256=joined.preprocessing_sha256,
-                           projection_cost=cost)
+                params=plan.params, key_path=key_file, dealer_seed=cfg.anchor_seed)
+        made = compute_site_upload(plan, seed)
         try:
-            receipt = client.send_bundle("upload", spec, arrays)
+            receipt = client.send_bundle("upload", made.spec, made.arrays)
         except AlreadyExistsError:
             # A different upload is committed: these seeds did not make it, so no key is kept.
             upload_seed_path(cfg).unlink(missing_ok=True)
             key_file.unlink(missing_ok=True)
             raise
-    site_key = SiteKey(cfg.federation_id, cfg.id, cfg.method, state.key,
-                       public_projection(cfg, data.x.shape[1]), data.x.shape[1], tags,
-                       records_digest(data.x, data.labels), data.feature_names)
-    keep_site_key(cfg, site_key)
+    keep_site_key(cfg, made.key)
     upload_seed_path(cfg).unlink(missing_ok=True)
     received = UploadReceipt(cfg.federation_id, cfg.id, receipt.receipt.hex(), now_iso(),
-                             receipt.already_committed, len(x), spec.nbytes, cfg.analyst)
+                             receipt.already_committed, made.records, made.spec.nbytes,
+                             cfg.analyst)
     keep_receipt(cfg, received)
-    _keep_baseline(cfg, joined, site_key)
+    _keep_baseline(cfg, plan.joined, made.key)
     if cfg.keep_secrets:
-        kept = {"rotation": state.key.rotation, "translation": state.key.translation}
-        if cfg.method_enum.uses_anchor:
-            kept["anchor"] = anchor_from_seed(seed, r, d)
-        for name in ("data_noise", "anchor_noise"):
-            if getattr(state, name) is not None:
-                kept[name] = getattr(state, name)
-        _write_secrets(cfg, kept)
-    return Sent(cfg.id, "upload", received.receipt, received.already_committed, len(x),
-                spec.nbytes, received.received_at)
+        keep_secrets(plan, made)
+    return Sent(cfg.id, "upload", received.receipt, received.already_committed, made.records,
+                made.spec.nbytes, received.received_at)
 
 
 def already_committed(cfg: ParticipantConfig, kept: UploadReceipt) -> Sent | None:

@@ -16,6 +16,20 @@ codec=, dealer_seed=None)``
     (:class:`common.errors.UnauthenticatedError`, :class:`~common.errors.IntegrityError`); a
     reply the state does not take raises :class:`agreement.ProtocolStateError`. ``codec`` is a
     :class:`agreement.SecretCodec` (``common.wire_messages.PROTO_CODEC``).
+``join.join(cfg, info, early=None)``
+    This site's records read with the schema of the declaration ``info``
+    (:class:`common.protocol_messages.FederationInfo`) and checked against it
+    (``check_member``, ``served_schema``, ``check_fits_federation``), as a
+    :class:`join.Joined`; refused, an :class:`common.errors.InvalidInputError` the transport
+    reports as the site's withdrawal. ``join.keep_schema(cfg, info, codec)`` keeps the schema
+    (``codec``: a :class:`join.SchemaCodec`).
+``upload.plan_upload(cfg, joined, seeds)`` then ``upload.compute_site_upload(plan, seed)``
+    The one upload in two steps around the anchor agreement (``plan.params`` is what the seed
+    is bound to): an :class:`upload.UploadPlan` (secret generator, split tags, projection
+    cost), then an :class:`upload.SiteUpload` (arrays, bundle spec, the key kept once it
+    commits); ``upload.site_seeds(cfg)`` the seeds an interrupted run repeats,
+    ``upload.keep_secrets(plan, made)`` a colluder's secrets, ``upload.own_site_model(cfg,
+    site, where)`` refuses another site's model.
 ``upload.SiteSigner(federation_id, participant_id, tls_key_pem, codec)``
     The site's signed statements: ``bundle_signature(kind, spec)`` (over its receipt, the
     analyst's core checks it), ``site_model_signature(asked)``, ``receipt(spec)``, and
@@ -23,6 +37,7 @@ codec=, dealer_seed=None)``
     or another site (:class:`common.errors.IntegrityError`). The commitment is signed by the
     agreement itself (``PublishCommitment.signature``).
 
-The gRPC drivers are :func:`participant.anchor.agree_on_seed` and
-:class:`participant.client.AnalystClient` (``send_bundle``, ``fetch_site_model``).
+The gRPC drivers are :func:`participant.run.run_upload`, :func:`participant.anchor.agree_on_seed`
+and :class:`participant.client.AnalystClient` (``send_bundle``, ``fetch_site_model``); the
+Flower driver is :mod:`participant.flower_client`.
 """

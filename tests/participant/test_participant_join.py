@@ -11,17 +11,18 @@ import pytest
 
 from noisyanchor import deploy
 from noisyanchor.common.errors import ConfigError, InvalidInputError
+from noisyanchor.common.protocol_messages import FederationInfo
 from noisyanchor.common.schema import RecordSchema
 from noisyanchor.common.tabular import NumericColumn, TableError, TabularSchema
-from noisyanchor.common.wire_messages import tabular_message
+from noisyanchor.common.wire_messages import PROTO_CODEC, federation_info_of, tabular_message
 from noisyanchor.deploy.certs import write_pki
 from noisyanchor.participant.config import load_participant_config
+from noisyanchor.participant.core.join import keep_schema as keep
+from noisyanchor.participant.core.join import served_schema
 from noisyanchor.participant.run import (
-    keep_schema,
     kept_schema,
     local_data,
     read_before_connecting,
-    served_schema,
     withdrawal_reason,
 )
 from noisyanchor.protos.v1 import analyst_pb2 as pb
@@ -40,11 +41,17 @@ def cfg(tmp_path):
     return load_participant_config(tmp_path / "site.toml")
 
 
-def _info(schema: TabularSchema | None) -> pb.FederationInfo:
+def _info(schema: TabularSchema | None) -> FederationInfo:
+    """The declaration as a site reads it from the wire (``Describe``)."""
     info = pb.FederationInfo(federation_id="pilot-2026", participants=["org-a", "org-b"])
     if schema is not None:
         info.schema.CopyFrom(tabular_message(schema))
-    return info
+    return federation_info_of(info)
+
+
+def keep_schema(cfg, info: FederationInfo) -> None:
+    """Kept as ``participant upload`` keeps it (the protobuf encoding)."""
+    keep(cfg, info, PROTO_CODEC)
 
 
 def test_a_kit_pinned_to_another_preprocessing_refuses_the_analysts(cfg):

@@ -69,7 +69,7 @@ def test_too_few_records_of_a_class_are_refused_with_the_counts():
 def test_a_site_refuses_a_projection_wider_than_its_records_naming_the_key():
     from types import SimpleNamespace
 
-    from noisyanchor.participant.run import public_projection
+    from noisyanchor.participant.core.join import public_projection
 
     cfg = SimpleNamespace(dim=65, projection_seed=1, data="data/org-a.csv")
     with pytest.raises(InvalidInputError, match=r"^\[protocol\] dim: h = 65 exceeds the record "
