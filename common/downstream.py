@@ -59,15 +59,17 @@ OUT_OF_CORE_MODELS = ("logistic",)
 
 def _usable_memory() -> int:
     """The memory this process may use, in bytes: the least of the host's physical memory
-    (``sysconf``; 8 GiB where it cannot say), the process's address-space limit
-    (``RLIMIT_AS``, e.g. ``prlimit --as``) and a container's cgroup v2 ``memory.max``."""
+    (``sysconf``; 8 GiB where it cannot say), the process's limits on its address space
+    (``RLIMIT_AS``, e.g. ``prlimit --as``) and on its private memory (``RLIMIT_DATA``,
+    ``prlimit --data``), and a container's cgroup v2 ``memory.max``."""
     try:
         limits = [os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")]
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux/macOS
         limits = [8 << 30]
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY:
-        limits.append(soft)
+    for kind in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
+        soft, _ = resource.getrlimit(kind)
+        if soft != resource.RLIM_INFINITY:
+            limits.append(soft)
     with contextlib.suppress(OSError, ValueError):  # no cgroup v2 file, or "max"
         with open("/sys/fs/cgroup/memory.max") as fh:
             limits.append(int(fh.read()))
