@@ -70,7 +70,7 @@ def _fit(name: str, z: np.ndarray, labels: np.ndarray, tags: np.ndarray,
                                         "= \"none\" in the analyst's config)")
     from noisyanchor.common.downstream import (
         fit_downstream,
-        fits_out_of_core,
+        fit_route,
         with_participant_only,
     )
 
@@ -81,9 +81,8 @@ def _fit(name: str, z: np.ndarray, labels: np.ndarray, tags: np.ndarray,
     except InvalidInputError as err:
         log.warning("downstream model %s not fitted: %s", name, err)
         return {"name": name, "error": str(err)}, None, f"the {name} model was not fitted: {err}"
-    out_of_core = fits_out_of_core(fit, name, utility.n_train, z.shape[1])
     summary: dict[str, Any] = {"name": name, **asdict(utility),
-                               "fit": "out-of-core" if out_of_core else "in-memory"}
+                               "fit": fit_route(fit, name, utility.n_train, z.shape[1])}
     model = None
     try:  # checked on a chunk of test rows: gathering them all would hold a fifth of Z
         model = export_estimator(fitted.estimator, fitted.center, fitted.scale,

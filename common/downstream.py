@@ -51,10 +51,17 @@ K_GRID = (1, 3, 5, 9, 15)
 MLP_GRID = (1.0, 10.0)
 #: How the downstream model is fitted (``[model] fit`` of the analyst's config): ``auto`` fits
 #: the logistic model out of core (:mod:`common.out_of_core`) once its standardised training
-#: rows would take more than :data:`IN_MEMORY_MAX_BYTES`, in memory below.
-FIT_MODES = ("auto", "in-memory", "out-of-core")
-#: Models that can be fitted out of core.
+#: rows would take more than :data:`IN_MEMORY_MAX_BYTES`, in memory below; ``dask`` on a Dask
+#: cluster (:mod:`common.dask_fit`), named with its scheduler (:func:`on_dask`).
+FIT_MODES = ("auto", "in-memory", "out-of-core", "dask")
+#: Models that can be fitted out of core, or on a Dask cluster.
 OUT_OF_CORE_MODELS = ("logistic",)
+
+
+def on_dask(scheduler: str) -> str:
+    """The fit mode ``dask`` on ``scheduler`` (``local`` or ``tcp://HOST:PORT``) as the one
+    value the fit takes (``dask@<scheduler>``), passed down unchanged wherever a fit mode is."""
+    return f"dask@{scheduler}"
 
 
 def _usable_memory() -> int:
@@ -344,8 +351,9 @@ def fit_downstream(
         raise InvalidInputError("the training rows hold a single class; a classifier needs at "
                                 "least two")
     mean, scale = standardisation(z, tr)
-    if fits_out_of_core(fit, name, int(tr.sum()), z.shape[1]):
-        return _fit_out_of_core(z, labels, (tr, va, te), mean, scale, grid)
+    route = fit_route(fit, name, int(tr.sum()), z.shape[1])
+    if route != "in-memory":
+        return _fit_chunked(route, fit, z, labels, (tr, va, te), mean, scale, grid)
     x_tr = standardised(z, tr, mean, scale)
     if va.any():
         best_c, val, fitted, converged, missed = _select(
@@ -362,36 +370,53 @@ def fit_downstream(
     return FittedDownstream(utility, fitted, mean, scale)
 
 
-def fits_out_of_core(fit: str, model: str | Callable[[float], Any], n_train: int,
-                     d: int) -> bool:
-    """Whether ``fit`` (one of :data:`FIT_MODES`) fits ``model`` out of core on ``n_train``
-    training rows of width ``d``: ``auto`` above :data:`IN_MEMORY_MAX_BYTES` for the models of
-    :data:`OUT_OF_CORE_MODELS` (the others are always fitted in memory).
+def fit_route(fit: str, model: str | Callable[[float], Any], n_train: int, d: int) -> str:
+    """How ``fit`` (one of :data:`FIT_MODES`, ``dask`` as :func:`on_dask` names it) fits
+    ``model`` on ``n_train`` training rows of width ``d``: ``in-memory``, ``out-of-core``
+    (``auto`` above :data:`IN_MEMORY_MAX_BYTES` for the models of :data:`OUT_OF_CORE_MODELS`;
+    the others are always fitted in memory) or ``dask``.
 
     Raises
     ------
     InvalidInputError
-        An unknown mode, or ``out-of-core`` for a model that cannot be.
+        An unknown mode, or ``out-of-core`` or ``dask`` for a model that cannot be.
     """
-    if fit not in FIT_MODES:
+    mode = fit.partition("@")[0]
+    if mode not in FIT_MODES:
         raise InvalidInputError(f"unknown fit {fit!r}; expected one of {', '.join(FIT_MODES)}")
-    if fit == "out-of-core" and model not in OUT_OF_CORE_MODELS:
+    if mode in ("out-of-core", "dask") and model not in OUT_OF_CORE_MODELS:
         raise InvalidInputError(f"only the {', '.join(OUT_OF_CORE_MODELS)} model can be fitted "
-                                f"out of core, not {model!r}")
-    if fit == "auto":
-        return model in OUT_OF_CORE_MODELS and 8 * n_train * d > IN_MEMORY_MAX_BYTES
-    return fit == "out-of-core"
+                                f"{'out of core' if mode == 'out-of-core' else 'on Dask'}, not "
+                                f"{model!r}")
+    if mode == "auto":
+        big = model in OUT_OF_CORE_MODELS and 8 * n_train * d > IN_MEMORY_MAX_BYTES
+        return "out-of-core" if big else "in-memory"
+    return mode
 
 
-def _fit_out_of_core(z: np.ndarray, labels: np.ndarray, tags: tuple[np.ndarray, ...],
-                     mean: np.ndarray, scale: float, grid: tuple[float, ...]
-                     ) -> FittedDownstream:
-    """:func:`common.out_of_core.fit_out_of_core` as a :class:`FittedDownstream`; the chunks'
-    order drawn from a fixed seed, as every built-in model fixes its random state."""
-    from noisyanchor.common.out_of_core import fit_out_of_core
+def fits_out_of_core(fit: str, model: str | Callable[[float], Any], n_train: int,
+                     d: int) -> bool:
+    """Whether ``fit`` fits ``model`` out of core (:func:`fit_route`)."""
+    return fit_route(fit, model, n_train, d) == "out-of-core"
 
+
+def _fit_chunked(route: str, fit: str, z: np.ndarray, labels: np.ndarray,
+                 tags: tuple[np.ndarray, ...], mean: np.ndarray, scale: float,
+                 grid: tuple[float, ...]) -> FittedDownstream:
+    """The logistic model fitted a chunk at a time, as a :class:`FittedDownstream`: out of core
+    (:func:`common.out_of_core.fit_out_of_core`, the chunks' order drawn from a fixed seed, as
+    every built-in model fixes its random state) or on the Dask scheduler ``fit`` names
+    (:func:`common.dask_fit.fit_dask`; ``local`` without one)."""
+    if route == "dask":
+        from noisyanchor.common.dask_fit import LOCAL, dask_client, fit_dask
+
+        with dask_client(fit.partition("@")[2] or LOCAL) as client:
+            done = fit_dask(z, labels, tags, mean, scale, grid, client)
+    else:
+        from noisyanchor.common.out_of_core import fit_out_of_core
+
+        done = fit_out_of_core(z, labels, tags, mean, scale, grid, np.random.default_rng(0))
     tr, _, te = tags
-    done = fit_out_of_core(z, labels, tags, mean, scale, grid, np.random.default_rng(0))
     utility = Utility(done.test, done.validation, done.c, int(tr.sum()), int(te.sum()),
                       converged=done.converged, fits_not_converged=done.fits_not_converged)
     return FittedDownstream(utility, done.estimator, mean, scale)

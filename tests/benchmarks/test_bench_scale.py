@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 def test_quick_run_measures_both_codes_on_the_same_uploads(tmp_path):
     out = tmp_path / "scale.json"
-    bench_scale.main(["--sizes", "600", "--baseline", "HEAD", "--out", str(out)])
+    bench_scale.main(["--in-process", "--sizes", "600", "--baseline", "HEAD", "--out", str(out)])
     report = json.loads(out.read_text())
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (row,) = report["sizes"]
