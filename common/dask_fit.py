@@ -142,20 +142,9 @@ def fit_dask(z: np.ndarray, labels: np.ndarray, tags: tuple[np.ndarray, ...],
     chunks evaluated as tasks of ``client``; the best on validation (the middle of the grid
     without validation rows), scored on the test rows.
 
-    Parameters
-    ----------
-    z : (n, d) ndarray
-        ``Z`` (a memory map of it: never copied whole).
-    labels : (n,) ndarray of int
-    tags : tuple of three (n,) bool ndarrays
-        The training, validation and test rows.
-    mean : (d,) ndarray
-        ``mu``, the training mean.
-    scale : float
-        ``s``, the global scale.
-    grid : tuple of float
-        The ``C`` values.
-    client : distributed.Client
+    ``z`` (``Z``, a memory map never copied whole), ``labels``, ``tags`` (the training,
+    validation and test rows), ``mean`` (``mu``), ``scale`` (``s``) and ``grid`` are
+    :func:`common.out_of_core.fit_out_of_core`'s; ``client`` is a ``distributed.Client``.
     """
     from sklearn.linear_model import LogisticRegression
 
