@@ -483,23 +483,55 @@ def participant_only_accuracy(labels: np.ndarray, tags: np.ndarray, participants
     rows weighted by their counts: scikit-learn's objective (the weighted mean loss, the penalty
     over the summed weights) is then the one on every row, in ``p K`` rows instead of ``n``
     (one-hot rows of 5 million records took 0.4 GiB, more than an analyst under a memory
-    limit had). Its labels are its predictions for each participant.
+    limit had). Its labels are its predictions for each participant; the counts and the score
+    are taken a chunk of rows at a time (:func:`_participant_only_logistic`).
     """
     labels, tags = np.asarray(labels), np.asarray(tags)
     participants = np.asarray(participants)
     if participants.shape != labels.shape:
         raise InvalidInputError(f"participants must give one index per row ({len(labels)}), "
                                 f"got shape {participants.shape}")
+    estimator, _ = _model_and_grid(model)
+    if model in OUT_OF_CORE_MODELS:
+        return _participant_only_logistic(labels, tags, participants, estimator, c)
     tr, te = (tags == TRAIN), (tags == TEST)
     ids, index = np.unique(participants, return_inverse=True)
     onehot = np.eye(len(ids))
-    estimator, _ = _model_and_grid(model)
-    if model in OUT_OF_CORE_MODELS:
-        classes, y = np.unique(labels[tr], return_inverse=True)
-        pairs, counts = np.unique(index[tr] * len(classes) + y, return_counts=True)
-        rows, label = np.divmod(pairs, len(classes))
-        fitted, _ = fit_model(estimator, c, onehot[rows], classes[label], counts)
-        predicted = fitted.predict(onehot)[index[te]]
-    else:
-        predicted = _fit_predict(onehot[index[tr]], labels[tr], onehot[index[te]], c, estimator)
+    predicted = _fit_predict(onehot[index[tr]], labels[tr], onehot[index[te]], c, estimator)
     return float(_balanced_accuracy()(labels[te], predicted))
+
+
+def _participant_only_logistic(labels: np.ndarray, tags: np.ndarray, participants: np.ndarray,
+                               estimator: Callable[[float], Any], c: float) -> float:
+    """:func:`participant_only_accuracy` of the logistic model: the ``(p, K)`` counts of
+    training rows per participant and label, then the confusion counts of the test rows, each
+    a chunk of rows at a time, so that no ``n``-long temporary is made."""
+    from noisyanchor.common.out_of_core import balanced_accuracy_counts
+
+    def distinct(values: np.ndarray, flags: np.ndarray | None = None) -> np.ndarray:
+        found = [np.unique(values[rows] if flags is None else values[rows][flags[rows]])
+                 for rows in row_chunks(len(values))]
+        return np.unique(np.concatenate(found)) if found else np.empty(0, values.dtype)
+
+    tr, te = (tags == TRAIN), (tags == TEST)
+    ids, classes = distinct(participants), distinct(labels, tr)
+    counts = np.zeros(len(ids) * len(classes), dtype=np.int64)
+    for rows in row_chunks(len(labels)):
+        flags = tr[rows]
+        counts += np.bincount(np.searchsorted(ids, participants[rows][flags]) * len(classes)
+                              + np.searchsorted(classes, labels[rows][flags]),
+                              minlength=len(counts))
+    pairs = np.flatnonzero(counts)
+    rows_of_pairs, label = np.divmod(pairs, len(classes))
+    onehot = np.eye(len(ids))
+    fitted, _ = fit_model(estimator, c, onehot[rows_of_pairs], classes[label], counts[pairs])
+    per_participant = fitted.predict(onehot)
+    every = distinct(labels, te)
+    correct, total = np.zeros(len(every)), np.zeros(len(every))
+    for rows in row_chunks(len(labels)):
+        truth = labels[rows][te[rows]]
+        guess = per_participant[np.searchsorted(ids, participants[rows][te[rows]])]
+        k = np.searchsorted(every, truth)
+        total += np.bincount(k, minlength=len(every))
+        correct += np.bincount(k[guess == truth], minlength=len(every))
+    return balanced_accuracy_counts(correct, total)
