@@ -6,13 +6,21 @@ See ``deploy/templates/analyst.toml`` for every key with comments.
 from __future__ import annotations
 
 import datetime
+import importlib.util
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from noisyanchor.analyst.contributions import DEFAULT_MAX_SITES
 from noisyanchor.common.blas import check_blas_threads
-from noisyanchor.common.downstream import FIT_MODES, MODELS, OUT_OF_CORE_MODELS, sklearn_available
+from noisyanchor.common.dask_fit import LOCAL, check_scheduler
+from noisyanchor.common.downstream import (
+    FIT_MODES,
+    MODELS,
+    OUT_OF_CORE_MODELS,
+    on_dask,
+    sklearn_available,
+)
 from noisyanchor.common.errors import ConfigError, InvalidInputError
 from noisyanchor.common.gopp import check_method, check_precision, check_stopping
 from noisyanchor.common.methods import Method, check_sigma, check_v
@@ -276,8 +284,9 @@ class AnalystConfig:
     fit : str
         ``[model] fit``: how the model is fitted, ``auto`` (out of core once its training rows
         would take more than :data:`common.downstream.IN_MEMORY_MAX_BYTES`, an eighth of the
-        memory the process may use), ``in-memory`` or
-        ``out-of-core`` (:data:`common.downstream.FIT_MODES`; logistic only).
+        memory the process may use), ``in-memory``, ``out-of-core`` or ``dask@<scheduler>``
+        (``[model] fit = "dask"`` and its ``scheduler``: :mod:`common.dask_fit`)
+        (:data:`common.downstream.FIT_MODES`; the last two logistic only).
     contributions_max_sites : int
         ``[model] contributions_max_sites``: the sites the model is refitted without to measure
         what each contributed (:mod:`analyst.contributions`; one extra fit each, sampled
@@ -554,7 +563,9 @@ def _model(doc: dict, path: Path) -> dict[str, Any]:
     """``[model]``: ``name``, a built-in downstream model, or ``"none"``, refused at load when
     scikit-learn is missing (the alignment would otherwise end without its model); ``fit``, one
     of :data:`common.downstream.FIT_MODES` (``out-of-core`` only for the models that can be);
-    and ``contributions_max_sites`` (>= 0)."""
+    ``scheduler`` with ``fit = "dask"`` (``local``, the default, or a Dask scheduler's address;
+    kept in ``fit`` as :func:`common.downstream.on_dask` names it); and
+    ``contributions_max_sites`` (>= 0)."""
     table = Table(doc, "model", path, required=False)
     name = table.str("name", "logistic")
     if name != "none" and name not in MODELS:
@@ -566,9 +577,18 @@ def _model(doc: dict, path: Path) -> dict[str, Any]:
     fit = table.str("fit", "auto")
     if fit not in FIT_MODES:
         raise table.error("fit", f"expected one of {', '.join(FIT_MODES)}, got {fit!r}")
-    if fit == "out-of-core" and name not in OUT_OF_CORE_MODELS:
+    if fit in ("out-of-core", "dask") and name not in OUT_OF_CORE_MODELS:
         raise table.error("fit", f"only the {', '.join(OUT_OF_CORE_MODELS)} model can be fitted "
-                          f"out of core, not {name!r}")
+                          f"{'out of core' if fit == 'out-of-core' else 'on Dask'}, not "
+                          f"{name!r}")
+    scheduler = table.str("scheduler", None, check=check_scheduler)
+    if scheduler is not None and fit != "dask":
+        raise table.error("scheduler", f"only used with fit = \"dask\", not {fit!r}")
+    if fit == "dask":
+        if importlib.util.find_spec("distributed") is None:
+            raise table.error("fit", "fit = \"dask\" needs dask.distributed, which is not "
+                              "installed: pip install 'noisyanchor[cluster]'")
+        fit = on_dask(scheduler or LOCAL)
     cap = table.int("contributions_max_sites", DEFAULT_MAX_SITES, minimum=0)
     table.done()
     return {"model": name, "fit": fit, "contributions_max_sites": cap}

@@ -30,7 +30,7 @@ import numpy as np
 
 from noisyanchor.analyst.contributions import DEFAULT_MAX_SITES, contributions_result, site_view
 from noisyanchor.common.alignment import Alignment, solver_for
-from noisyanchor.common.chunks import CHUNK_ROWS, row_chunks, rows_of
+from noisyanchor.common.chunks import CHUNK_ROWS, predict_chunked, rows_of
 from noisyanchor.common.downstream import held_out_metrics
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.methods import Method
@@ -70,7 +70,7 @@ def _fit(name: str, z: np.ndarray, labels: np.ndarray, tags: np.ndarray,
                                         "= \"none\" in the analyst's config)")
     from noisyanchor.common.downstream import (
         fit_downstream,
-        fits_out_of_core,
+        fit_route,
         with_participant_only,
     )
 
@@ -81,9 +81,8 @@ def _fit(name: str, z: np.ndarray, labels: np.ndarray, tags: np.ndarray,
     except InvalidInputError as err:
         log.warning("downstream model %s not fitted: %s", name, err)
         return {"name": name, "error": str(err)}, None, f"the {name} model was not fitted: {err}"
-    out_of_core = fits_out_of_core(fit, name, utility.n_train, z.shape[1])
     summary: dict[str, Any] = {"name": name, **asdict(utility),
-                               "fit": "out-of-core" if out_of_core else "in-memory"}
+                               "fit": fit_route(fit, name, utility.n_train, z.shape[1])}
     model = None
     try:  # checked on a chunk of test rows: gathering them all would hold a fifth of Z
         model = export_estimator(fitted.estimator, fitted.center, fitted.scale,
@@ -130,7 +129,7 @@ def downstream_result(*, federation_id: str, method: Method, participants: list[
         summary |= {"file": MODEL_FILE, "sha256": digest(files[MODEL_FILE])}
         for pid, (a, b) in zip(participants, alignment.row_ranges, strict=True):
             test = tags[a:b] == TEST
-            predicted = predict_rows(model, z[a:b], test)  # the test rows only
+            predicted = predict_chunked(model.predict, z[a:b], test)  # test rows only
             per_site[pid] = (held_out_metrics(labels[a:b][test], predicted)
                              | site_gain(model_name, z[a:b], labels[a:b], tags[a:b],
                                          predicted, fit=fit))
@@ -164,19 +163,6 @@ def _first_rows(flags: np.ndarray, count: int) -> np.ndarray:
     kept = np.zeros_like(flags)
     kept[np.flatnonzero(flags)[:count]] = True
     return kept
-
-
-def predict_rows(model: Classifier, z: np.ndarray, flags: np.ndarray) -> np.ndarray:
-    """``model``'s labels for the flagged rows of ``z``, predicted a chunk at a time (each
-    chunk's pages let go of once read): only the labels are kept."""
-    out = np.empty(int(np.count_nonzero(flags)), dtype=model.classes.dtype)
-    filled = 0
-    for rows in row_chunks(len(z), release=z):
-        if flags[rows].any():
-            part = model.predict(z[rows][flags[rows]])
-            out[filled:filled + len(part)] = part
-            filled += len(part)
-    return out
 
 
 def site_gain(model_name: str, z_site: np.ndarray, labels: np.ndarray, tags: np.ndarray,

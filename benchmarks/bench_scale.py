@@ -1,8 +1,21 @@
-"""The analyst's peak memory against the uploaded bytes, from stored uploads to the result, with
-this tree's code next to a baseline commit's (issue 31).
+"""The analyst's memory and the wall times at scale (issue 31): the real system, and in process
+against a baseline commit's code.
 
-For each size (``p`` sites of ``n`` records, ``d`` features, AA-I-GDP with anchor noise, so
-GOPP, then the logistic model, every site's gain and the leave-one-site-out refits):
+``python -m benchmarks.bench_scale`` runs the real system (:mod:`benchmarks.scale_system`): for
+each size of ``--grid`` (``p:n:d``; default :data:`benchmarks.scale_system.GRID`) a setup step
+writes each site's synthetic table, then the analyst (``analyst serve``) and ``p`` participants
+run as processes over mutual TLS on 127.0.0.1: the wall time from the first ``participant
+upload`` to ``result.json`` and to every site's ``participant predict`` of 1,000 new records,
+the analyst's peak resident set (``VmHWM`` of ``/proc/<pid>/status``, read before it stops)
+against the uploaded bytes, and the growth exponents over the sizes; writes
+benchmarks/results/scale_system.json and .png. ``--limit MIB`` instead runs a federation whose
+uploads are twice MIB with the analyst under ``RLIMIT_DATA`` = MIB and ``[model] fit = auto``,
+and compares ``Z``, the alignment maps and the model with the same federation's without a limit
+(fitted out of core: the same estimator); recorded under ``limit`` in the same JSON.
+
+``--in-process`` (writes scale.json) is the first version, for each size (``p`` sites of ``n``
+records, ``d`` features, AA-I-GDP with anchor noise, so GOPP, then the logistic model, every
+site's gain and the leave-one-site-out refits):
 
 1. a setup process writes the ``p`` verified upload bundles into a fresh analyst store (the
    same bundle files ``analyst serve`` commits);
@@ -19,8 +32,9 @@ verification done), and the peaks of its anonymous and file-backed resident memo
 every 10 ms from ``/proc/self/status``: file-backed pages (memory maps of the uploads and of
 ``z.npy``) are page cache the kernel can drop under a memory limit; anonymous pages are not.
 
-Run: ``python -m benchmarks.bench_scale`` (writes benchmarks/results/scale.json and .png);
-``--sizes 1000 --no-plot`` for a quick check. BLAS runs one thread in every process.
+Run: ``python -m benchmarks.bench_scale --in-process`` (writes benchmarks/results/scale.json
+and .png); ``--in-process --sizes 1000 --no-plot`` for a quick check. BLAS runs one thread in
+every process.
 
 ``--fit`` measures the downstream fit alone instead (writes benchmarks/results/scale_fit.json):
 for each of ``--fit-rows``, a ``z.npy`` of that many rows (``D`` columns, three overlapping
@@ -308,7 +322,16 @@ def main(argv: list[str] | None = None) -> None:
                     help="records per site, one run each")
     ap.add_argument("--baseline", default="main",
                     help="commit whose code is the baseline (default: main)")
-    ap.add_argument("--out", type=Path, default=RESULTS / "scale.json")
+    ap.add_argument("--grid", nargs="+", metavar="P:N:D",
+                    help="sizes of the real system's runs: sites, records per site, columns "
+                         "(default: benchmarks.scale_system.GRID)")
+    ap.add_argument("--limit", type=int, metavar="MIB",
+                    help="run one federation of uploads twice MIB with the analyst under a "
+                         "data-segment limit of MIB, against the same without a limit")
+    ap.add_argument("--in-process", action="store_true",
+                    help="the analyst in process, this tree vs --baseline (writes scale.json "
+                         "beside --out)")
+    ap.add_argument("--out", type=Path, default=RESULTS / "scale_system.json")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--setup", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--run", type=Path, help=argparse.SUPPRESS)
@@ -345,6 +368,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.run:
         print(json.dumps(run(args.run)))
         return
+    if not args.in_process:
+        system(args)
+        return
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", args.baseline], check=True,
                             capture_output=True, text=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as work:
@@ -354,10 +380,36 @@ def main(argv: list[str] | None = None) -> None:
               "process), baseline commit vs this tree", "baseline_commit": commit,
               "method": "aa-igdp-an", "model": "logistic", "test_share": TEST_SHARE,
               "blas_threads": 1, "load_average_end": os.getloadavg(), "sizes": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    out = args.out.with_name("scale.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
     if not args.no_plot:
-        plot(rows, args.out.with_suffix(".png"))
+        plot(rows, out.with_suffix(".png"))
+
+
+def system(args: argparse.Namespace) -> None:
+    """The real system's grid, or with ``--limit`` the limited analyst; merged into
+    ``--out`` (each section rewritten by its own run)."""
+    # Imported here: the in-process children run this file as a script, outside the package.
+    from benchmarks import scale_system
+
+    report = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    report["what"] = ("the real system: analyst and participants as processes over mutual "
+                      "TLS on 127.0.0.1, synthetic tables (three overlapping classes, 20% test "
+                      "rows), AA-I-GDP with anchor noise, logistic model, one BLAS thread a "
+                      "process, 2 shared cores")
+    with tempfile.TemporaryDirectory(prefix="bench-scale-system-") as work:
+        if args.limit:
+            report["limit"] = scale_system.measure_limit(args.limit << 20, Path(work))
+        else:
+            grid = (tuple(map(scale_system.parse_size, args.grid)) if args.grid
+                    else scale_system.GRID)
+            rows = scale_system.measure_grid(grid, Path(work))
+            report["sizes"] = rows
+            report["exponents"] = scale_system.exponents(rows)
+            if not args.no_plot:
+                scale_system.plot(rows, args.out.with_suffix(".png"))
+    scale_system.save_json(args.out, report)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ References: issue 31 (an analyst in bounded memory).
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -66,6 +66,19 @@ def rows_of(a: np.ndarray, flags: np.ndarray) -> np.ndarray:
         out[filled:filled + len(part)] = part
         filled += len(part)
     return out
+
+
+def predict_chunked(predict: Callable[[np.ndarray], np.ndarray], a: np.ndarray,
+              flags: np.ndarray | None = None) -> np.ndarray:
+    """``predict`` (rows to labels) of the rows of ``a`` flagged by the boolean ``flags`` (all
+    rows without), a chunk at a time, each chunk's pages let go of once read: only the labels
+    are kept, never the rows nor what ``predict`` makes of them."""
+    parts = []
+    for rows in row_chunks(len(a), release=a):
+        part = a[rows] if flags is None else a[rows][flags[rows]]
+        if len(part):
+            parts.append(predict(part))
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
 def column_mean(a: np.ndarray) -> np.ndarray:

@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 
-from noisyanchor.common.chunks import rows_of
 from noisyanchor.common.downstream import FittedDownstream, fit_downstream
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.splits import TEST
@@ -249,7 +248,7 @@ def against_local_only(x: np.ndarray, labels: np.ndarray, tags: np.ndarray,
     except InvalidInputError as err:
         return paired_comparison(labels[test], federation, None,
                                  second_missing=f"no local-only model: {err}", rng=rng), None
-    return paired_comparison(labels[test], federation, local.predict(rows_of(np.asarray(x), test)),
+    return paired_comparison(labels[test], federation, local.predict(x, test),
                              rng=rng), local
 
 

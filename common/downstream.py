@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from noisyanchor.common.chunks import row_chunks, rows_of
+from noisyanchor.common.chunks import predict_chunked, row_chunks, rows_of
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.splits import TEST, TRAIN, VALIDATION
 
@@ -51,23 +51,32 @@ K_GRID = (1, 3, 5, 9, 15)
 MLP_GRID = (1.0, 10.0)
 #: How the downstream model is fitted (``[model] fit`` of the analyst's config): ``auto`` fits
 #: the logistic model out of core (:mod:`common.out_of_core`) once its standardised training
-#: rows would take more than :data:`IN_MEMORY_MAX_BYTES`, in memory below.
-FIT_MODES = ("auto", "in-memory", "out-of-core")
-#: Models that can be fitted out of core.
+#: rows would take more than :data:`IN_MEMORY_MAX_BYTES`, in memory below; ``dask`` on a Dask
+#: cluster (:mod:`common.dask_fit`), named with its scheduler (:func:`on_dask`).
+FIT_MODES = ("auto", "in-memory", "out-of-core", "dask")
+#: Models that can be fitted out of core, or on a Dask cluster.
 OUT_OF_CORE_MODELS = ("logistic",)
+
+
+def on_dask(scheduler: str) -> str:
+    """The fit mode ``dask`` on ``scheduler`` (``local`` or ``tcp://HOST:PORT``) as the one
+    value the fit takes (``dask@<scheduler>``), passed down unchanged wherever a fit mode is."""
+    return f"dask@{scheduler}"
 
 
 def _usable_memory() -> int:
     """The memory this process may use, in bytes: the least of the host's physical memory
-    (``sysconf``; 8 GiB where it cannot say), the process's address-space limit
-    (``RLIMIT_AS``, e.g. ``prlimit --as``) and a container's cgroup v2 ``memory.max``."""
+    (``sysconf``; 8 GiB where it cannot say), the process's limits on its address space
+    (``RLIMIT_AS``, e.g. ``prlimit --as``) and on its private memory (``RLIMIT_DATA``,
+    ``prlimit --data``), and a container's cgroup v2 ``memory.max``."""
     try:
         limits = [os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")]
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux/macOS
         limits = [8 << 30]
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY:
-        limits.append(soft)
+    for kind in (resource.RLIMIT_AS, resource.RLIMIT_DATA):
+        soft, _ = resource.getrlimit(kind)
+        if soft != resource.RLIM_INFINITY:
+            limits.append(soft)
     with contextlib.suppress(OSError, ValueError):  # no cgroup v2 file, or "max"
         with open("/sys/fs/cgroup/memory.max") as fh:
             limits.append(int(fh.read()))
@@ -171,14 +180,16 @@ def warnings_to_log(logger: logging.Logger) -> Iterator[None]:
 
 
 def fit_model(model: Callable[[float], Any], c: float, x: np.ndarray,
-              y: np.ndarray) -> tuple[Any, bool]:
-    """``model(c)`` fitted on ``(x, y)``, and whether its optimiser converged (no
-    ``ConvergenceWarning``; the warning is recorded by the caller, not printed)."""
+              y: np.ndarray, weights: np.ndarray | None = None) -> tuple[Any, bool]:
+    """``model(c)`` fitted on ``(x, y)`` (each row weighted by ``weights`` when given), and
+    whether its optimiser converged (no ``ConvergenceWarning``; the warning is recorded by the
+    caller, not printed)."""
     from sklearn.exceptions import ConvergenceWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
-        fitted = model(c).fit(x, y)
+        fitted = (model(c).fit(x, y) if weights is None
+                  else model(c).fit(x, y, sample_weight=weights))
     return fitted, not any(issubclass(w.category, ConvergenceWarning) for w in caught)
 
 
@@ -221,9 +232,12 @@ class FittedDownstream:
     center: np.ndarray
     scale: float
 
-    def predict(self, z: np.ndarray) -> np.ndarray:
-        """Predicted labels of rows ``z`` (``(m, d)``, in the frame it was fitted in)."""
-        return self.estimator.predict((np.asarray(z, dtype=float) - self.center) / self.scale)
+    def predict(self, z: np.ndarray, flags: np.ndarray | None = None) -> np.ndarray:
+        """Predicted labels of the rows of ``z`` (``(m, d)``, in the frame it was fitted in)
+        flagged by ``flags`` (all without), a chunk at a time (:func:`common.chunks.predicted`):
+        no standardised copy of ``z``."""
+        return predict_chunked(lambda part: self.estimator.predict(
+            (np.asarray(part, dtype=float) - self.center) / self.scale), z, flags)
 
 
 def _model_and_grid(model: str | Callable[[float], Any]
@@ -342,8 +356,9 @@ def fit_downstream(
         raise InvalidInputError("the training rows hold a single class; a classifier needs at "
                                 "least two")
     mean, scale = standardisation(z, tr)
-    if fits_out_of_core(fit, name, int(tr.sum()), z.shape[1]):
-        return _fit_out_of_core(z, labels, (tr, va, te), mean, scale, grid)
+    route = fit_route(fit, name, int(tr.sum()), z.shape[1])
+    if route != "in-memory":
+        return _fit_chunked(route, fit, z, labels, (tr, va, te), mean, scale, grid)
     x_tr = standardised(z, tr, mean, scale)
     if va.any():
         best_c, val, fitted, converged, missed = _select(
@@ -360,36 +375,53 @@ def fit_downstream(
     return FittedDownstream(utility, fitted, mean, scale)
 
 
-def fits_out_of_core(fit: str, model: str | Callable[[float], Any], n_train: int,
-                     d: int) -> bool:
-    """Whether ``fit`` (one of :data:`FIT_MODES`) fits ``model`` out of core on ``n_train``
-    training rows of width ``d``: ``auto`` above :data:`IN_MEMORY_MAX_BYTES` for the models of
-    :data:`OUT_OF_CORE_MODELS` (the others are always fitted in memory).
+def fit_route(fit: str, model: str | Callable[[float], Any], n_train: int, d: int) -> str:
+    """How ``fit`` (one of :data:`FIT_MODES`, ``dask`` as :func:`on_dask` names it) fits
+    ``model`` on ``n_train`` training rows of width ``d``: ``in-memory``, ``out-of-core``
+    (``auto`` above :data:`IN_MEMORY_MAX_BYTES` for the models of :data:`OUT_OF_CORE_MODELS`;
+    the others are always fitted in memory) or ``dask``.
 
     Raises
     ------
     InvalidInputError
-        An unknown mode, or ``out-of-core`` for a model that cannot be.
+        An unknown mode, or ``out-of-core`` or ``dask`` for a model that cannot be.
     """
-    if fit not in FIT_MODES:
+    mode = fit.partition("@")[0]
+    if mode not in FIT_MODES:
         raise InvalidInputError(f"unknown fit {fit!r}; expected one of {', '.join(FIT_MODES)}")
-    if fit == "out-of-core" and model not in OUT_OF_CORE_MODELS:
+    if mode in ("out-of-core", "dask") and model not in OUT_OF_CORE_MODELS:
         raise InvalidInputError(f"only the {', '.join(OUT_OF_CORE_MODELS)} model can be fitted "
-                                f"out of core, not {model!r}")
-    if fit == "auto":
-        return model in OUT_OF_CORE_MODELS and 8 * n_train * d > IN_MEMORY_MAX_BYTES
-    return fit == "out-of-core"
+                                f"{'out of core' if mode == 'out-of-core' else 'on Dask'}, not "
+                                f"{model!r}")
+    if mode == "auto":
+        big = model in OUT_OF_CORE_MODELS and 8 * n_train * d > IN_MEMORY_MAX_BYTES
+        return "out-of-core" if big else "in-memory"
+    return mode
 
 
-def _fit_out_of_core(z: np.ndarray, labels: np.ndarray, tags: tuple[np.ndarray, ...],
-                     mean: np.ndarray, scale: float, grid: tuple[float, ...]
-                     ) -> FittedDownstream:
-    """:func:`common.out_of_core.fit_out_of_core` as a :class:`FittedDownstream`; the chunks'
-    order drawn from a fixed seed, as every built-in model fixes its random state."""
-    from noisyanchor.common.out_of_core import fit_out_of_core
+def fits_out_of_core(fit: str, model: str | Callable[[float], Any], n_train: int,
+                     d: int) -> bool:
+    """Whether ``fit`` fits ``model`` out of core (:func:`fit_route`)."""
+    return fit_route(fit, model, n_train, d) == "out-of-core"
 
+
+def _fit_chunked(route: str, fit: str, z: np.ndarray, labels: np.ndarray,
+                 tags: tuple[np.ndarray, ...], mean: np.ndarray, scale: float,
+                 grid: tuple[float, ...]) -> FittedDownstream:
+    """The logistic model fitted a chunk at a time, as a :class:`FittedDownstream`: out of core
+    (:func:`common.out_of_core.fit_out_of_core`, the chunks' order drawn from a fixed seed, as
+    every built-in model fixes its random state) or on the Dask scheduler ``fit`` names
+    (:func:`common.dask_fit.fit_dask`; ``local`` without one)."""
+    if route == "dask":
+        from noisyanchor.common.dask_fit import LOCAL, dask_client, fit_dask
+
+        with dask_client(fit.partition("@")[2] or LOCAL) as client:
+            done = fit_dask(z, labels, tags, mean, scale, grid, client)
+    else:
+        from noisyanchor.common.out_of_core import fit_out_of_core
+
+        done = fit_out_of_core(z, labels, tags, mean, scale, grid, np.random.default_rng(0))
     tr, _, te = tags
-    done = fit_out_of_core(z, labels, tags, mean, scale, grid, np.random.default_rng(0))
     utility = Utility(done.test, done.validation, done.c, int(tr.sum()), int(te.sum()),
                       converged=done.converged, fits_not_converged=done.fits_not_converged)
     return FittedDownstream(utility, done.estimator, mean, scale)
@@ -445,14 +477,61 @@ def with_participant_only(utility: Utility, labels: np.ndarray, tags: np.ndarray
 def participant_only_accuracy(labels: np.ndarray, tags: np.ndarray, participants: np.ndarray,
                               *, model: str | Callable[[float], Any], c: float) -> float:
     """Test balanced accuracy of ``model`` (hyper-parameter ``c``) trained on the one-hot
-    participant index of each row alone (:class:`Utility`)."""
+    participant index of each row alone (:class:`Utility`).
+
+    The logistic model is fitted on the distinct (participant, label) rows of the training
+    rows weighted by their counts: scikit-learn's objective (the weighted mean loss, the penalty
+    over the summed weights) is then the one on every row, in ``p K`` rows instead of ``n``
+    (one-hot rows of 5 million records took 0.4 GiB, more than an analyst under a memory
+    limit had). Its labels are its predictions for each participant; the counts and the score
+    are taken a chunk of rows at a time (:func:`_participant_only_logistic`).
+    """
     labels, tags = np.asarray(labels), np.asarray(tags)
     participants = np.asarray(participants)
     if participants.shape != labels.shape:
         raise InvalidInputError(f"participants must give one index per row ({len(labels)}), "
                                 f"got shape {participants.shape}")
-    tr, te = (tags == TRAIN), (tags == TEST)
-    onehot = (participants[:, None] == np.unique(participants)[None, :]).astype(float)
     estimator, _ = _model_and_grid(model)
-    return float(_balanced_accuracy()(
-        labels[te], _fit_predict(onehot[tr], labels[tr], onehot[te], c, estimator)))
+    if model in OUT_OF_CORE_MODELS:
+        return _participant_only_logistic(labels, tags, participants, estimator, c)
+    tr, te = (tags == TRAIN), (tags == TEST)
+    ids, index = np.unique(participants, return_inverse=True)
+    onehot = np.eye(len(ids))
+    predicted = _fit_predict(onehot[index[tr]], labels[tr], onehot[index[te]], c, estimator)
+    return float(_balanced_accuracy()(labels[te], predicted))
+
+
+def _participant_only_logistic(labels: np.ndarray, tags: np.ndarray, participants: np.ndarray,
+                               estimator: Callable[[float], Any], c: float) -> float:
+    """:func:`participant_only_accuracy` of the logistic model: the ``(p, K)`` counts of
+    training rows per participant and label, then the confusion counts of the test rows, each
+    a chunk of rows at a time, so that no ``n``-long temporary is made."""
+    from noisyanchor.common.out_of_core import balanced_accuracy_counts
+
+    def distinct(values: np.ndarray, flags: np.ndarray | None = None) -> np.ndarray:
+        found = [np.unique(values[rows] if flags is None else values[rows][flags[rows]])
+                 for rows in row_chunks(len(values))]
+        return np.unique(np.concatenate(found)) if found else np.empty(0, values.dtype)
+
+    tr, te = (tags == TRAIN), (tags == TEST)
+    ids, classes = distinct(participants), distinct(labels, tr)
+    counts = np.zeros(len(ids) * len(classes), dtype=np.int64)
+    for rows in row_chunks(len(labels)):
+        flags = tr[rows]
+        counts += np.bincount(np.searchsorted(ids, participants[rows][flags]) * len(classes)
+                              + np.searchsorted(classes, labels[rows][flags]),
+                              minlength=len(counts))
+    pairs = np.flatnonzero(counts)
+    rows_of_pairs, label = np.divmod(pairs, len(classes))
+    onehot = np.eye(len(ids))
+    fitted, _ = fit_model(estimator, c, onehot[rows_of_pairs], classes[label], counts[pairs])
+    per_participant = fitted.predict(onehot)
+    every = distinct(labels, te)
+    correct, total = np.zeros(len(every)), np.zeros(len(every))
+    for rows in row_chunks(len(labels)):
+        truth = labels[rows][te[rows]]
+        guess = per_participant[np.searchsorted(ids, participants[rows][te[rows]])]
+        k = np.searchsorted(every, truth)
+        total += np.bincount(k, minlength=len(every))
+        correct += np.bincount(k[guess == truth], minlength=len(every))
+    return balanced_accuracy_counts(correct, total)

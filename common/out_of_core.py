@@ -144,10 +144,9 @@ def fit_out_of_core(z: np.ndarray, labels: np.ndarray, tags: tuple[np.ndarray, .
     model : callable
         ``(C, n_train) -> unfitted estimator`` with ``partial_fit``.
     """
-    tr, va, te = tags
+    tr, va, _ = tags
     classes = np.unique(labels[tr])
-    # Without validation rows only the middle of the grid is fitted (as in memory).
-    values = grid if va.any() else (grid[len(grid) // 2],)
+    values = searched(grid, va)
     models = [model(c, int(tr.sum())) for c in values]
     chunks = list(row_chunks(len(z)))
     moved = np.full(len(models), np.inf)
@@ -163,14 +162,29 @@ def fit_out_of_core(z: np.ndarray, labels: np.ndarray, tags: tuple[np.ndarray, .
         moved = np.array([np.inf if b is None else np.linalg.norm(m.coef_ - b)
                           / max(np.linalg.norm(m.coef_), np.finfo(float).tiny)
                           for m, b in zip(models, before, strict=True)])
-    converged = moved < TOLERANCE
+    return chosen(models, values, list(moved < TOLERANCE), z, labels, tags, mean, scale)
+
+
+def searched(grid: tuple[float, ...], validation: np.ndarray) -> tuple[float, ...]:
+    """The values of ``grid`` to fit: all of them with validation rows, else only its middle
+    (as in memory)."""
+    return grid if validation.any() else (grid[len(grid) // 2],)
+
+
+def chosen(models: list[Any], values: tuple[float, ...], converged: list[bool],
+           z: np.ndarray, labels: np.ndarray, tags: tuple[np.ndarray, ...], mean: np.ndarray,
+           scale: float) -> OutOfCoreFit:
+    """The best of ``models`` (fitted with ``C`` = ``values``) on the validation rows (the
+    first of equals, as the in-memory search; the only one without validation rows), scored on
+    the test rows, both counted a chunk at a time."""
+    tr, va, te = tags
     every = np.unique(labels[tr | va | te])  # a held-out label no training row has scores 0
     validation: float | None = None
     best = 0
     if va.any():
         scores = chunked_score(models, z, labels, va, mean, scale, every)
-        best = int(np.argmax(scores))  # the first of equals, as the in-memory search
+        best = int(np.argmax(scores))
         validation = scores[best]
     (test,) = chunked_score([models[best]], z, labels, te, mean, scale, every)
     return OutOfCoreFit(models[best], values[best], validation, test, bool(converged[best]),
-                        int((~converged).sum()))
+                        converged.count(False))

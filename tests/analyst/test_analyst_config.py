@@ -131,9 +131,15 @@ def test_every_transport_limit_is_a_key_and_reaches_grpc_with_port_sharing_off(w
     ("# contributions_max_sites = 20", "contributions_max_sites = -1",
      r"\[model\] contributions_max_sites must be >= 0"),
     ('# fit = "auto"', 'fit = "streaming"',
-     r"\[model\] fit: expected one of auto, in-memory, out-of-core, got 'streaming'"),
+     r"\[model\] fit: expected one of auto, in-memory, out-of-core, dask, got 'streaming'"),
     ('name = "logistic"', 'name = "mlp"\nfit = "out-of-core"',
      r"\[model\] fit: only the logistic model can be fitted out of core, not 'mlp'"),
+    ('name = "logistic"', 'name = "mlp"\nfit = "dask"',
+     r"\[model\] fit: only the logistic model can be fitted on Dask, not 'mlp'"),
+    ('# fit = "auto"', 'scheduler = "tcp://10.0.0.5:8786"',
+     r"\[model\] scheduler: only used with fit = \"dask\", not 'auto'"),
+    ('# fit = "auto"', 'fit = "dask"\nscheduler = "10.0.0.5:8786"',
+     r"\[model\] scheduler: scheduler must be 'local' or a Dask scheduler address"),
     ("# health_port = 50052", "health_port = 70000",
      r"\[server\] health_port: port must be in 0..65535"),
 ])
@@ -198,6 +204,16 @@ def test_the_template_declares_schema_deadline_and_protocol(workdir):
     assert a.contributions_max_sites == 20  # the default: the line is commented out
     assert a.fit == "auto"
     assert a.health_port is None and a.log_json is None
+
+
+def test_a_dask_fit_carries_its_scheduler(workdir):
+    pytest.importorskip("distributed")
+    path = workdir / "analyst.toml"
+    text = path.read_text()
+    path.write_text(text.replace('# fit = "auto"', 'fit = "dask"\nscheduler = "tcp://h:8786"'))
+    assert load_analyst_config(path).fit == "dask@tcp://h:8786"
+    path.write_text(text.replace('# fit = "auto"', 'fit = "dask"'))
+    assert load_analyst_config(path).fit == "dask@local"
 
 
 def test_typed_columns_declare_the_schema_and_its_digest(workdir):

@@ -111,9 +111,9 @@ def test_evaluate_utility_fits_the_model_on_z_once(task, monkeypatch):
     widths = []
     real = downstream.fit_model
 
-    def counted(model, c, x, labels):
+    def counted(model, c, x, labels, weights=None):
         widths.append(x.shape[1])
-        return real(model, c, x, labels)
+        return real(model, c, x, labels, weights)
 
     monkeypatch.setattr(downstream, "fit_model", counted)
     no_validation = np.where(tags == VALIDATION, TRAIN, tags)
@@ -132,3 +132,21 @@ def test_test_rows_of_one_class_score_without_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert held_out_metrics(np.ones(5, int), np.ones(5, int))["balanced_accuracy"] == 1.0
+
+
+@pytest.mark.parametrize("model", ["logistic", "knn"])
+def test_the_participant_only_baseline_is_the_fit_on_every_one_hot_row(rng, model):
+    """The logistic model on the distinct (participant, label) rows weighted by their counts
+    is its fit on every row (the same objective); the other models fit every row."""
+    from sklearn.metrics import balanced_accuracy_score
+
+    from noisyanchor.common.downstream import MODELS, participant_only_accuracy
+
+    participants = rng.integers(0, 4, 3000) * 7 + 2  # any ids, not 0..p-1
+    y = (rng.integers(0, 3, 3000) + (participants % 3) * (rng.random(3000) < 0.4)) % 3
+    tags = rng.choice([TRAIN, TEST], 3000)
+    onehot = (participants[:, None] == np.unique(participants)[None, :]).astype(float)
+    tr, te = tags == TRAIN, tags == TEST
+    every_row = MODELS[model](1.0).fit(onehot[tr], y[tr]).predict(onehot[te])
+    assert participant_only_accuracy(y, tags, participants, model=model, c=1.0) == \
+        balanced_accuracy_score(y[te], every_row)

@@ -110,11 +110,14 @@ def test_auto_fits_out_of_core_above_the_stated_size(tmp_path, tiny_chunks, monk
     assert fits_out_of_core("in-memory", "logistic", 10**9, 10**3) is False
 
 
-def test_the_stated_size_follows_a_process_memory_limit(monkeypatch):
+@pytest.mark.parametrize("kind", ["RLIMIT_AS", "RLIMIT_DATA"])
+def test_the_stated_size_follows_a_process_memory_limit(monkeypatch, kind):
     import resource
 
-    monkeypatch.setattr(resource, "getrlimit", lambda _: (1 << 30, resource.RLIM_INFINITY))
-    assert downstream._usable_memory() <= 1 << 30  # prlimit --as=1GiB: at most that
+    limited = getattr(resource, kind)
+    monkeypatch.setattr(resource, "getrlimit", lambda k: (
+        1 << 30 if k == limited else resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert downstream._usable_memory() <= 1 << 30  # prlimit --as or --data=1GiB: at most that
 
 
 def test_an_unknown_fit_or_an_out_of_core_mlp_is_refused():
