@@ -1094,8 +1094,8 @@ def _run(args: argparse.Namespace) -> int:
     results = Path(args.results)
     if not (results / ROWS_FILE).exists() and (results / AUDIT_ROWS_FILE).exists():
         print(f"no {ROWS_FILE} in {results}: reading its audit copy {AUDIT_ROWS_FILE}, which "
-              "carries no reconstructed images, so fig_grid.png is not drawn (the claims, "
-              "intervals and other figures are)", file=sys.stderr)
+              "carries no reconstructed images, so fig_grid.png (image data only) is not drawn; "
+              "the claims, intervals and other figures are", file=sys.stderr)
     res = make_report(Path(args.results), None if args.out is None else Path(args.out),
                       resamples=args.bootstrap, command=args.quoted_command, metric=args.metric,
                       claim_resamples=args.claim_bootstrap, threat_model=args.threat_model)

@@ -1,5 +1,5 @@
-"""The audit copy of a sweep's rows (experiments.audit_rows) and the committed digits study
-recomputed from its committed audit copy."""
+"""The audit copy of a sweep's rows (experiments.audit_rows) and the committed digits and
+breast-cancer studies recomputed from their committed audit copies."""
 
 import gzip
 import json
@@ -15,7 +15,7 @@ from noisyanchor.experiments.audit_rows import (
 )
 from noisyanchor.experiments.sweep import ROWS_FILE
 
-DIGITS = Path(__file__).resolve().parents[2] / "experiments" / "results" / "digits"
+RESULTS = Path(__file__).resolve().parents[2] / "experiments" / "results"
 #: Parts of a claim's result that come from its bootstrap (they change with the resamples).
 BOOTSTRAPPED = ("interval", "reached", "resamples", "verdict")
 
@@ -56,20 +56,21 @@ def test_rows_are_read_from_the_audit_copy_only_when_the_full_rows_are_absent(tm
     assert gzip.decompress(packed).decode().count("\n") == 2
 
 
-def _recomputed_claims(claim_resamples: int) -> tuple[dict, dict]:
-    """The committed digits summary's claims and those recomputed from the committed audit
+def _recomputed_claims(study: str, claim_resamples: int) -> tuple[dict, dict]:
+    """The committed ``study``'s summary claims and those recomputed from its committed audit
     rows with ``claim_resamples`` bootstrap resamples (the report's code and seeds)."""
     from noisyanchor.experiments.claims import judge_deployments
     from noisyanchor.experiments.report import _studies, judge_sweep
     from noisyanchor.experiments.study import load_rows
 
-    assert (DIGITS / AUDIT_ROWS_FILE).stat().st_size < 500_000
-    if (DIGITS / ROWS_FILE).exists():  # a local sweep's full rows: audit the committed copy
-        pytest.skip(f"{DIGITS / ROWS_FILE} exists; the audit reads the committed "
+    results = RESULTS / study
+    assert (results / AUDIT_ROWS_FILE).stat().st_size < 500_000
+    if (results / ROWS_FILE).exists():  # a local sweep's full rows: audit the committed copy
+        pytest.skip(f"{results / ROWS_FILE} exists; the audit reads the committed "
                     f"{AUDIT_ROWS_FILE}")
-    doc = json.loads((DIGITS / "summary.json").read_text())
+    doc = json.loads((results / "summary.json").read_text())
     committed = doc["studies"][str(doc["main_p"])]
-    meta, rows = load_rows(DIGITS)
+    meta, rows = load_rows(results)
     p = doc["main_p"]
     _, pairs = _studies([r for r in rows if r["p"] == p], meta, p, committed["metric"], 0)
     judgements, pooled = judge_sweep(pairs, meta["config"], p, claim_resamples)
@@ -92,7 +93,7 @@ def test_committed_digits_claim_estimates_are_recomputed_from_the_committed_audi
     every deployment and pooled, and the deployment-level t intervals on those estimates, are
     what the report's code makes of rows.jsonl.gz (the bootstrap intervals, 1,000 resamples a
     claim, are checked by the extended test below; here 10 keep it to seconds)."""
-    committed, got = _recomputed_claims(10)
+    committed, got = _recomputed_claims("digits", 10)
     # The random-effects weights read each deployment's bootstrap interval.
     drop = (*BOOTSTRAPPED, "random_effects")
     assert _without(got["claims_deployment_level"], ("random_effects",)) == _without(
@@ -101,12 +102,14 @@ def test_committed_digits_claim_estimates_are_recomputed_from_the_committed_audi
         assert _without(got[key], drop) == _without(committed[key], drop), key
 
 
-@pytest.mark.slow  # 1,000 bootstrap resamples of every claim in 10 deployments: ~5 min
-@pytest.mark.extended
-def test_committed_digits_claims_are_recomputed_exactly_from_the_committed_audit_rows():
-    """The same audit with the report's own resamples: every verdict, interval and
-    deployment-level summary in summary.json is reproduced exactly."""
+@pytest.mark.parametrize("study", [
+    # 1,000 bootstrap resamples of every claim in 10 deployments: ~5 min
+    pytest.param("digits", marks=[pytest.mark.slow, pytest.mark.extended]),
+    "breast-cancer"])
+def test_committed_claims_are_recomputed_exactly_from_the_committed_audit_rows(study):
+    """The audit with the report's own resamples: every verdict, interval and deployment-level
+    summary in the study's summary.json is reproduced exactly."""
     from noisyanchor.experiments.report import CLAIM_RESAMPLES
 
-    committed, got = _recomputed_claims(CLAIM_RESAMPLES)
+    committed, got = _recomputed_claims(study, CLAIM_RESAMPLES)
     assert got == committed
