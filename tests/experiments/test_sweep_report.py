@@ -172,6 +172,31 @@ def test_report_files_exist_and_controls_equal_the_simulator(tiny):
     assert c["linkage"]["known_secret"] == aa["linkage"]["known_anchor"]
 
 
+def test_report_from_the_audit_copy_alone_remakes_the_claims_without_the_image_grid(tiny,
+                                                                                     tmp_path):
+    """`audit-rows` then `report` on a folder holding only meta.json and rows.jsonl.gz (a fresh
+    checkout): the same studies as from the full rows, every figure but fig_grid (the audit copy
+    drops the reconstructions), and the report says why on stderr."""
+    import shutil
+
+    _, out = tiny
+    full = tmp_path / "full"
+    shutil.copytree(out, full)
+    _cli("audit-rows", "--results", str(full))
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    for name in ("meta.json", "rows.jsonl.gz"):
+        shutil.copy(full / name, audit / name)
+    run = _cli("report", "--results", str(audit), "--command", "tiny test",
+               "--claim-bootstrap", "100", "--json")
+    assert "fig_grid.png (image data only) is not drawn" in run.stderr
+    assert json.loads(run.stdout)["figures"] == [
+        f for f in json.loads((out / "summary.json").read_text())["figures"]
+        if f != "fig_grid.png"]
+    assert (json.loads((audit / "summary.json").read_text())["studies"]
+            == json.loads((out / "summary.json").read_text())["studies"])
+
+
 def test_paired_private_data_noise_runs_coincide(tiny):
     _, out = tiny
     pairs = json.loads((out / "summary.json").read_text())["studies"]["3"]["pairs"]
