@@ -1,5 +1,5 @@
 """Subcommands of the evaluation bench: ``simulate`` and
-``experiment {sweep,report,scores,laws,certificate,dp-baseline,membership,
+``experiment {sweep,report,audit-rows,scores,laws,certificate,dp-baseline,membership,
 wider-threats}``.
 
 Each ``experiment`` subcommand lives in its own module with ``register(sub)``, listed in
@@ -14,6 +14,7 @@ import importlib
 #: Modules contributing ``noisyanchor experiment <name>`` subcommands.
 EXPERIMENT_MODULES: tuple[str, ...] = ("noisyanchor.experiments.sweep",
                                        "noisyanchor.experiments.report",
+                                       "noisyanchor.experiments.audit_rows",
                                        "noisyanchor.experiments.score_release",
                                        "noisyanchor.experiments.laws",
                                        "noisyanchor.experiments.certificate",

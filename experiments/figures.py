@@ -251,9 +251,11 @@ def solver(study: Study, path: Path, dataset: str = "") -> None:
 
 def grid(study: Study, path: Path, dataset: str = "") -> bool:
     """Fig. 3/10: originals, projection-only control, and reconstructions of saved draws
-    ordered by decreasing linkage (one record per column). False when records are not images."""
+    ordered by decreasing linkage (one record per column). False when records are not images
+    or no row carries its reconstructions."""
     shape = study.meta.get("image_shape")
-    if not shape:
+    # the audit copy of the rows (experiments.audit_rows) drops the reconstructed images
+    if not shape or not any(r.get("grid") for rs in study.draws.values() for r in rs):
         return False
     plt = pyplot()
     rows = [("original", study.meta["grid_original"]),

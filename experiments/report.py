@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import sys
 from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
@@ -26,6 +27,7 @@ from noisyanchor.common.attacks import ATTACK_NAMES, PAPER_ANCHOR_ATTACKS
 from noisyanchor.common.cliargs import int_at_least
 from noisyanchor.common.errors import InvalidInputError
 from noisyanchor.common.methods import Method
+from noisyanchor.experiments.audit_rows import AUDIT_ROWS_FILE
 from noisyanchor.experiments.claims import (
     CLAIM_AXES,
     CLAIMS,
@@ -993,6 +995,22 @@ def _studies(rows: list[dict[str, Any]], meta: dict[str, Any], p: int, metric: s
     return main, pairs
 
 
+def judge_sweep(pairs: dict[int, dict[str, Study]], config: dict[str, Any], p: int,
+                claim_resamples: int) -> tuple[dict[int, Any], dict[str, Any] | None]:
+    """The claims of one participant count ``p``: per replicate (:func:`experiments.claims.judge`)
+    and, with several replicates, pooled (:func:`experiments.claims.judge_pooled`), from
+    ``pairs`` (:func:`_studies`) with the generators the report seeds from the config."""
+    primary = (config["model"], config["auditor"])
+    min_draws = config.get("min_draws", 1)
+    rng = np.random.default_rng(np.random.SeedSequence(config["seed"], spawn_key=(5, p)))
+    judgements = {k: judge(views, primary, rng, claim_resamples, min_draws, LOW_GRID)
+                  for k, views in pairs.items()}
+    pooled = (judge_pooled(pairs, primary, np.random.default_rng(np.random.SeedSequence(
+        config["seed"], spawn_key=(6, p))), claim_resamples, min_draws, LOW_GRID)
+        if len(pairs) > 1 else None)
+    return judgements, pooled
+
+
 def make_report(results: Path, out: Path | None = None, *, resamples: int | None = None,
                 command: str = "", metric: str | None = None,
                 claim_resamples: int = CLAIM_RESAMPLES,
@@ -1026,13 +1044,7 @@ def make_report(results: Path, out: Path | None = None, *, resamples: int | None
     studies, summaries, pairs = {}, {}, {}
     for p in sorted(by_p):
         studies[p], pairs[p] = _studies(by_p[p], meta, p, metric, resamples)
-        rng = np.random.default_rng(np.random.SeedSequence(config["seed"], spawn_key=(5, p)))
-        primary = (config["model"], config["auditor"])
-        judgements = {k: judge(views, primary, rng, claim_resamples, config.get("min_draws", 1),
-                               LOW_GRID) for k, views in pairs[p].items()}
-        pooled = (judge_pooled(pairs[p], primary, np.random.default_rng(np.random.SeedSequence(
-            config["seed"], spawn_key=(6, p))), claim_resamples, config.get("min_draws", 1),
-            LOW_GRID) if len(pairs[p]) > 1 else None)
+        judgements, pooled = judge_sweep(pairs[p], config, p, claim_resamples)
         summaries[p] = {**summarize(studies[p], pairs[p], by_p[p], judgements, config, pooled,
                                     np.random.default_rng(np.random.SeedSequence(
                                         config["seed"], spawn_key=(7, p))), claim_resamples),
@@ -1060,7 +1072,8 @@ def make_report(results: Path, out: Path | None = None, *, resamples: int | None
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``experiment report``."""
     ps = sub.add_parser("report", help="spline fits, figures and a markdown summary of a sweep")
-    ps.add_argument("--results", required=True, help="sweep folder (rows.jsonl, meta.json)")
+    ps.add_argument("--results", required=True,
+                    help="sweep folder (rows.jsonl or its audit copy rows.jsonl.gz, meta.json)")
     ps.add_argument("--out", default=None, help="report folder (default: --results)")
     ps.add_argument("--bootstrap", type=int_at_least(0), default=None,
                     help="bootstrap resamples (default: the config's)")
@@ -1078,6 +1091,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    results = Path(args.results)
+    if not (results / ROWS_FILE).exists() and (results / AUDIT_ROWS_FILE).exists():
+        print(f"no {ROWS_FILE} in {results}: reading its audit copy {AUDIT_ROWS_FILE}, which "
+              "carries no reconstructed images, so fig_grid.png (image data only) is not drawn; "
+              "the claims, intervals and other figures are", file=sys.stderr)
     res = make_report(Path(args.results), None if args.out is None else Path(args.out),
                       resamples=args.bootstrap, command=args.quoted_command, metric=args.metric,
                       claim_resamples=args.claim_bootstrap, threat_model=args.threat_model)

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from noisyanchor.common.errors import InvalidInputError
+from noisyanchor.experiments.audit_rows import read_rows
 from noisyanchor.experiments.fits import SplineFit, fit_spline
 from noisyanchor.experiments.linkage import ATTACK_SETS, strongest_attack
-from noisyanchor.experiments.sweep import META_FILE, ROWS_FILE
+from noisyanchor.experiments.sweep import META_FILE
 
 #: The participant count a report leads with (the paper's main setting), if swept.
 MAIN_P = 10
@@ -27,14 +28,13 @@ MIN_DRAWS_TO_FIT = 9
 
 
 def load_rows(results: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """``meta.json`` and every row of ``rows.jsonl`` in ``results``."""
+    """``meta.json`` and every row of ``rows.jsonl`` in ``results`` (of its audit copy
+    ``rows.jsonl.gz`` when absent: :mod:`experiments.audit_rows`)."""
     try:
         meta = json.loads((results / META_FILE).read_text())
-        rows = [json.loads(line) for line in (results / ROWS_FILE).read_text().splitlines()
-                if line.strip()]
     except (OSError, json.JSONDecodeError) as err:
         raise InvalidInputError(f"cannot read sweep results in {results}: {err}") from err
-    return meta, rows
+    return meta, read_rows(results)
 
 
 def strongest(row: dict[str, Any], attack_set: str = "all",
