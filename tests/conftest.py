@@ -16,10 +16,11 @@ import pytest
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every ``extended`` test is also ``slow``, so the inner loop (``-m "not e2e and not
-    slow"``), whose ``-m`` replaces the default ``not extended``, skips it too."""
+    """Every ``extended`` or ``audit`` test is also ``slow``, so the inner loop (``-m "not e2e
+    and not slow"``), whose ``-m`` replaces the default, skips it too."""
     for item in items:
-        if item.get_closest_marker("extended") and not item.get_closest_marker("slow"):
+        if (item.get_closest_marker("extended") or item.get_closest_marker("audit")) \
+                and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
 
 
