@@ -812,6 +812,23 @@ def plot(report: dict, path: Path) -> None:
     save_figure(plt, fig, path)
 
 
+
+def _section_out(args: argparse.Namespace, sections: set[str], name: str,
+                 default: Path) -> Path | None:
+    """Where section ``name`` writes its JSON: ``--out`` when it is the only section asked
+    for, nowhere under ``--quick``, else its committed results file ``default``."""
+    if args.out is not None and sections == {name}:
+        return args.out
+    return None if args.quick else default
+
+
+def _write_json(path: Path | None, report: dict) -> None:
+    """Write ``report`` to ``path`` (its folder made), unless ``path`` is None."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
@@ -844,45 +861,31 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     configure_blas()
     sections = set(args.sections.split(","))
-    if "polar" in sections:
-        polar_report = {"meta": _meta(args.quick), **polar_routes(
-            QUICK_POLAR_ORDERS if args.quick else POLAR_ORDERS, repeats=2 if args.quick else 3)}
-        polar_report["meta"]["loadavg_end"] = os.getloadavg()
-        polar_out = args.out if args.out is not None and sections == {"polar"} else (
-            None if args.quick else POLAR_RESULTS)
-        if polar_out is not None:
-            polar_out.parent.mkdir(parents=True, exist_ok=True)
-            polar_out.write_text(json.dumps(polar_report, indent=2) + "\n")
-        print(polar_table(polar_report))
-        sections.discard("polar")
-        if not sections:
-            return 0
-    if "early-exit" in sections:
-        size = (tuple(int(x) for x in args.exit_size.split(",")) if args.exit_size
-                else QUICK_EXIT_SIZE if args.quick else EXIT_SIZE)
-        exit_report = {"meta": _meta(args.quick), **early_exit(size, cap=100 if args.quick
-                                                               else EXIT_CAP)}
-        exit_report["meta"]["loadavg_end"] = os.getloadavg()
-        exit_out = args.out if args.out is not None and sections == {"early-exit"} else (
-            None if args.quick else EXIT_RESULTS)
-        if exit_out is not None:
-            exit_out.parent.mkdir(parents=True, exist_ok=True)
-            exit_out.write_text(json.dumps(exit_report, indent=2) + "\n")
-        print(exit_table(exit_report))
-        sections.discard("early-exit")
-        if not sections:
-            return 0
+    one_shot = {  # section: (what it measures, where it writes, how it prints)
+        "polar": (lambda: polar_routes(QUICK_POLAR_ORDERS if args.quick else POLAR_ORDERS,
+                                       repeats=2 if args.quick else 3),
+                  POLAR_RESULTS, polar_table),
+        "early-exit": (lambda: early_exit(
+            tuple(int(x) for x in args.exit_size.split(",")) if args.exit_size
+            else QUICK_EXIT_SIZE if args.quick else EXIT_SIZE,
+            cap=100 if args.quick else EXIT_CAP), EXIT_RESULTS, exit_table)}
+    for name, (measure, default, show) in one_shot.items():
+        if name in sections:
+            report = {"meta": _meta(args.quick), **measure()}
+            report["meta"]["loadavg_end"] = os.getloadavg()
+            _write_json(_section_out(args, sections, name, default), report)
+            print(show(report))
+            sections.discard(name)
+            if not sections:
+                return 0
     if "peers" in sections:
-        peer_out = args.out if args.out is not None and sections == {"peers"} else (
-            None if args.quick else PEER_RESULTS)
+        peer_out = _section_out(args, sections, "peers", PEER_RESULTS)
         meta = _meta(args.quick)
 
         def write(partial: dict) -> dict:
             peer_report = {"meta": {**meta, "loadavg_end": os.getloadavg()}, **partial}
             peer_report["floors"] = floors(peer_report)
-            if peer_out is not None:
-                peer_out.parent.mkdir(parents=True, exist_ok=True)
-                peer_out.write_text(json.dumps(peer_report, indent=2) + "\n")
+            _write_json(peer_out, peer_report)
             return peer_report
 
         final = write(run_peers(args.quick, on_row=write,
@@ -895,9 +898,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     report = run(args.quick)
     out = args.out if args.out is not None else (None if args.quick else RESULTS)
+    _write_json(out, report)
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=2) + "\n")
         plot(report, out.with_suffix(".png"))
     print(table(report))
     agree = all(f["objective_agrees"] for e in report["sizes"] for f in e["fixed_iterations"])
