@@ -80,7 +80,6 @@ from noisyanchor.participant.core.agreement import (
     PostShares,
     PublishKey,
     SeedAgreement,
-    SharedParameters,
 )
 from noisyanchor.participant.core.join import Joined, join, keep_schema
 from noisyanchor.participant.core.upload import (
@@ -88,6 +87,7 @@ from noisyanchor.participant.core.upload import (
     compute_site_upload,
     own_site_model,
     plan_upload,
+    shared_parameters,
     site_seeds,
 )
 from noisyanchor.participant.local_state import UploadReceipt, keep_receipt, now_iso
@@ -177,13 +177,12 @@ def _snapshot(fields: ConfigRecord) -> Snapshot:
 def _agreement(cfg: ParticipantConfig, fields: ConfigRecord, d: int) -> Step:
     """``participant upload``'s anchor agreement (:mod:`participant.core.agreement`) run on
     the message's snapshot of the relay, for records of width ``d``."""
-    r = cfg.anchors or 4 * d
     machine = SeedAgreement(
         federation_id=cfg.federation_id, participant_id=cfg.id, dealer=cfg.dealer,
         expected=list(pb.ListKeysReply.FromString(fields["keys"]).expected),
         exchange_key=kept_exchange_key(exchange_key_path(cfg.state_dir, cfg.federation_id)),
         tls_key_pem=cfg.tls.key.read_bytes(), ca_pem=cfg.tls.ca.read_bytes(),
-        params=SharedParameters(cfg.method, r, d, cfg.translation_scale), codec=PROTO_CODEC,
+        params=shared_parameters(cfg, d), codec=PROTO_CODEC,
         dealer_seed=cfg.anchor_seed)
     return step(machine, _snapshot(fields))
 

@@ -126,13 +126,18 @@ class UploadPlan:
     @property
     def anchors(self) -> int:
         """``r`` (``4 d`` unless the config sets it)."""
-        return self.cfg.anchors or 4 * self.d
+        return self.params.anchors
 
     @property
     def params(self) -> SharedParameters:
-        """What the anchor agreement binds the seed to."""
-        cfg = self.cfg
-        return SharedParameters(cfg.method, self.anchors, self.d, cfg.translation_scale)
+        """What the anchor agreement binds the seed to (:func:`shared_parameters`)."""
+        return shared_parameters(self.cfg, self.d)
+
+
+def shared_parameters(cfg: ParticipantConfig, d: int) -> SharedParameters:
+    """What the anchor agreement binds the seed to for records of width ``d``: the method,
+    ``r`` (``4 d`` unless the config sets it), ``d`` and the translation scale ``s``."""
+    return SharedParameters(cfg.method, cfg.anchors or 4 * d, d, cfg.translation_scale)
 
 
 def plan_upload(cfg: ParticipantConfig, joined: Joined, seeds: UploadSeeds | None
